@@ -1,0 +1,35 @@
+"""syncopy: fine-grained overlap of communication and computation inside one fused Triton kernel."""
+from syncopy.errors import (
+    InferenceError,
+    KernelError,
+    LaunchError,
+    ScheduleError,
+    SyncopyError,
+    SyncopyTimeout,
+)
+from syncopy.schedule import Schedule, load_schedule
+
+__version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # The decorator pulls in torch and triton; keep `import syncopy` (and the CLI's check/schema) light.
+    if name in ("overlap", "FusedKernel"):
+        from syncopy import api
+
+        return getattr(api, name)
+    raise AttributeError(name)
+
+
+__all__ = [
+    "overlap",
+    "FusedKernel",
+    "Schedule",
+    "load_schedule",
+    "SyncopyError",
+    "ScheduleError",
+    "KernelError",
+    "InferenceError",
+    "LaunchError",
+    "SyncopyTimeout",
+]

@@ -1,0 +1,166 @@
+"""Device-side library that fused kernels call: tile remapping, chunk ranges, bounded waits.
+
+Rewritten kernels import this module as `syncopy_device` and call these @triton.jit helpers, so
+the injected code stays a few readable lines and the logic lives (and is tested) in one place.
+
+Layouts shared with the host (see runtime/context.py):
+
+    ctx     int64  [epoch, rank, rows_per_rank, chunks_per_rank, stride_bytes, size, spin_limit, world]
+    signals int32  [error flag, error rank, error chunk, error epoch | one flag per chunk (world*C)
+                    | chunks arrived so far | tiles started so far]
+
+A flag holds the epoch (launch number) of the last time its chunk landed; a wait is `flag >= epoch`,
+so nothing is ever reset between launches.
+"""
+import triton
+import triton.language as tl
+
+CTX_EPOCH = tl.constexpr(0)
+CTX_RANK = tl.constexpr(1)
+CTX_ROWS = tl.constexpr(2)
+CTX_CHUNKS = tl.constexpr(3)
+CTX_STRIDE_BYTES = tl.constexpr(4)
+CTX_SIZE = tl.constexpr(5)
+CTX_SPIN_LIMIT = tl.constexpr(6)
+CTX_WORLD = tl.constexpr(7)
+CTX_LEN = 8
+
+SIG_ERROR = tl.constexpr(0)
+SIG_BASE = tl.constexpr(4)
+SIG_HEADER = 4
+
+
+@triton.jit
+def program_ids(order):
+    """The tile this program runs: `order[linear program id]`, split back into (pid0, pid1, pid2).
+
+    The runtime fills `order` with a permutation of the grid, so the remap is a bijection.
+    """
+    n0 = tl.num_programs(0)
+    n1 = tl.num_programs(1)
+    lin = tl.program_id(0) + n0 * (tl.program_id(1) + n1 * tl.program_id(2))
+    tile = tl.load(order + lin)
+    return tile % n0, (tile // n0) % n1, tile // (n0 * n1)
+
+
+@triton.jit
+def _chunk_of_row(row, ctx):
+    # Chunk boundaries are floor(i*S/C) (schedule/chunks.py); the chunk of local row r is
+    # ((r+1)*C - 1) // S, offset by C chunks per source rank.
+    rows_per_rank = tl.load(ctx + CTX_ROWS)
+    chunks = tl.load(ctx + CTX_CHUNKS)
+    src = row // rows_per_rank
+    local = row - src * rows_per_rank
+    return src * chunks + ((local + 1) * chunks - 1) // rows_per_rank
+
+
+@triton.jit
+def _range_of_offsets(off, keep, ctx, DIM_OUTER: tl.constexpr):
+    stride_bytes = tl.load(ctx + CTX_STRIDE_BYTES)
+    size = tl.load(ctx + CTX_SIZE)
+    if DIM_OUTER:
+        # Rows grow with the offset when `dim` is the outermost dimension: two reductions suffice.
+        lo = tl.min(tl.where(keep, off, 9223372036854775807))
+        hi = tl.max(tl.where(keep, off, -1))
+        any_kept = hi >= 0
+        row_lo = tl.minimum(tl.where(any_kept, lo, 0) // stride_bytes, size - 1)
+        row_hi = tl.minimum(tl.where(any_kept, hi, 0) // stride_bytes, size - 1)
+    else:
+        rows = (off // stride_bytes) % size
+        row_lo = tl.min(tl.where(keep, rows, 9223372036854775807))
+        row_hi = tl.max(tl.where(keep, rows, -1))
+        any_kept = row_hi >= 0
+        row_lo = tl.where(any_kept, row_lo, 0)
+        row_hi = tl.where(any_kept, row_hi, 0)
+    g_lo = _chunk_of_row(row_lo, ctx)
+    g_hi = _chunk_of_row(row_hi, ctx)
+    return g_lo, tl.where(any_kept, g_hi, g_lo - 1)
+
+
+@triton.jit
+def chunk_range(ptrs, base, ctx, DIM_OUTER: tl.constexpr):
+    """First and last chunk (global index src*C + i) holding an element of the pointer block."""
+    off = ptrs.to(tl.int64) - base.to(tl.int64) + tl.zeros([1], dtype=tl.int64)
+    return _range_of_offsets(off, off >= 0, ctx, DIM_OUTER)
+
+
+@triton.jit
+def chunk_range_masked(ptrs, mask, base, ctx, DIM_OUTER: tl.constexpr):
+    """`chunk_range` counting only the elements the load's mask keeps."""
+    off = ptrs.to(tl.int64) - base.to(tl.int64) + tl.zeros([1], dtype=tl.int64)
+    keep = (off >= 0) & mask
+    return _range_of_offsets(off, keep, ctx, DIM_OUTER)
+
+
+@triton.jit
+def chunk_range_of_rows(rows, ctx):
+    """Chunk range of explicit row indices (the schedule's `binding.rows`)."""
+    r = rows.to(tl.int64) + tl.zeros([1], dtype=tl.int64)
+    size = tl.load(ctx + CTX_SIZE)
+    keep = (r >= 0) & (r < size)
+    row_lo = tl.min(tl.where(keep, r, 9223372036854775807))
+    row_hi = tl.max(tl.where(keep, r, -1))
+    any_kept = row_hi >= 0
+    g_lo = _chunk_of_row(tl.where(any_kept, row_lo, 0), ctx)
+    g_hi = _chunk_of_row(tl.where(any_kept, row_hi, 0), ctx)
+    return g_lo, tl.where(any_kept, g_hi, g_lo - 1)
+
+
+@triton.jit
+def wait_chunks(signals, ctx, g_lo, g_hi):
+    """Wait until chunks g_lo..g_hi carry this launch's epoch; bounded.
+
+    Each poll is an acquire load at system scope (the writer may be another device or the host),
+    inside a loop the compiler cannot hoist. Past `spin_limit` polls the program records
+    (rank, chunk, epoch) in the error slot and stops waiting; the host raises SyncopyTimeout.
+    """
+    epoch = tl.load(ctx + CTX_EPOCH).to(tl.int32)
+    limit = tl.load(ctx + CTX_SPIN_LIMIT)
+    for g in range(g_lo, g_hi + 1):
+        if tl.load(signals + SIG_ERROR, volatile=True) == 0:
+            flag = tl.atomic_add(signals + SIG_BASE + g, 0, sem="acquire", scope="sys")
+            polls = 0
+            while (flag < epoch) & (polls < limit):
+                flag = tl.atomic_add(signals + SIG_BASE + g, 0, sem="acquire", scope="sys")
+                polls += 1
+            if flag < epoch:
+                tl.atomic_xchg(signals + SIG_ERROR + 1, tl.load(ctx + CTX_RANK).to(tl.int32))
+                tl.atomic_xchg(signals + SIG_ERROR + 2, g)
+                tl.atomic_xchg(signals + SIG_ERROR + 3, epoch)
+                tl.atomic_xchg(signals + SIG_ERROR, 1, sem="release", scope="sys")
+
+
+@triton.jit
+def trace_tile_start(signals, trace, ctx, TRACE: tl.constexpr):
+    """With TRACE, record for this tile (start sequence number, chunks arrived when it started)."""
+    if TRACE:
+        world = tl.load(ctx + CTX_WORLD)
+        chunks = tl.load(ctx + CTX_CHUNKS)
+        n_sig = (world * chunks).to(tl.int32)
+        arrived = tl.atomic_add(signals + SIG_BASE + n_sig, 0, sem="acquire", scope="sys")
+        seq = tl.atomic_add(signals + SIG_BASE + n_sig + 1, 1, sem="relaxed", scope="sys")
+        n0 = tl.num_programs(0)
+        n1 = tl.num_programs(1)
+        lin = tl.program_id(0) + n0 * (tl.program_id(1) + n1 * tl.program_id(2))
+        tl.store(trace + 2 * lin, seq + 1)
+        tl.store(trace + 2 * lin + 1, arrived)
+
+
+@triton.jit
+def probe_store(out, g_lo, g_hi):
+    """Probe kernels store each program's chunk range at its (un-remapped) linear id."""
+    n0 = tl.num_programs(0)
+    n1 = tl.num_programs(1)
+    lin = tl.program_id(0) + n0 * (tl.program_id(1) + n1 * tl.program_id(2))
+    tl.store(out + 2 * lin, g_lo.to(tl.int32))
+    tl.store(out + 2 * lin + 1, g_hi.to(tl.int32))
+
+
+@triton.jit
+def merge_ranges(lo, hi, lo2, hi2):
+    """Union of two chunk ranges (an empty range has hi < lo)."""
+    empty = hi < lo
+    empty2 = hi2 < lo2
+    new_lo = tl.where(empty, lo2, tl.where(empty2, lo, tl.minimum(lo, lo2)))
+    new_hi = tl.where(empty, hi2, tl.where(empty2, hi, tl.maximum(hi, hi2)))
+    return new_lo, new_hi

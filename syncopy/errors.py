@@ -1,0 +1,90 @@
+"""Errors. Every user-facing failure is a `SyncopyError` that knows *where* and *what to change*.
+
+Rendered on one line, the way compilers do it:
+
+    kernel.py:12:5: tensor 'A' is read, but ... ; add `binding.rows: <expr>` to the schedule
+    schedule.yaml:6: chunks_per_rank: must be at least 1 (got 0); ...
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SourceLocation:
+    """A position in a kernel file (1-based line and column)."""
+
+    file: str
+    line: int
+    col: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.col}"
+
+
+@dataclass(frozen=True)
+class ScheduleLocation:
+    """A key of a schedule, with the line it stands on when the schedule came from a file."""
+
+    file: str | None
+    key: str
+    line: int | None = None
+
+    def __str__(self) -> str:
+        where = self.file or "schedule"
+        if self.line is not None:
+            where = f"{where}:{self.line}"
+        return f"{where}: {self.key}" if self.key else where
+
+
+class SyncopyError(Exception):
+    """Base of every error syncopy raises on purpose. `str(err)` is the one-line rendering."""
+
+    def __init__(self, message: str, location: SourceLocation | ScheduleLocation | None = None):
+        self.message = message
+        self.location = location
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        return f"{self.location}: {self.message}" if self.location is not None else self.message
+
+
+class ScheduleError(SyncopyError):
+    """The schedule is malformed or contradicts itself."""
+
+
+class KernelError(SyncopyError):
+    """The kernel file or function cannot be used as given (syntax, unknown names)."""
+
+
+class InferenceError(KernelError):
+    """The frontend could not infer how programs map to chunks; the message names the key to add."""
+
+
+class LaunchError(SyncopyError):
+    """A launch contradicts the schedule (world size, shard shape, arguments)."""
+
+
+class SyncopyTimeout(SyncopyError):
+    """A chunk did not arrive in time. Names the rank that waited, the chunk and the epoch."""
+
+    def __init__(self, rank: int, chunk: tuple[int, int], epoch: int, timeout_s: float, detail: str = ""):
+        self.rank, self.chunk, self.epoch, self.timeout_s = rank, chunk, epoch, timeout_s
+        src, index = chunk
+        message = (
+            f"rank {rank} waited {timeout_s:g}s for chunk {index} of rank {src} (epoch {epoch}) and it never "
+            f"arrived{'; ' + detail if detail else ''}; check that every rank launched the kernel, or raise timeout_s"
+        )
+        super().__init__(message)
+
+
+__all__ = [
+    "SourceLocation",
+    "ScheduleLocation",
+    "SyncopyError",
+    "ScheduleError",
+    "KernelError",
+    "InferenceError",
+    "LaunchError",
+    "SyncopyTimeout",
+]

@@ -1,0 +1,121 @@
+"""Finding the kernel: parse a file (or a live JITFunction's file) once, locate the @triton.jit function."""
+from __future__ import annotations
+
+import inspect
+import textwrap
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from syncopy.errors import KernelError, SourceLocation
+
+
+@dataclass
+class KernelSource:
+    """A parsed file and the kernel function in it, with positions for every node."""
+
+    path: str
+    module: cst.Module
+    func: cst.FunctionDef
+    positions: dict = field(repr=False)
+    line_offset: int = 0  # added to libcst lines when only the function's text was parsed
+
+    @property
+    def name(self) -> str:
+        return self.func.name.value
+
+    def location(self, node: cst.CSTNode) -> SourceLocation:
+        pos = self.positions.get(node)
+        if pos is None:
+            return SourceLocation(self.path, self.line_offset + 1, 1)
+        return SourceLocation(self.path, pos.start.line + self.line_offset, pos.start.column + 1)
+
+    def code(self, node: cst.CSTNode) -> str:
+        return self.module.code_for_node(node)
+
+    @property
+    def params(self) -> list[str]:
+        p = self.func.params
+        return [x.name.value for x in (*p.posonly_params, *p.params, *p.kwonly_params)]
+
+
+def _is_jit(decorator: cst.Decorator) -> bool:
+    d = decorator.decorator
+    if isinstance(d, cst.Call):
+        d = d.func
+    if isinstance(d, cst.Attribute):
+        return d.attr.value == "jit"
+    return isinstance(d, cst.Name) and d.value == "jit"
+
+
+def jit_functions(module: cst.Module) -> list[cst.FunctionDef]:
+    """Top-level functions decorated with @triton.jit (or @jit, @triton.jit(...)), in file order."""
+    return [s for s in module.body if isinstance(s, cst.FunctionDef) and any(_is_jit(d) for d in s.decorators)]
+
+
+def parse(text: str, path: str) -> tuple[cst.Module, dict]:
+    try:
+        module = cst.parse_module(text)
+    except cst.ParserSyntaxError as exc:
+        raise KernelError(
+            f"Python syntax error: {exc.message}; fix the kernel file", SourceLocation(path, exc.raw_line, exc.raw_column + 1)
+        ) from None
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    return module, dict(wrapper.resolve(PositionProvider))
+
+
+def find_kernel(text: str, path: str, name: str | None, *, line_offset: int = 0) -> KernelSource:
+    """The @triton.jit function `name` of a file's text; errors list the kernels that are there."""
+    module, positions = parse(text, path)
+    kernels = jit_functions(module)
+    if name is None:
+        if len(kernels) == 1:
+            return KernelSource(path, module, kernels[0], positions, line_offset)
+        raise KernelError(
+            f"the schedule names no kernel and the file has {len(kernels)} @triton.jit functions "
+            f"({', '.join(k.name.value for k in kernels) or 'none'}); add `kernel: NAME` to the schedule",
+            SourceLocation(path, 1, 1),
+        )
+    for k in kernels:
+        if k.name.value == name:
+            return KernelSource(path, module, k, positions, line_offset)
+    found = ", ".join(k.name.value for k in kernels) or "none"
+    others = [s.name.value for s in module.body if isinstance(s, cst.FunctionDef) and s.name.value == name]
+    why = "is not decorated with @triton.jit" if others else "is not in this file"
+    raise KernelError(
+        f"kernel '{name}' {why}; the @triton.jit kernels here are: {found}; set `kernel:` to one of them",
+        SourceLocation(path, 1, 1),
+    )
+
+
+def from_file(path: str | Path, name: str | None) -> KernelSource:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise KernelError(f"cannot read the kernel file: {exc.strerror}; check the path", SourceLocation(str(path), 1, 1)) from None
+    return find_kernel(text, str(path), name)
+
+
+def from_jit(jit_fn) -> KernelSource:
+    """The source of a live @triton.jit function (JITFunction or, under TRITON_INTERPRET, InterpretedFunction)."""
+    fn = getattr(jit_fn, "fn", None)
+    if fn is None or not callable(fn):
+        raise KernelError(
+            f"syncopy.overlap expects a @triton.jit function, got {type(jit_fn).__name__}; decorate the kernel with @triton.jit first"
+        )
+    name = fn.__name__
+    file = inspect.getsourcefile(fn)
+    if file and Path(file).exists():
+        text = Path(file).read_text()
+        module, positions = parse(text, file)
+        line = fn.__code__.co_firstlineno
+        for k in jit_functions(module):
+            pos = positions[k]
+            if k.name.value == name and pos.start.line <= line <= pos.end.line:
+                return KernelSource(file, module, k, positions)
+    # Defined somewhere without a readable file (exec, notebook cell): parse the function alone.
+    lines, start = inspect.getsourcelines(fn)
+    return find_kernel(textwrap.dedent("".join(lines)), file or f"<{name}>", name, line_offset=start - 1)

@@ -1,0 +1,81 @@
+"""Passes over one kernel, in order: signature -> consumer wait -> tile reorder (+ probe kernel).
+
+`transform` returns every stage's artifact so `--dump-dir` can write them and tests can look at them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from syncopy.errors import KernelError
+from syncopy.frontend import infer as inference
+from syncopy.frontend.source import KernelSource
+from syncopy.passes import consumer_wait, names, probe, signature, tile_reorder
+from syncopy.schedule.model import IMPLEMENTED_PATTERNS, Schedule
+
+
+@dataclass
+class Transformed:
+    """The fused kernel (and its probe) as libcst functions, plus what inference found."""
+
+    source: KernelSource
+    schedule: Schedule
+    binding: inference.TensorBinding
+    func: cst.FunctionDef
+    probe: cst.FunctionDef | None
+    remapped: bool
+    stages: dict[str, str] = field(default_factory=dict)
+
+    def code(self, node: cst.CSTNode | None = None) -> str:
+        return self.source.module.code_for_node(node if node is not None else self.func)
+
+
+def transform(ks: KernelSource, schedule: Schedule) -> Transformed:
+    """Run the passes for `schedule` on the kernel in `ks`."""
+    if schedule.pattern not in IMPLEMENTED_PATTERNS:
+        raise KernelError(
+            f"pattern '{schedule.pattern}' is not implemented yet (implemented: {', '.join(IMPLEMENTED_PATTERNS)}); "
+            "use pattern: all_gather",
+            ks.location(ks.func),
+        )
+    signature.check_reserved(ks)
+    rows = schedule.binding.rows if schedule.binding else None
+    binding = inference.infer(ks, schedule.tensor, schedule.dim, rows)
+    stages = {"kernel": ks.code(ks.func), "binding": _describe(binding)}
+
+    func = ks.func
+    body = list(func.body.body)
+    start = inference.body_start(func)
+    waited = consumer_wait.insert_waits(body, binding)
+    remapped_body, remapped = tile_reorder.remap_program_ids(ks, waited)
+    head: list[cst.BaseStatement] = []
+    if binding.copy_base:
+        head.append(cst.parse_statement(f"{inference.BASE_NAME} = {binding.tensor}\n"))
+    if remapped:
+        head.append(tile_reorder.preamble())
+    new_body = remapped_body[:start] + head + remapped_body[start:]
+    fused = signature.add_params(func.with_changes(body=func.body.with_changes(body=new_body)))
+
+    first = binding.groups[0]
+    prefix = head[:1] if binding.copy_base else []
+    prefix += body[start:first.stmt_index]
+    probe_fn = probe.build(signature.add_params(func), prefix, consumer_wait.range_statements(binding, first)) if remapped else None
+    t = Transformed(ks, schedule, binding, fused, probe_fn, remapped, stages)
+    stages["fused"] = t.code()
+    if probe_fn is not None:
+        stages["probe"] = t.code(probe_fn)
+    return t
+
+
+def _describe(b: inference.TensorBinding) -> str:
+    lines = [f"tensor {b.tensor} dim {b.dim} base {b.base}"]
+    for g in b.groups:
+        lines.append(f"wait before line {g.line}:")
+        lines += [f"  rows of {a.pointer}" + (f" where {a.mask}" if a.mask else "") for a in g.accesses]
+    if b.explicit_rows:
+        lines.append(f"explicit rows: {b.explicit_rows}")
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["transform", "Transformed", "names"]

@@ -1,0 +1,14 @@
+"""Names syncopy adds to a kernel. All start with `syncopy_`/`SYNCOPY_`; a kernel that already uses
+one of them is rejected with a message rather than silently shadowed."""
+CTX = "syncopy_ctx"
+SIGNALS = "syncopy_signals"
+ORDER = "syncopy_order"
+TRACE = "syncopy_trace"
+TRACE_FLAG = "SYNCOPY_TRACE"
+PROBE_OUT = "syncopy_probe_out"
+DEVICE = "syncopy_device"
+PIDS = ("syncopy_pid0", "syncopy_pid1", "syncopy_pid2")
+LO, HI = "syncopy_lo", "syncopy_hi"
+
+#: Extra kernel parameters, in order, after the user's parameters without defaults.
+EXTRA_PARAMS = (CTX, SIGNALS, ORDER, TRACE)

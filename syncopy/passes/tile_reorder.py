@@ -1,0 +1,47 @@
+"""Pass: tile reorder. Every `tl.program_id(axis)` becomes the tile the runtime assigns this program.
+
+    syncopy_pid0, syncopy_pid1, syncopy_pid2 = syncopy_device.program_ids(syncopy_order)
+
+`syncopy_order` is a permutation of the grid built per launch shape from the probe kernel: tiles
+whose rows are local first, then in the order their chunks arrive. A permutation, so a bijection.
+"""
+from __future__ import annotations
+
+import libcst as cst
+
+from syncopy.errors import KernelError
+from syncopy.frontend import cstutil as cu
+from syncopy.frontend.source import KernelSource
+from syncopy.passes import names
+
+
+def _axis(ks: KernelSource, call: cst.Call) -> int:
+    a = cu.arg(call, 0, "axis")
+    if isinstance(a, cst.Integer) and int(a.value) in (0, 1, 2):
+        return int(a.value)
+    raise KernelError("tl.program_id needs a literal axis 0, 1 or 2 for syncopy to remap tiles; write it as a number", ks.location(call))
+
+
+class _Replace(cst.CSTTransformer):
+    def __init__(self, ks: KernelSource):
+        self.ks = ks
+        self.count = 0
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        name = cu.call_name(original) or ""
+        if name.rsplit(".", 1)[-1] == "program_id" and (name == "program_id" or name.split(".")[0] in ("tl", "triton", "language")):
+            self.count += 1
+            return cst.Name(names.PIDS[_axis(self.ks, original)])
+        return updated
+
+
+def remap_program_ids(ks: KernelSource, body: list[cst.BaseStatement]) -> tuple[list[cst.BaseStatement], bool]:
+    """Replace program ids in `body`; returns the new body and whether any were found."""
+    replacer = _Replace(ks)
+    new_body = [stmt.visit(replacer) for stmt in body]
+    return new_body, replacer.count > 0
+
+
+def preamble() -> cst.BaseStatement:
+    stmt = cst.parse_statement(f"{', '.join(names.PIDS)} = {names.DEVICE}.program_ids({names.ORDER})\n")
+    return stmt.with_changes(leading_lines=[cst.EmptyLine(comment=cst.Comment("# syncopy: run tiles in chunk-arrival order"))])

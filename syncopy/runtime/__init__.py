@@ -1,0 +1,1 @@
+"""Runtime: plan -> instruction graph -> backend; contexts own buffers and signals."""

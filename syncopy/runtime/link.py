@@ -1,0 +1,33 @@
+"""Link emulation and fault injection for the CPU backend (the GPU backends use real links)."""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Link:
+    """An emulated link: each chunk costs latency + bytes/bandwidth (+ uniform jitter) before it is sent."""
+
+    latency_s: float = 0.0
+    bandwidth_Bps: float = float("inf")
+    jitter_s: float = 0.0
+
+    def delay(self, nbytes: int, rng: random.Random) -> float:
+        t = self.latency_s + (nbytes / self.bandwidth_Bps if self.bandwidth_Bps != float("inf") else 0.0)
+        return t + (rng.uniform(0, self.jitter_s) if self.jitter_s else 0.0)
+
+
+@dataclass(frozen=True)
+class Faults:
+    """Faults injected at the sending rank: drop or delay chunk `index` of rank `src` (every epoch)."""
+
+    drop: frozenset[tuple[int, int]] = field(default_factory=frozenset)
+    delay_s: tuple[tuple[tuple[int, int], float], ...] = ()
+
+    @staticmethod
+    def of(drop=(), delay=None) -> "Faults":
+        return Faults(frozenset(tuple(x) for x in drop), tuple(((int(k[0]), int(k[1])), float(v)) for k, v in (delay or {}).items()))
+
+    def extra_delay(self, src: int, index: int) -> float:
+        return sum(v for k, v in self.delay_s if k == (src, index))

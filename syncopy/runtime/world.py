@@ -1,0 +1,63 @@
+"""CPU worlds: N processes, gloo, the Triton interpreter. Used by tests, the demo and `syncopy run`."""
+from __future__ import annotations
+
+import os
+import pickle
+import socket
+import tempfile
+import traceback
+from datetime import timedelta
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _entry(rank: int, fn, world: int, port: int, out_dir: str, args: tuple):
+    os.environ["TRITON_INTERPRET"] = "1"
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world, timeout=timedelta(seconds=120))
+    try:
+        result = ("ok", fn(rank, world, *args))
+    except BaseException as exc:  # reported by the parent with the rank
+        result = ("error", f"{type(exc).__name__}: {exc}", traceback.format_exc())
+    Path(out_dir, f"{rank}.pkl").write_bytes(pickle.dumps(result))
+    try:
+        dist.destroy_process_group()
+    except Exception:
+        pass
+
+
+def spawn(fn, world: int, *args, timeout_s: float = 600.0) -> list:
+    """Run `fn(rank, world, *args)` on `world` CPU ranks; returns each rank's result.
+
+    A rank that raised makes this raise RuntimeError naming the rank and its error.
+    """
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory() as out:
+        ctx = mp.start_processes(_entry, args=(fn, world, free_port(), out, args), nprocs=world, join=False, start_method="spawn")
+        import time
+
+        deadline = time.monotonic() + timeout_s
+        while not ctx.join(timeout=1.0):
+            if time.monotonic() > deadline:
+                for p in ctx.processes:
+                    p.kill()
+                raise TimeoutError(f"CPU world of {world} ranks did not finish in {timeout_s:g}s")
+        results = []
+        for r in range(world):
+            f = Path(out, f"{r}.pkl")
+            if not f.exists():
+                raise RuntimeError(f"rank {r} exited without a result")
+            res = pickle.loads(f.read_bytes())
+            if res[0] == "error":
+                raise RuntimeError(f"rank {r}: {res[1]}\n{res[2]}")
+            results.append(res[1])
+        return results
