@@ -167,8 +167,8 @@ class FusedKernel:
         key = (id(group), tuple(shard.shape), shard.dtype, shard.device.type)
         if key in self._contexts:
             return self._contexts[key]
-        backend_cls = select(self.backend_name, shard.device.type)
-        backend = backend_cls(group, self.timeout_s, self.link, self.faults) if world > 1 else None
+        # A world of one moves nothing: its "backend" is the local copy in _launch.
+        backend = select(self.backend_name, shard.device.type)(group, self.timeout_s, self.link, self.faults) if world > 1 else None
         # Every rank must bring the same shard shape: check once, collectively, and fail everywhere.
         mine = (tuple(shard.shape), str(shard.dtype), self.schedule.key())
         theirs: list = [None] * world

@@ -1,0 +1,78 @@
+"""PTX for checks: lower a fused kernel through `triton.compile` for an NVIDIA target. Works on a
+machine without a GPU (the compiler does not need one), so tests can inspect waits and notifies.
+
+Must run in a process where TRITON_INTERPRET is not set (the interpreter replaces @jit).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import torch
+
+_TORCH_TO_TRITON = {
+    torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "fp64",
+    torch.int32: "i32", torch.int64: "i64", torch.int8: "i8", torch.uint8: "u8", torch.int16: "i16",
+}
+
+
+def signature_of(jit_fn, args: dict) -> tuple[dict, dict]:
+    """(signature, constexprs) for `triton.compile` from example arguments (tensors, ints, floats)."""
+    sig, const = {}, {}
+    for p in jit_fn.params:
+        name = p.name
+        if p.is_constexpr:
+            sig[name] = "constexpr"
+            const[name] = args[name]
+            continue
+        v = args[name]
+        if isinstance(v, torch.Tensor):
+            sig[name] = "*" + _TORCH_TO_TRITON[v.dtype]
+        elif isinstance(v, bool):
+            sig[name] = "i1"
+        elif isinstance(v, int):
+            sig[name] = "i32" if -(2**31) <= v < 2**31 else "i64"
+        elif isinstance(v, float):
+            sig[name] = "fp32"
+        else:
+            raise TypeError(f"cannot type argument {name}={v!r} for compilation")
+    return sig, const
+
+
+def compile_ptx(jit_fn, signature: dict, constexprs: dict, arch: int = 90) -> str:
+    """PTX of `jit_fn` for sm_<arch> (80, 90, ...)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    src = ASTSource(fn=jit_fn, signature=signature, constexprs=constexprs)
+    return triton.compile(src, target=GPUTarget("cuda", arch, 32)).asm["ptx"]
+
+
+@dataclass(frozen=True)
+class Op:
+    line: int
+    text: str
+
+
+_LABEL = re.compile(r"^\s*(\$?[\w$]+):")
+_BRANCH = re.compile(r"\bbra(?:\.uni)?\s+(\$?[\w$]+);")
+
+
+def acquire_polls(ptx: str) -> list[Op]:
+    """Acquire loads (or acquire atomics) that sit inside a loop: a label before them that a branch
+    after them jumps back to. These are the spin-waits on chunk flags."""
+    lines = ptx.splitlines()
+    labels = {m.group(1): i for i, l in enumerate(lines) if (m := _LABEL.match(l))}
+    back_edges = [(labels[m.group(1)], i) for i, l in enumerate(lines) if (m := _BRANCH.search(l)) and m.group(1) in labels and labels[m.group(1)] < i]
+    out = []
+    for i, l in enumerate(lines):
+        if ".acquire" in l and ("ld." in l or "atom." in l):
+            if any(head < i < tail for head, tail in back_edges):
+                out.append(Op(i + 1, l.strip()))
+    return out
+
+
+def release_ops(ptx: str) -> list[Op]:
+    """Release stores/atomics (notifies)."""
+    return [Op(i + 1, l.strip()) for i, l in enumerate(ptx.splitlines()) if ".release" in l and ("st." in l or "atom." in l or "red." in l)]
