@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# One call on a CUDA machine: install what it lacks from wheels shipped alongside (.whl/), run the
+# GPU tests and the single-GPU benchmarks, write everything into the results folder ($1).
+#   bash benchmarks/gpu_check.sh RESULTS_DIR
+set -uo pipefail
+OUT="${1:-results}"
+mkdir -p "$OUT"
+cd "$(dirname "$0")/.."
+export TRITON_INTERPRET=0  # conftest defaults to the interpreter; GPUs compile
+export PYTHONUNBUFFERED=1 SYNCOPY_CACHE_DIR="${TMPDIR:-/tmp}/syncopy-cache"
+if [ -d .whl ] && ! python3 -c "import libcst, pydantic, yaml" 2>/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+  export PYTHONPATH="/tmp/site:${PYTHONPATH:-}"
+fi
+export PYTHONPATH="$PWD:${PYTHONPATH:-}"
+{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"; } | tee "$OUT/device.txt"
+timeout 300 python3 -m pytest -m gpu tests/gpu -q -p no:cacheprovider --junitxml="$OUT/gpu_tests.xml" 2>&1 | tee "$OUT/gpu_tests.log"
+tests_rc=${PIPESTATUS[0]}
+timeout 180 python3 benchmarks/gpu_bench.py --json "$OUT/gpu_bench.json" 2>&1 | tee "$OUT/gpu_bench.txt"
+bench_rc=${PIPESTATUS[0]}
+echo "gpu tests rc=$tests_rc, benchmarks rc=$bench_rc" | tee "$OUT/summary.txt"
+exit $(( tests_rc != 0 || bench_rc != 0 ))
