@@ -72,11 +72,13 @@ def wait_overhead(shapes, world=4, chunks=4):
         assert torch.allclose(c.float(), full.float() @ b.float(), atol=1.0, rtol=2e-2)
         ctx = next(iter(lw.contexts.values()))
         _, fused, _, _ = fk._built
-        order, _, _ = fk._order(ctx, grid, dict(zip(["A", "B", "C", "M", "N", "K", "stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_cm", "stride_cn"], _args(ctx.buffer, b, c, m, n, k))), None)
-        dummy = torch.zeros(1, dtype=torch.int32, device="cuda")
         call = dict(zip(["A", "B", "C", "M", "N", "K", "stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_cm", "stride_cn"], _args(ctx.buffer, b, c, m, n, k)))
+        call.update({key: v for key, v in META.items() if key not in ("num_warps", "num_stages")})
+        order, _, _ = fk._order(ctx, grid, call, None)
+        dummy = torch.zeros(1, dtype=torch.int32, device="cuda")
+        launch = {key: v for key, v in META.items() if key in ("num_warps", "num_stages")}
         t_orig = _time(lambda: ag_gemm_kernel[grid](*_args(full, b, c, m, n, k), **META))
-        t_fused = _time(lambda: fused[grid](**call, **fk._extra(ctx, order, dummy), **META))
+        t_fused = _time(lambda: fused[grid](**call, **fk._extra(ctx, order, dummy), **launch))
         tflops = 2 * m * n * k / (t_orig * 1e-3) / 1e12
         rows_out.append(dict(m=m, n=n, k=k, original_ms=t_orig, fused_all_present_ms=t_fused, overhead=t_fused / t_orig - 1, original_tflops=tflops))
     return rows_out
