@@ -21,6 +21,8 @@ def _transform(args) -> int:
 
         raise ScheduleError("missing required key for the CLI; add `kernel: NAME` (the @triton.jit function to transform)",
                             ScheduleLocation(args.schedule, "kernel"))
+    if args.output and Path(args.output).resolve() == Path(args.kernel).resolve():
+        raise SyncopyError(f"{args.output}: refusing to overwrite the input kernel; choose another -o path")
     ks = from_file(args.kernel, schedule.kernel)
     t = transform(ks, schedule)
     out = emit.rewrite_file(t)
@@ -32,9 +34,10 @@ def _transform(args) -> int:
     elif not args.output:
         sys.stdout.write(out)
     if args.output:
-        if Path(args.output).resolve() == Path(args.kernel).resolve():
-            raise SyncopyError(f"{args.output}: refusing to overwrite the input kernel; choose another -o path")
-        emit.write_atomic(Path(args.output), out)
+        try:
+            emit.write_atomic(Path(args.output), out)
+        except OSError as exc:
+            raise SyncopyError(f"{args.output}: cannot write the output: {exc.strerror or exc}; choose a writable -o path") from None
     return 0
 
 

@@ -61,6 +61,31 @@ def _binding_hint(tensor: str, dim: int) -> str:
     )
 
 
+def _pointer_names(expr: cst.CSTNode) -> set[str]:
+    """Names an expression's *pointer* value can come from: what a load returns is data, not a pointer."""
+    found: set[str] = set()
+
+    class V(cst.CSTVisitor):
+        def visit_Call(self, n: cst.Call) -> bool:
+            if (cu.call_name(n) or "").rsplit(".", 1)[-1] == "load":
+                return False
+            return True
+
+        def visit_Attribute(self, n: cst.Attribute) -> bool:
+            n.value.visit(self)
+            return False
+
+        def visit_Arg(self, n: cst.Arg) -> bool:
+            n.value.visit(self)
+            return False
+
+        def visit_Name(self, n: cst.Name) -> None:
+            found.add(n.value)
+
+    expr.visit(V())
+    return found
+
+
 def _derived_names(func: cst.FunctionDef, tensor: str) -> set[str]:
     """Names whose value is computed from the tensor's pointer (a fixpoint, flow-insensitive)."""
     derived = {tensor}
@@ -75,16 +100,16 @@ def _derived_names(func: cst.FunctionDef, tensor: str) -> set[str]:
                 self.changed = True
 
         def visit_Assign(self, n: cst.Assign) -> None:
-            if cu.names_in(n.value) & derived:
+            if _pointer_names(n.value) & derived:
                 for t in n.targets:
                     self._add(cu.target_names(t.target))
 
         def visit_AugAssign(self, n: cst.AugAssign) -> None:
-            if cu.names_in(n.value) & derived:
+            if _pointer_names(n.value) & derived:
                 self._add(cu.target_names(n.target))
 
         def visit_AnnAssign(self, n: cst.AnnAssign) -> None:
-            if n.value is not None and cu.names_in(n.value) & derived:
+            if n.value is not None and _pointer_names(n.value) & derived:
                 self._add(cu.target_names(n.target))
 
     v = V()
@@ -95,7 +120,7 @@ def _derived_names(func: cst.FunctionDef, tensor: str) -> set[str]:
             return derived
 
 
-def _reads(ks: KernelSource, stmt: cst.CSTNode, derived: set[str], tensor: str):
+def _reads(ks: KernelSource, stmt: cst.CSTNode, derived: set[str], tensor: str, dim: int = 0, explicit: bool = False):
     """(call, pointer, mask) for each read of the tensor inside `stmt`, in source order."""
     out = []
     for call in cu.calls_in(stmt):
@@ -116,8 +141,11 @@ def _reads(ks: KernelSource, stmt: cst.CSTNode, derived: set[str], tensor: str):
                 )
             continue
         if leaf in ("make_block_ptr", "make_tensor_descriptor") and any(cu.names_in(a.value) & derived for a in call.args):
+            if explicit:
+                out.append((call, call, None))
+                continue
             raise InferenceError(
-                f"'{tensor}' is read through {name}, whose rows inference cannot follow yet; {_binding_hint(tensor, 0)}",
+                f"'{tensor}' is read through {name}, whose rows inference cannot follow yet; {_binding_hint(tensor, dim)}",
                 ks.location(call),
             )
         head = name.split(".", 1)[0]
@@ -315,7 +343,7 @@ def infer(ks: KernelSource, tensor: str, dim: int, rows: str | None = None) -> T
     body = list(func.body.body)
     before: set[str] = set(ks.params)
     for index, stmt in enumerate(body):
-        reads = _reads(ks, stmt, derived, tensor)
+        reads = _reads(ks, stmt, derived, tensor, dim, rows is not None)
         if reads and rows is not None:
             binding.groups.append(ReadGroup(index, [], ks.location(reads[0][0]).line))
             break

@@ -57,6 +57,13 @@ def jit_functions(module: cst.Module) -> list[cst.FunctionDef]:
 
 def parse(text: str, path: str) -> tuple[cst.Module, dict]:
     try:
+        compile(text, path, "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        # Python's own parser points at the right line and column (libcst's often does not).
+        raise KernelError(
+            f"Python syntax error: {exc.msg}; fix the kernel file", SourceLocation(path, exc.lineno or 1, exc.offset or 1)
+        ) from None
+    try:
         module = cst.parse_module(text)
     except cst.ParserSyntaxError as exc:
         raise KernelError(
@@ -93,9 +100,11 @@ def find_kernel(text: str, path: str, name: str | None, *, line_offset: int = 0)
 def from_file(path: str | Path, name: str | None) -> KernelSource:
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise KernelError(f"cannot read the kernel file: {exc.strerror}; check the path", SourceLocation(str(path), 1, 1)) from None
+    except UnicodeDecodeError as exc:
+        raise KernelError(f"the kernel file is not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8", SourceLocation(str(path), 1, 1)) from None
     return find_kernel(text, str(path), name)
 
 

@@ -29,6 +29,7 @@ from pydantic import (
     PositiveFloat,
     PositiveInt,
     ValidationError,
+    field_validator,
     model_validator,
 )
 
@@ -42,9 +43,20 @@ FlopsKind = Literal["fp16", "bf16", "tf32", "fp32"]
 DTYPE_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
 
 
+def reject_booleans(value):
+    """A pydantic before-validator: YAML reads yes/no/true/false as booleans, which pydantic would
+    quietly turn into 1/0 wherever a number is expected."""
+    items = value if isinstance(value, (list, tuple)) else (value,)
+    if any(isinstance(v, bool) for v in items):
+        raise ValueError("is a boolean; give a number")
+    return value
+
+
 class _Strict(BaseModel):
     # extra="forbid" turns a misspelt key in a user's YAML into an error instead of a silent default.
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    _no_booleans = field_validator("*", mode="before")(reject_booleans)
 
 
 class Link(_Strict):
@@ -70,6 +82,11 @@ class Compute(_Strict):
     tile_overhead_s: NonNegativeFloat = 0.0  # fixed cost per program (large under the interpreter)
     # Ranks that can compute at once on the whole machine (CPU cores); None: one device per rank.
     concurrent_ranks: PositiveInt | None = None
+
+    @field_validator("peak_flops", mode="before")
+    @classmethod
+    def _peaks_are_numbers(cls, value):
+        return {k: reject_booleans(v) for k, v in value.items()} if isinstance(value, dict) else value
 
 
 class Network(_Strict):
@@ -112,12 +129,16 @@ class HardwareProfile(_Strict):
     @model_validator(mode="after")
     def _references_resolve(self) -> "HardwareProfile":
         if self.network.link not in self.links:
-            raise ValueError(f"network.link is '{self.network.link}' but links defines only {sorted(self.links)}; add it under links")
+            raise ValueError(
+                f"network.link is '{self.network.link}' but links defines only {sorted(self.links)}; add it under links"
+            )
         if self.default_backend not in self.backends:
             raise ValueError(f"default_backend is '{self.default_backend}' but backends defines only {sorted(self.backends)}")
         for name, backend in self.backends.items():
             if backend.comm_sms >= self.compute.sm_count:
-                raise ValueError(f"backends.{name}.comm_sms ({backend.comm_sms}) leaves no SM for compute; make it < compute.sm_count")
+                raise ValueError(
+                    f"backends.{name}.comm_sms ({backend.comm_sms}) leaves no SM for compute; make it < compute.sm_count"
+                )
         return self
 
     @property
@@ -141,14 +162,18 @@ class HardwareProfile(_Strict):
         peaks = self.compute.peak_flops
         key = "tf32" if dtype == "fp32" and "tf32" in peaks else dtype
         if key not in peaks:
-            raise ValueError(f"hardware '{self.name}' has no peak FLOP/s for {dtype}; add compute.peak_flops.{dtype} to the profile")
+            raise ValueError(
+                f"hardware '{self.name}' has no peak FLOP/s for {dtype}; add compute.peak_flops.{dtype} to the profile"
+            )
         return peaks[key]
 
     def vector_flops(self) -> float:
         """Peak FLOP/s of elementwise fp32 work (no tensor cores)."""
         return self.compute.peak_flops.get("fp32") or min(self.compute.peak_flops.values())
 
-    def with_emulated_link(self, latency_s: float = 0.0, bandwidth_Bps: float = float("inf"), jitter_s: float = 0.0) -> "HardwareProfile":
+    def with_emulated_link(
+        self, latency_s: float = 0.0, bandwidth_Bps: float = float("inf"), jitter_s: float = 0.0
+    ) -> "HardwareProfile":
         """This profile as seen through the CPU backend's link emulator.
 
         The emulator (syncopy.runtime.link.Link) sleeps latency + bytes/bandwidth (+ uniform jitter)
@@ -196,7 +221,10 @@ def load_profile(name_or_path: str | Path | HardwareProfile) -> HardwareProfile:
     path = Path(text) if looks_like_path else PROFILE_DIR / f"{text}.yaml"
     if not path.is_file():
         if looks_like_path:
-            raise ValueError(f"hardware profile file '{text}' does not exist; give a readable YAML file or a profile name ({', '.join(profile_names())})")
+            raise ValueError(
+                f"hardware profile file '{text}' does not exist; "
+                f"give a readable YAML file or a profile name ({', '.join(profile_names())})"
+            )
         raise ValueError(f"unknown hardware profile '{text}'; use one of {', '.join(profile_names())} or a path to a YAML file")
     try:
         data = yaml.safe_load(path.read_text())
@@ -208,14 +236,18 @@ def load_profile(name_or_path: str | Path | HardwareProfile) -> HardwareProfile:
 def profile_from_dict(data, source: str = "<dict>") -> HardwareProfile:
     """Validate a parsed profile; errors name the first bad key in one line."""
     if not isinstance(data, dict):
-        raise ValueError(f"hardware profile '{source}' must be a YAML mapping with keys name, compute, links, network, backends, default_backend, overheads")
+        raise ValueError(
+            f"hardware profile '{source}' must be a YAML mapping with keys "
+            "name, compute, links, network, backends, default_backend, overheads"
+        )
     try:
         return HardwareProfile.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
         where = ".".join(str(part) for part in err["loc"]) or "top level"
         message = err["msg"].removeprefix("Value error, ")
-        raise ValueError(f"hardware profile '{source}': {where}: {message} (see {PROFILE_DIR / 'h100-nvlink.yaml'} for a complete profile)") from None
+        example = PROFILE_DIR / "h100-nvlink.yaml"
+        raise ValueError(f"hardware profile '{source}': {where}: {message} (see {example} for a complete profile)") from None
 
 
 def save_profile(profile: HardwareProfile, path: str | Path, header: str = "") -> Path:

@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from syncopy.planner.hardware import HardwareProfile
-from syncopy.planner.model import ComputeCost, add_seconds, compute_cost, kernel_seconds, tile_seconds
+from syncopy.planner.model import ComputeCost, add_seconds, compute_cost
 from syncopy.planner.workloads import Workload
 
 ORDERS = ("ring", "bidirectional_ring", "local_first")
@@ -108,23 +108,22 @@ class _Net:
         return add_seconds(self.profile, nbytes)
 
 
-def _peers(world: int, order: str) -> list[tuple[int, str, int]]:
-    """(distance, direction, hops) of every peer in arrival order; the peer is rank -d (cw) or +d (ccw)."""
+def _peers(world: int, order: str) -> list[tuple[int, int, str, int]]:
+    """(distance, source rank, direction, hops) of every peer of rank 0, in arrival order.
+
+    Clockwise data comes from rank -d, counter-clockwise from rank +d.
+    """
     if order == "ring":
-        return [(d, "cw", d) for d in range(1, world)]
+        return [(d, -d % world, "cw", d) for d in range(1, world)]
     if order == "bidirectional_ring":
         right = world // 2  # ceil((world - 1) / 2) peers clockwise, the rest counter-clockwise
-        cw = [(d, "cw", d) for d in range(1, right + 1)]
-        ccw = [(d, "ccw", d) for d in range(1, world - right)]
-        return [p for pair in zip(cw, ccw + [None] * (len(cw) - len(ccw))) for p in pair if p]
+        cw = [(d, -d % world, "cw", d) for d in range(1, right + 1)]
+        ccw = [(d, d % world, "ccw", d) for d in range(1, world - right)]
+        return [p for k in range(len(cw)) for p in (cw[k], *ccw[k : k + 1])]
     if order == "local_first":
         # Straight from each peer; on a ring topology it travels the shorter way round.
-        return [(d, "cw", d) if d <= world - d else (d, "ccw", world - d) for d in range(1, world)]
+        return [(d, -d % world, *(("cw", d) if d <= world - d else ("ccw", world - d))) for d in range(1, world)]
     raise ValueError(f"unknown order '{order}'; use one of {', '.join(ORDERS)}")
-
-
-def _source(world: int, distance: int, direction: str) -> int:
-    return (-distance) % world if direction == "cw" else distance % world
 
 
 def _gather(
@@ -140,8 +139,7 @@ def _gather(
     signal = net.profile.overheads.signal_s
     index: dict[tuple[int, int], int] = {}
     prev: dict[tuple[str, int], int] = {}
-    for d, direction, hops in _peers(net.world, order):
-        src = _source(net.world, d, direction)
+    for d, src, direction, hops in _peers(net.world, order):
         for i in range(net.chunks):
             nbytes = net.block_bytes(src, i)
             if relayed and d > 1:
@@ -177,8 +175,8 @@ def _reduce_scatter(net: _Net, order: str, msgs: list[Message], ready: Callable[
         raise ValueError(f"unknown order '{order}'; use one of {', '.join(ORDERS)}")
     last: dict[tuple[str, int], int] = {}
     for s in range(w - 1):
-        # Step s of the clockwise ring carries shard -1-s: it started at rank -s-... and ends at
-        # its owner; counter-clockwise the mirror image. Each hop adds this rank's partial.
+        # At step s the clockwise ring carries the partial sum of shard -1-s through rank 0: it set
+        # out from rank -s, rank 0 adds its own partial and forwards it; the other ring mirrors it.
         for direction, share in rings:
             shard = (-1 - s) % w if direction == "cw" else (1 + s) % w
             for i in range(c):
@@ -202,10 +200,10 @@ def _producer_comm(net: _Net, pattern: str, order: str, ready: Callable[[int, in
         return 0.0, max(ready(0, i) for i in range(net.chunks)), 0
     msgs: list[Message] = []
     finals = _reduce_scatter(net, order, msgs, ready)
+    first = min(m.ready for m in msgs if m.resource is not None)
     if pattern == "all_reduce":
         _gather(net, order, True, msgs, lambda src, i: {"deps": (finals[i],)})
     end = deliver(msgs)
-    first = min(m.ready for m in msgs if m.resource is not None)
     return first, max(end), sum(m.resource is not None for m in msgs)
 
 
@@ -215,6 +213,7 @@ def _consumer_comm(net: _Net, pattern: str, order: str) -> tuple[dict[tuple[int,
     if net.world == 1:
         return arrival, 0
     msgs: list[Message] = []
+    # An all-gather can relay (every rank keeps what it forwards); all-to-all blocks go straight.
     index = _gather(net, order, pattern == "all_gather", msgs, lambda src, i: {})
     end = deliver(msgs)
     arrival.update({key: end[j] for key, j in index.items()})
@@ -363,9 +362,11 @@ class Simulator:
         self.workload, self.profile, self.world = workload, profile, world
         self.backend = backend or profile.default_backend
         self.comm_sms = profile.backend(self.backend).comm_sms
-        self.cost: ComputeCost = compute_cost(workload, profile, world)
-        tiles = self.cost.row_tiles(workload.m) * self.cost.col_tiles
-        self.compute_s = profile.overheads.launch_s + kernel_seconds(tiles, self.cost.tile_s, profile.compute.sm_count)
+        # The fused and stream kernels share the device with communication SMs; sequential has it all.
+        self.sms = profile.compute.sm_count - self.comm_sms
+        self.cost: ComputeCost = compute_cost(workload, profile, world, self.sms)
+        alone = compute_cost(workload, profile, world, profile.compute.sm_count)
+        self.compute_s = profile.overheads.launch_s + alone.kernel_s(workload.m)
         self.comm_s, self._collective_messages = self._collective()
 
     # Helpers shared by the executions.
@@ -374,22 +375,18 @@ class Simulator:
         row_bytes = self.workload.comm_row_bytes
         return _Net(self.world, chunks, lambda r, i: blocks[r, i] * row_bytes, self.profile)
 
-    def _chunk_kernel_s(self, rows: int, sms: int) -> float:
-        tiles = self.cost.row_tiles(rows) * self.cost.col_tiles
-        return kernel_seconds(tiles, tile_seconds(self.workload, self.profile, self.world, rows), sms)
-
     def _collective(self) -> tuple[float, int]:
         """The collective on its own, one message per peer, in its best order."""
-        best = None
+        net = self._net(1)
+        options = []
         for order in ORDERS:
-            net = self._net(1)
             if self.workload.consumer:
                 arrival, n = _consumer_comm(net, self.workload.pattern, order)
-                t = max(arrival.values())
+                options.append((max(arrival.values()), n))
             else:
-                _, t, n = _producer_comm(net, self.workload.pattern, order, lambda shard, i: 0.0)
-            best = min(best or (t, n), (t, n))
-        return best
+                _, end, n = _producer_comm(net, self.workload.pattern, order, lambda shard, i: 0.0)
+                options.append((end, n))
+        return min(options)
 
     def sequential(self) -> Execution:
         """The collective, then the kernel on every SM (or the kernel, then the collective)."""
@@ -401,17 +398,16 @@ class Simulator:
     def stream_overlap(self, chunks: int, order: str) -> Execution:
         """One kernel per chunk on a compute stream, handed each chunk by an event (AsyncTP style)."""
         o = self.profile.overheads
-        sms = self.profile.compute.sm_count - self.comm_sms
         blocks = _layout(self.workload.m, self.world, chunks)
         local_rows = sum(b.stop - b.start for b in blocks if b.rank == 0)
         net = self._net(chunks)
         if self.workload.consumer:
             arrival, n = _consumer_comm(net, self.workload.pattern, order)
             # The local shard is ready at once: one kernel over all of it, then one per chunk as it lands.
-            t = o.launch_s + self._chunk_kernel_s(local_rows, sms)
+            t = o.launch_s + self.cost.kernel_s(local_rows)
             remote = sorted((arrival[b.rank, b.index], k, b) for k, b in enumerate(blocks) if b.rank != 0)
             for landed, _, b in remote:
-                t = max(t, landed + o.stream_sync_s) + o.launch_s + self._chunk_kernel_s(b.stop - b.start, sms)
+                t = max(t, landed + o.stream_sync_s) + o.launch_s + self.cost.kernel_s(b.stop - b.start)
             last = max(arrival.values())
             fill = min((a for a, _, _ in remote), default=0.0) + o.stream_sync_s
             return Execution(t, last, t, fill, n)
@@ -421,11 +417,11 @@ class Simulator:
         for shard in self._send_order(order):
             shard_blocks = [b for b in blocks if b.rank == shard]
             if shard == 0:  # the own shard is only reduced here: one kernel for all of it, last
-                t += o.launch_s + self._chunk_kernel_s(local_rows, sms)
+                t += o.launch_s + self.cost.kernel_s(local_rows)
                 done.update({(0, b.index): t + o.stream_sync_s for b in shard_blocks})
                 continue
             for b in shard_blocks:
-                t += o.launch_s + self._chunk_kernel_s(b.stop - b.start, sms)
+                t += o.launch_s + self.cost.kernel_s(b.stop - b.start)
                 done[shard, b.index] = t + o.stream_sync_s
         first, end, n = _producer_comm(net, self.workload.pattern, order, lambda shard, i: done[shard, i])
         return Execution(max(t, end), end, t, first, n)
@@ -433,11 +429,10 @@ class Simulator:
     def fused(self, chunks: int, order: str) -> Execution:
         """One kernel whose tiles wait for (or announce) their chunks, in chunk-arrival order."""
         o = self.profile.overheads
-        sms = self.profile.compute.sm_count - self.comm_sms
         blocks = _layout(self.workload.m, self.world, chunks)
         spans = _row_tiles(blocks, self.workload.m, self.cost.tile_m)
-        tile_s = self.cost.tile_s + self.cost.sync_s
-        pool = SmPool(sms, start=o.launch_s)
+        m, cols, sync = self.workload.m, self.cost.col_tiles, self.cost.sync_s
+        pool = SmPool(self.sms, start=o.launch_s)
         net = self._net(chunks)
         if self.workload.consumer:
             arrival, n = _consumer_comm(net, self.workload.pattern, order)
@@ -445,7 +440,7 @@ class Simulator:
             usable = {key: (t + o.signal_s if key[0] else 0.0) for key, t in arrival.items()}
             readies = [max(usable[b.rank, b.index] for b in span) for span in spans]
             for ready, row_tiles in _group(readies):
-                pool.run(row_tiles * self.cost.col_tiles, tile_s, ready)
+                pool.run(row_tiles * cols, self.cost.tile_s(m, row_tiles * cols) + sync, ready)
             remote = [a for (r, _), a in arrival.items() if r != 0]
             fill = min(remote, default=0.0) + (o.signal_s if remote else 0.0)
             return Execution(pool.done, max(arrival.values()), pool.done, fill, n)
@@ -453,8 +448,9 @@ class Simulator:
         rank_of = {shard: k for k, shard in enumerate(self._send_order(order))}
         priority = [min(rank_of[b.rank] * chunks + b.index for b in span) for span in spans]
         finish: dict[tuple[int, int], float] = {}
+        tile_s = self.cost.tile_s(m, len(spans) * cols) + sync  # every tile may start at once
         for t in sorted(range(len(spans)), key=priority.__getitem__):
-            end = pool.run(self.cost.col_tiles, tile_s)
+            end = pool.run(cols, tile_s)
             for b in spans[t]:
                 finish[b.rank, b.index] = max(finish.get((b.rank, b.index), 0.0), end)
         first, end, n = _producer_comm(net, self.workload.pattern, order, lambda shard, i: finish[shard, i] + o.signal_s)

@@ -73,6 +73,7 @@ class Workload:
 
     @property
     def elem_bytes(self) -> int:
+        """Bytes per element of `dtype`."""
         return DTYPE_BYTES[self.dtype]
 
     @property

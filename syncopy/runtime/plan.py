@@ -108,6 +108,8 @@ def _ring(plan: RankPlan, direction: int, distances) -> None:
     """Relay in one direction: receive from rank-direction, forward to rank+direction."""
     r, w, c = plan.rank, plan.world, plan.chunks_per_rank
     distances = list(distances)
+    if not distances:
+        return  # nobody is reached in this direction (bidirectional ring of two ranks)
     prev, nxt = (r - direction) % w, (r + direction) % w
     for d in distances:
         src = (r - direction * d) % w

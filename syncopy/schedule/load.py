@@ -115,9 +115,11 @@ def load_schedule(source: "Schedule | dict | str | Path") -> Schedule:
     if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source and source.endswith((".yaml", ".yml", ".json"))):
         path = Path(source)
         try:
-            text = path.read_text()
+            text = path.read_text(encoding="utf-8")
         except OSError as exc:
             raise ScheduleError(f"cannot read the schedule: {exc.strerror}; check the path", ScheduleLocation(str(path), "")) from None
+        except UnicodeDecodeError as exc:
+            raise ScheduleError(f"the schedule is not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8", ScheduleLocation(str(path), "")) from None
         return loads(text, file=str(path))
     if isinstance(source, str):
         return loads(source)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
 Pattern = Literal["all_gather", "reduce_scatter", "all_reduce", "all_to_all"]
 NamedOrder = Literal["ring", "local_first", "bidirectional_ring"]
@@ -46,8 +46,8 @@ class Schedule(BaseModel):
     pattern: Pattern
     kernel: str | None = Field(default=None, min_length=1)
     tensor: str = Field(min_length=1)
-    dim: int = Field(default=0, ge=0)
-    chunks_per_rank: int = Field(default=1, ge=1)
+    dim: StrictInt = Field(default=0, ge=0)
+    chunks_per_rank: StrictInt = Field(default=1, ge=1)
     order: Union[NamedOrder, list[int]] = "ring"
     binding: Binding | None = None
 

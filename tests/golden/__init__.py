@@ -1,0 +1,1 @@
+"""Golden tests: whole kernel files before and after `syncopy transform` (see test_golden.py)."""

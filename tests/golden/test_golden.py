@@ -1,0 +1,182 @@
+"""Golden tests: `syncopy transform` on whole kernel files, compared byte for byte.
+
+Each folder `tests/golden/<case>/` holds
+
+    kernel.py       a user's file (our own kernels, written in the styles users write)
+    schedule.yaml   the chunk schedule naming the kernel to transform
+    expected.py     what `syncopy transform kernel.py -s schedule.yaml -o OUT` must write
+
+To regenerate every expected.py after an intended change to the passes, run
+
+    SYNCOPY_REGEN=1 pytest tests/golden
+
+and review the diff (`git diff tests/golden`) before committing it: the expected files are the
+spec of what users get. Besides the byte comparison, every output must parse, define a Triton JIT
+function, and leave every byte outside the named kernel as it was (one import line added).
+"""
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib.util
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from syncopy.cli import main
+from syncopy.schedule import load_schedule
+from tests.golden.spans import DEVICE_IMPORT, assert_only_kernel_changed, inside, outside
+
+HERE = Path(__file__).parent
+REGEN = os.environ.get("SYNCOPY_REGEN") == "1"
+CASES = sorted(p.name for p in HERE.iterdir() if (p / "kernel.py").is_file())
+EXTRA_PARAMS = ["syncopy_ctx", "syncopy_signals", "syncopy_order", "syncopy_trace", "SYNCOPY_TRACE"]
+
+
+def _kernel_name(case: str) -> str:
+    return load_schedule(HERE / case / "schedule.yaml").kernel
+
+
+def _transform(case: str, tmp_path: Path) -> str:
+    out = tmp_path / "out.py"
+    rc = main(["transform", str(HERE / case / "kernel.py"), "--schedule", str(HERE / case / "schedule.yaml"), "-o", str(out)])
+    assert rc == 0
+    return out.read_text()
+
+
+def _expected(case: str) -> str:
+    return (HERE / case / "expected.py").read_text()
+
+
+def _func(text: str, name: str) -> ast.FunctionDef:
+    return next(n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef) and n.name == name)
+
+
+def test_every_case_is_present():
+    assert CASES == sorted([
+        "defaulted_constexpr",
+        "docstring_comments",
+        "gemm_2d_launch",
+        "grouped_gemm_1d",
+        "masked_loads",
+        "program_id_axis_kw",
+        "ptr_in_loop",
+        "rownorm_reassign",
+        "two_kernels",
+    ])
+    for case in CASES:
+        assert (HERE / case / "schedule.yaml").is_file()
+        assert REGEN or (HERE / case / "expected.py").is_file(), f"{case}: run SYNCOPY_REGEN=1 pytest tests/golden"
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_output_matches_expected(case, tmp_path):
+    got = _transform(case, tmp_path)
+    if REGEN:
+        (HERE / case / "expected.py").write_text(got)
+    assert got == _expected(case)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_input_file_is_never_modified(case, tmp_path):
+    path = HERE / case / "kernel.py"
+    before = hashlib.sha256(path.read_bytes()).hexdigest()
+    _transform(case, tmp_path)
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == before
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_expected_parses_and_defines_a_jit_kernel(case):
+    text = _expected(case)
+    compile(text, str(HERE / case / "expected.py"), "exec")
+    spec = importlib.util.spec_from_file_location(f"golden_{case}", HERE / case / "expected.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    fused = getattr(module, _kernel_name(case))
+    assert hasattr(fused, "fn"), "the fused kernel must still be a @triton.jit function"
+    params = [a.arg for a in _func(text, _kernel_name(case)).args.args]
+    assert [p for p in params if p.lower().startswith("syncopy_")] == EXTRA_PARAMS
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_only_the_kernel_changes(case):
+    assert_only_kernel_changed((HERE / case / "kernel.py").read_text(), _expected(case), _kernel_name(case))
+
+
+def _header_lines(lines: list[str]) -> int:
+    """Number of lines taken by the decorators and the `def ...:` header."""
+    for i in range(len(lines)):
+        try:
+            ast.parse("\n".join(lines[: i + 1]) + "\n    pass\n")
+            return i + 1
+        except SyntaxError:
+            continue
+    raise AssertionError("no function header found")
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_user_line_of_the_kernel_survives(case):
+    # The passes add lines and rewrite `tl.program_id(...)` and the signature; every other line of
+    # the user's kernel, comments included, is still there and in the same order.
+    name = _kernel_name(case)
+    before = inside((HERE / case / "kernel.py").read_text(), name).splitlines()
+    after = inside(_expected(case), name).splitlines()
+    body = [re.sub(r"tl\.program_id\((?:axis=)?(\d)\)", r"syncopy_pid\1", line) for line in before[_header_lines(before) :]]
+    it = iter(after)
+    missing = [line for line in body if not any(line == other for other in it)]
+    assert not missing, f"lost or reordered: {missing}"
+
+
+def test_two_kernels_other_kernels_are_byte_identical():
+    before = (HERE / "two_kernels" / "kernel.py").read_text()
+    after = _expected("two_kernels")
+    for name in ("first_kernel", "third_kernel", "launch_helper"):
+        assert inside(after, name) == inside(before, name)
+    assert after.endswith("# trailing comment at the end of the file\n")
+    assert "@triton.jit\ndef second_kernel(u, v, n, BLOCK: tl.constexpr, syncopy_ctx," in after
+
+
+def test_docstring_stays_first_and_comments_survive():
+    text = _expected("docstring_comments")
+    func = _func(text, "gather_sum")
+    assert ast.get_docstring(func).startswith("Sum each block of rows")
+    comments = [line.strip() for line in (HERE / "docstring_comments" / "kernel.py").read_text().splitlines() if "#" in line]
+    for comment in comments:
+        assert comment.split("#", 1)[1] in text
+    # The wait goes after the user's comments that introduce the read, right before the read.
+    lines = text.splitlines()
+    read = next(i for i, line in enumerate(lines) if "vals = tl.load(table" in line)
+    assert lines[read - 1].strip().startswith("syncopy_device.trace_tile_start(")
+    assert lines.index("    # second comment line") < read - 3
+
+
+def test_defaulted_constexpr_keeps_default_last():
+    func = _func(_expected("defaulted_constexpr"), "act_rows")
+    names = [a.arg for a in func.args.args]
+    assert names[-1] == "USE_RELU" and len(func.args.defaults) == 1
+    assert names.index("SYNCOPY_TRACE") == names.index("USE_RELU") - 1
+    assert names[:6] == ["inp", "outp", "count", "stride_in", "stride_out", "BLOCK"]
+
+
+def test_program_id_keyword_form_is_remapped_by_axis():
+    body = inside(_expected("program_id_axis_kw"), "col_major_grid")
+    assert "tl.program_id" not in body
+    assert "    col_tile = syncopy_pid0\n" in body and "    row_tile = syncopy_pid1\n" in body
+
+
+def test_reassigned_argument_gets_a_base_copy_first():
+    func = _func(_expected("rownorm_reassign"), "layer_norm_rows")
+    first = func.body[0]
+    assert ast.unparse(first) == "syncopy_base = Inp"
+    # The wait measures rows against the copy, since Inp itself has moved to the row by then.
+    assert "syncopy_device.chunk_range_masked(Inp + " in ast.unparse(func) and ", syncopy_base, syncopy_ctx, True)" in ast.unparse(func)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_exactly_one_import_is_added(case):
+    text = _expected(case)
+    assert text.count(DEVICE_IMPORT) == 1
+    head, _ = outside(text, _kernel_name(case))
+    assert DEVICE_IMPORT in head
