@@ -79,8 +79,14 @@ def wait_overhead(shapes, world=4, chunks=4):
         launch = {key: v for key, v in META.items() if key in ("num_warps", "num_stages")}
         t_orig = _time(lambda: ag_gemm_kernel[grid](*_args(full, b, c, m, n, k), **META))
         t_fused = _time(lambda: fused[grid](**call, **fk._extra(ctx, order, dummy), **launch))
+        # Breakdown: ranges computed in the kernel (no probe table), and no tile reorder at all.
+        t_computed = _time(lambda: fused[grid](**call, **fk._extra(ctx, order, dummy, table=False), **launch))
+        n_tiles = grid[0]
+        identity = torch.cat([torch.arange(n_tiles, dtype=torch.int32, device="cuda"), order[n_tiles:]])
+        t_identity = _time(lambda: fused[grid](**call, **fk._extra(ctx, identity, dummy), **launch))
         tflops = 2 * m * n * k / (t_orig * 1e-3) / 1e12
-        rows_out.append(dict(m=m, n=n, k=k, original_ms=t_orig, fused_all_present_ms=t_fused, overhead=t_fused / t_orig - 1, original_tflops=tflops))
+        rows_out.append(dict(m=m, n=n, k=k, original_ms=t_orig, fused_all_present_ms=t_fused, overhead=t_fused / t_orig - 1, original_tflops=tflops,
+                             fused_ranges_in_kernel_ms=t_computed, fused_grid_order_ms=t_identity))
     return rows_out
 
 
@@ -153,7 +159,8 @@ def main(argv=None) -> int:
     print("wait overhead (fp16 AG-GEMM, all flags up, world 4 x 4 chunks):")
     for r in out["wait_overhead"]:
         print(f"  {r['m']}x{r['n']}x{r['k']}: original {r['original_ms']:.3f} ms ({r['original_tflops']:.0f} TFLOP/s), "
-              f"fused {r['fused_all_present_ms']:.3f} ms, overhead {r['overhead'] * 100:+.1f}%")
+              f"fused {r['fused_all_present_ms']:.3f} ms, overhead {r['overhead'] * 100:+.1f}% "
+              f"(ranges computed in-kernel {r['fused_ranges_in_kernel_ms']:.3f} ms, grid order {r['fused_grid_order_ms']:.3f} ms)")
     print("overlap on the loopback world (H2D copy engine as the link):")
     for r in out["overlap"]:
         print(f"  {r['m']}x{r['n']}x{r['k']} world {r['world']} chunks {r['chunks']}: comm {r['comm_ms']:.2f} ms, compute {r['compute_ms']:.2f} ms | "

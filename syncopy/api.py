@@ -190,9 +190,11 @@ class FusedKernel:
         self._contexts[key] = (ctx, backend)
         return ctx, backend
 
-    def _extra(self, ctx: Context, order: torch.Tensor, trace_buf: torch.Tensor) -> dict:
+    def _extra(self, ctx: Context, order: torch.Tensor, trace_buf: torch.Tensor, table: bool | None = None) -> dict:
+        if table is None:
+            table = self._built is not None and self._built[2] is not None
         return {"syncopy_ctx": ctx.ctx, "syncopy_signals": ctx.signals, "syncopy_order": order,
-                "syncopy_trace": trace_buf, "SYNCOPY_TRACE": self.trace}
+                "syncopy_trace": trace_buf, "SYNCOPY_TRACE": self.trace, "SYNCOPY_TABLE": table}
 
     def _order(self, ctx: Context, grid, args: dict, backend) -> tuple[torch.Tensor, list, list]:
         """Tile order for this launch shape: probe each program's chunk range, sort by arrival."""
@@ -207,7 +209,7 @@ class FusedKernel:
         if probe is not None:
             out = torch.full((2 * n,), -1, dtype=torch.int32, device=ctx.buffer.device)
             dummy = torch.zeros(1, dtype=torch.int32, device=ctx.buffer.device)
-            probe[grid](**args, **self._extra(ctx, dummy, dummy), syncopy_probe_out=out)
+            probe[grid](**args, **self._extra(ctx, dummy, dummy, table=False), syncopy_probe_out=out)
             flat = out.tolist()
             ranges = [(flat[2 * i], flat[2 * i + 1]) for i in range(n)]
         tiles = planning.tile_order(ranges, ctx.plan.position())
@@ -221,7 +223,9 @@ class FusedKernel:
         table = [0] * n
         for s, tile in zip(slots, tiles):
             table[s] = tile
-        order = torch.tensor(table, dtype=torch.int32, device=ctx.buffer.device)
+        # [tile per slot | (first, last) chunk per tile]: the kernel reads its range from here.
+        flat_ranges = [x for r in ranges for x in r]
+        order = torch.tensor(table + flat_ranges, dtype=torch.int32, device=ctx.buffer.device)
         ctx.orders[key] = (order, ranges, [table[s] for s in slots])
         return ctx.orders[key]
 
@@ -280,7 +284,7 @@ class FusedKernel:
             raise SyncopyTimeout(ctx.plan.rank, divmod(transfer.lost[0], c), epoch, self.timeout_s, "the transfer never completed")
         if trace is not None:
             flat = trace_buf.tolist()
-            slot_tiles = order.tolist()
+            slot_tiles = order[:n_tiles].tolist()
             trace.tile_ranges = ranges
             trace.tile_order = exec_order
             trace.tile_starts = sorted(

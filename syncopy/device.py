@@ -44,6 +44,22 @@ def program_ids(order):
 
 
 @triton.jit
+def table_range(order):
+    """This tile's chunk range from the table the runtime built with the probe kernel.
+
+    `order` holds [tile per slot (n) | (first chunk, last chunk) per tile (2n)]; the probe ran the
+    kernel's own index arithmetic for every tile, so this equals what the kernel would compute,
+    without a block-wide reduction per tile.
+    """
+    n0 = tl.num_programs(0)
+    n1 = tl.num_programs(1)
+    n = n0 * n1 * tl.num_programs(2)
+    lin = tl.program_id(0) + n0 * (tl.program_id(1) + n1 * tl.program_id(2))
+    tile = tl.load(order + lin)
+    return tl.load(order + n + 2 * tile), tl.load(order + n + 2 * tile + 1)
+
+
+@triton.jit
 def _chunk_of_row(row, ctx):
     # Chunk boundaries are floor(i*S/C) (schedule/chunks.py); the chunk of local row r is
     # ((r+1)*C - 1) // S, offset by C chunks per source rank.

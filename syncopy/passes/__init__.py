@@ -47,7 +47,10 @@ def transform(ks: KernelSource, schedule: Schedule) -> Transformed:
     func = ks.func
     body = list(func.body.body)
     start = inference.body_start(func)
-    waited = consumer_wait.insert_waits(body, binding)
+    # Tiles are remapped (and their chunk ranges tabulated by the probe) only if the kernel asks
+    # for its program id; a kernel that never does has nothing to reorder.
+    remaps = tile_reorder.remap_program_ids(ks, body)[1]
+    waited = consumer_wait.insert_waits(body, binding, table=remaps)
     remapped_body, remapped = tile_reorder.remap_program_ids(ks, waited)
     head: list[cst.BaseStatement] = []
     if binding.copy_base:

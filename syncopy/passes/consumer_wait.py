@@ -2,7 +2,10 @@
 every chunk overlapping the rows the program reads there (a tile may span several chunks).
 
     # syncopy: wait for the chunks of A this program reads
-    syncopy_lo, syncopy_hi = syncopy_device.chunk_range_masked(<ptrs>, <mask>, A, syncopy_ctx, True)
+    if SYNCOPY_TABLE:
+        syncopy_lo, syncopy_hi = syncopy_device.table_range(syncopy_order)   # from the probe
+    else:
+        syncopy_lo, syncopy_hi = syncopy_device.chunk_range_masked(<ptrs>, <mask>, A, syncopy_ctx, True)
     syncopy_device.wait_chunks(syncopy_signals, syncopy_ctx, syncopy_lo, syncopy_hi)
 """
 from __future__ import annotations
@@ -34,8 +37,18 @@ def range_statements(binding: TensorBinding, group: ReadGroup) -> list[cst.BaseS
     return out
 
 
-def wait_statements(binding: TensorBinding, group: ReadGroup, first: bool) -> list[cst.BaseStatement]:
+def _from_table_or(computed: list[cst.BaseStatement]) -> cst.BaseStatement:
+    """`if SYNCOPY_TABLE:` read the range the probe found for this tile, `else:` compute it."""
+    inner = "\n".join("    " + cst.Module(body=[s]).code.strip() for s in computed)
+    code = (f"if {names.TABLE_FLAG}:\n    {names.LO}, {names.HI} = {D}.table_range({names.ORDER})\n"
+            f"else:\n{inner}\n")
+    return cst.parse_statement(code)
+
+
+def wait_statements(binding: TensorBinding, group: ReadGroup, first: bool, table: bool = False) -> list[cst.BaseStatement]:
     stmts = range_statements(binding, group)
+    if first and table:
+        stmts = [_from_table_or(stmts)]
     stmts.append(cst.parse_statement(f"{D}.wait_chunks({names.SIGNALS}, {names.CTX}, {names.LO}, {names.HI})\n"))
     if first:
         stmts.append(cst.parse_statement(f"{D}.trace_tile_start({names.SIGNALS}, {names.TRACE}, {names.CTX}, {names.TRACE_FLAG})\n"))
@@ -44,7 +57,7 @@ def wait_statements(binding: TensorBinding, group: ReadGroup, first: bool) -> li
     return stmts
 
 
-def insert_waits(body: list[cst.BaseStatement], binding: TensorBinding) -> list[cst.BaseStatement]:
+def insert_waits(body: list[cst.BaseStatement], binding: TensorBinding, table: bool = False) -> list[cst.BaseStatement]:
     """`body` is the original function body (indices match `binding.groups`)."""
     at = {g.stmt_index: g for g in binding.groups}
     out: list[cst.BaseStatement] = []
@@ -52,7 +65,7 @@ def insert_waits(body: list[cst.BaseStatement], binding: TensorBinding) -> list[
     for index, stmt in enumerate(body):
         group = at.get(index)
         if group is not None:
-            waits = wait_statements(binding, group, first)
+            waits = wait_statements(binding, group, first, table)
             # Keep the user's comments and blank lines attached above their own statement.
             waits[0] = waits[0].with_changes(leading_lines=[*stmt.leading_lines, *waits[0].leading_lines])
             stmt = stmt.with_changes(leading_lines=[])

@@ -5,6 +5,7 @@ SIGNALS = "syncopy_signals"
 ORDER = "syncopy_order"
 TRACE = "syncopy_trace"
 TRACE_FLAG = "SYNCOPY_TRACE"
+TABLE_FLAG = "SYNCOPY_TABLE"
 PROBE_OUT = "syncopy_probe_out"
 DEVICE = "syncopy_device"
 PIDS = ("syncopy_pid0", "syncopy_pid1", "syncopy_pid2")

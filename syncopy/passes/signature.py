@@ -30,7 +30,7 @@ def check_reserved(ks: KernelSource) -> None:
         )
 
 
-def add_params(func: cst.FunctionDef, extra: tuple[str, ...] = names.EXTRA_PARAMS, flags: tuple[str, ...] = (names.TRACE_FLAG,)) -> cst.FunctionDef:
+def add_params(func: cst.FunctionDef, extra: tuple[str, ...] = names.EXTRA_PARAMS, flags: tuple[str, ...] = (names.TRACE_FLAG, names.TABLE_FLAG)) -> cst.FunctionDef:
     """Insert our parameters before the first parameter with a default (so the def stays valid)."""
     params = list(func.params.params)
     at = next((i for i, p in enumerate(params) if p.default is not None), len(params))
