@@ -302,7 +302,9 @@ class FusedKernel:
         full[self.schedule.dim] *= world
         gathered = torch.empty(full, dtype=shard.dtype, device=shard.device)
         if self.schedule.dim == 0:
-            dist.all_gather_into_tensor(gathered, shard, group=group)
+            from syncopy.templates import all_gather_rows
+
+            gathered = all_gather_rows(shard, group)
         else:
             parts = [torch.empty_like(shard) for _ in range(world)]
             dist.all_gather(parts, shard, group=group)

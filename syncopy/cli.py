@@ -56,6 +56,89 @@ def _schema(args) -> int:
     return 0
 
 
+def _templates(args) -> int:
+    from syncopy import templates
+
+    for name, t in templates.available().items():
+        s = t.schedule()
+        print(f"{name:12s} {s.pattern:14s} {t.description}")
+    return 0
+
+
+def _shape(text: str | None):
+    if text is None:
+        return None
+    try:
+        parts = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        parts = ()
+    if len(parts) != 3 or min(parts) < 0:
+        raise SyncopyError(f"--shape {text!r}: give three non-negative integers M,N,K (M = rows per rank)")
+    return parts
+
+
+def _run(args) -> int:
+    from syncopy.run import run
+
+    results = run(args.name, args.world, _shape(args.shape), args.dtype, args.chunks, args.order, args.iters, args.backend)
+    for r in results:
+        print(f"rank {r['rank']}: max relative error {r['max_err']:.2e} {'OK' if r['ok'] else 'WRONG'}; "
+              f"median launch {r['median_s'] * 1e3:.0f} ms")
+    ok = all(r["ok"] for r in results)
+    print(f"{args.name} on {len(results)} rank(s): {'correct' if ok else 'WRONG'}")
+    return 0 if ok else 1
+
+
+def _compile(args) -> int:
+    import os
+    import subprocess
+
+    if os.environ.get("TRITON_INTERPRET", "0") == "1":
+        # The interpreter replaces @triton.jit; compile in a child process without it.
+        env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+        return subprocess.call([sys.executable, "-m", "syncopy.cli", *sys.argv[1:]] if args.argv is None else
+                               [sys.executable, "-m", "syncopy.cli", *args.argv], env=env)
+    from syncopy.emit.ptx import acquire_polls, compile_ptx, release_ops
+
+    arch = int(args.arch.removeprefix("sm_"))
+    if args.target.endswith(".py"):
+        import importlib.util
+
+        import syncopy
+        from syncopy.schedule import load_schedule
+
+        if not args.schedule or not args.signature:
+            raise SyncopyError("compiling a kernel file needs --schedule S.yaml and --signature 'name:type,...' (e.g. A:*fp16,M:i32)")
+        sched = load_schedule(Path(args.schedule))
+        spec = importlib.util.spec_from_file_location("syncopy_user_kernel", args.target)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        fused = syncopy.overlap(sched)(getattr(mod, sched.kernel))
+        sig = dict(item.split(":", 1) for item in args.signature.split(","))
+        const = {k: int(v) for k, v in (item.split("=", 1) for item in (args.const.split(",") if args.const else []))}
+    else:
+        from syncopy import templates
+
+        t = templates.get(args.target)
+        fused = t.fused()
+        sig, const = dict(t.module.SIGNATURE), dict(t.module.CONSTEXPRS)
+    sig.update({"syncopy_ctx": "*i64", "syncopy_signals": "*i32", "syncopy_order": "*i32", "syncopy_trace": "*i32",
+                "SYNCOPY_TRACE": "constexpr", "SYNCOPY_TABLE": "constexpr"})
+    const.update(SYNCOPY_TRACE=False, SYNCOPY_TABLE=True)
+    for k in const:
+        sig.setdefault(k, "constexpr")
+    ptx = compile_ptx(fused.fused, {p.name: sig[p.name] for p in fused.fused.params}, const, arch)
+    polls, releases = acquire_polls(ptx), release_ops(ptx)
+    if args.output:
+        from syncopy.emit.source import write_atomic
+
+        write_atomic(Path(args.output), ptx)
+    else:
+        sys.stdout.write(ptx)
+    print(f"{args.target} for sm_{arch}: {len(polls)} acquire polls inside loops, {len(releases)} release ops", file=sys.stderr)
+    return 0
+
+
 def _demo(args) -> int:
     from syncopy.demo import main as demo_main
 
@@ -81,6 +164,29 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("schema", help="print the JSON Schema of schedules")
     s.set_defaults(run=_schema)
 
+    tp = sub.add_parser("templates", help="list the template library")
+    tp.set_defaults(run=_templates)
+
+    r = sub.add_parser("run", help="run a template end to end on a CPU world and verify it against torch")
+    r.add_argument("name")
+    r.add_argument("--world", type=int, default=2)
+    r.add_argument("--shape", metavar="M,N,K", help="M = rows per rank")
+    r.add_argument("--dtype", choices=["fp32", "fp16", "bf16"], default="fp32")
+    r.add_argument("--chunks", type=int, help="chunks per rank (default: the template's schedule)")
+    r.add_argument("--order", choices=["ring", "local_first", "bidirectional_ring"])
+    r.add_argument("--iters", type=int, default=2)
+    r.add_argument("--backend", default="auto")
+    r.set_defaults(run=_run)
+
+    cp = sub.add_parser("compile", help="lower a fused kernel to PTX with triton.compile (no GPU needed)")
+    cp.add_argument("target", metavar="NAME|KERNEL.py")
+    cp.add_argument("--arch", default="sm_90", choices=["sm_80", "sm_86", "sm_89", "sm_90"])
+    cp.add_argument("-o", "--output", metavar="OUT.ptx")
+    cp.add_argument("--schedule", metavar="S.yaml", help="for a kernel file")
+    cp.add_argument("--signature", help="for a kernel file: name:type,... (types *fp16, *fp32, i32, fp32)")
+    cp.add_argument("--const", help="for a kernel file: constexpr values NAME=INT,...")
+    cp.set_defaults(run=_compile, argv=None)
+
     d = sub.add_parser("demo", help="all-gather GEMM on a CPU world, checked against the torch reference")
     d.add_argument("--world", type=int, default=4)
     d.add_argument("--chunks", type=int, default=2)
@@ -100,6 +206,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if getattr(args, "argv", "unset") is None:
+        args.argv = argv
     try:
         return args.run(args)
     except SyncopyError as exc:
