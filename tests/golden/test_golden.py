@@ -32,7 +32,7 @@ from tests.golden.spans import DEVICE_IMPORT, assert_only_kernel_changed, inside
 HERE = Path(__file__).parent
 REGEN = os.environ.get("SYNCOPY_REGEN") == "1"
 CASES = sorted(p.name for p in HERE.iterdir() if (p / "kernel.py").is_file())
-EXTRA_PARAMS = ["syncopy_ctx", "syncopy_signals", "syncopy_order", "syncopy_trace", "SYNCOPY_TRACE"]
+EXTRA_PARAMS = ["syncopy_ctx", "syncopy_signals", "syncopy_order", "syncopy_trace", "SYNCOPY_TRACE", "SYNCOPY_TABLE"]
 
 
 def _kernel_name(case: str) -> str:
@@ -156,7 +156,8 @@ def test_defaulted_constexpr_keeps_default_last():
     func = _func(_expected("defaulted_constexpr"), "act_rows")
     names = [a.arg for a in func.args.args]
     assert names[-1] == "USE_RELU" and len(func.args.defaults) == 1
-    assert names.index("SYNCOPY_TRACE") == names.index("USE_RELU") - 1
+    assert names.index("SYNCOPY_TRACE") == names.index("USE_RELU") - 2
+    assert names.index("SYNCOPY_TABLE") == names.index("USE_RELU") - 1
     assert names[:6] == ["inp", "outp", "count", "stride_in", "stride_out", "BLOCK"]
 
 
@@ -172,6 +173,24 @@ def test_reassigned_argument_gets_a_base_copy_first():
     assert ast.unparse(first) == "syncopy_base = Inp"
     # The wait measures rows against the copy, since Inp itself has moved to the row by then.
     assert "syncopy_device.chunk_range_masked(Inp + " in ast.unparse(func) and ", syncopy_base, syncopy_ctx, True)" in ast.unparse(func)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_first_wait_reads_the_probe_table_when_tiles_are_remapped(case):
+    # A kernel that asks for its program id gets its tiles reordered and a probe; its first wait
+    # (only) reads the probed range from the table when SYNCOPY_TABLE is set.
+    name = _kernel_name(case)
+    remapped = "tl.program_id" in inside((HERE / case / "kernel.py").read_text(), name)
+    body = inside(_expected(case), name)
+    assert body.count("if SYNCOPY_TABLE:") == int(remapped)
+    if remapped:
+        lines = body.splitlines()
+        at = next(i for i, line in enumerate(lines) if line == "    if SYNCOPY_TABLE:")
+        assert lines[at - 1] == f"    # syncopy: wait for the chunks of {load_schedule(HERE / case / 'schedule.yaml').tensor} this program reads"
+        assert lines[at + 1] == "        syncopy_lo, syncopy_hi = syncopy_device.table_range(syncopy_order)"
+        assert lines[at + 2] == "    else:"
+        wait = next(i for i, line in enumerate(lines) if "syncopy_device.wait_chunks(" in line)
+        assert at + 3 < wait and all(line.startswith("        syncopy_") for line in lines[at + 3 : wait])
 
 
 @pytest.mark.parametrize("case", CASES)

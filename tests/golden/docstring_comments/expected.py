@@ -7,7 +7,7 @@ import syncopy.device as syncopy_device
 
 
 @triton.jit
-def gather_sum(table, out, n, stride, BLOCK: tl.constexpr, syncopy_ctx, syncopy_signals, syncopy_order, syncopy_trace, SYNCOPY_TRACE: tl.constexpr):
+def gather_sum(table, out, n, stride, BLOCK: tl.constexpr, syncopy_ctx, syncopy_signals, syncopy_order, syncopy_trace, SYNCOPY_TRACE: tl.constexpr, SYNCOPY_TABLE: tl.constexpr):
     """Sum each block of rows of `table` into `out`.
 
     The docstring must stay the first statement of the function.
@@ -21,7 +21,10 @@ def gather_sum(table, out, n, stride, BLOCK: tl.constexpr, syncopy_ctx, syncopy_
     # read the rows (the first read: a wait goes above this comment block)
     # second comment line
     # syncopy: wait for the chunks of table this program reads
-    syncopy_lo, syncopy_hi = syncopy_device.chunk_range_masked(table + offs * stride, offs < n, table, syncopy_ctx, True)
+    if SYNCOPY_TABLE:
+        syncopy_lo, syncopy_hi = syncopy_device.table_range(syncopy_order)
+    else:
+        syncopy_lo, syncopy_hi = syncopy_device.chunk_range_masked(table + offs * stride, offs < n, table, syncopy_ctx, True)
     syncopy_device.wait_chunks(syncopy_signals, syncopy_ctx, syncopy_lo, syncopy_hi)
     syncopy_device.trace_tile_start(syncopy_signals, syncopy_trace, syncopy_ctx, SYNCOPY_TRACE)
     vals = tl.load(table + offs * stride, mask=offs < n, other=0.0)  # trailing comment on the read

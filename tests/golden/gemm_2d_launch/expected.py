@@ -5,7 +5,7 @@ import syncopy.device as syncopy_device
 
 @triton.jit
 def tiled_product(P, Q, R, m_size, n_size, k_size, p0, p1, q0, q1, r0, r1,
-                  TILE_A: tl.constexpr, TILE_B: tl.constexpr, TILE_K: tl.constexpr, syncopy_ctx, syncopy_signals, syncopy_order, syncopy_trace, SYNCOPY_TRACE: tl.constexpr):
+                  TILE_A: tl.constexpr, TILE_B: tl.constexpr, TILE_K: tl.constexpr, syncopy_ctx, syncopy_signals, syncopy_order, syncopy_trace, SYNCOPY_TRACE: tl.constexpr, SYNCOPY_TABLE: tl.constexpr):
     # syncopy: run tiles in chunk-arrival order
     syncopy_pid0, syncopy_pid1, syncopy_pid2 = syncopy_device.program_ids(syncopy_order)
     ta = syncopy_pid0
@@ -14,9 +14,12 @@ def tiled_product(P, Q, R, m_size, n_size, k_size, p0, p1, q0, q1, r0, r1,
     ib = tb * TILE_B + tl.arange(0, TILE_B)
     out = tl.zeros((TILE_A, TILE_B), dtype=tl.float32)
     # syncopy: wait for the chunks of P this program reads
-    syncopy_lo, syncopy_hi = syncopy_device.chunk_range(P + ia[:, None] * p0 + (0 + tl.arange(0, TILE_K))[None, :] * p1, P, syncopy_ctx, True)
-    syncopy_lo_1, syncopy_hi_1 = syncopy_device.chunk_range(P + ia[:, None] * p0 + ((((k_size - 1) // TILE_K) * TILE_K) + tl.arange(0, TILE_K))[None, :] * p1, P, syncopy_ctx, True)
-    syncopy_lo, syncopy_hi = syncopy_device.merge_ranges(syncopy_lo, syncopy_hi, syncopy_lo_1, syncopy_hi_1)
+    if SYNCOPY_TABLE:
+        syncopy_lo, syncopy_hi = syncopy_device.table_range(syncopy_order)
+    else:
+        syncopy_lo, syncopy_hi = syncopy_device.chunk_range(P + ia[:, None] * p0 + (0 + tl.arange(0, TILE_K))[None, :] * p1, P, syncopy_ctx, True)
+        syncopy_lo_1, syncopy_hi_1 = syncopy_device.chunk_range(P + ia[:, None] * p0 + ((((k_size - 1) // TILE_K) * TILE_K) + tl.arange(0, TILE_K))[None, :] * p1, P, syncopy_ctx, True)
+        syncopy_lo, syncopy_hi = syncopy_device.merge_ranges(syncopy_lo, syncopy_hi, syncopy_lo_1, syncopy_hi_1)
     syncopy_device.wait_chunks(syncopy_signals, syncopy_ctx, syncopy_lo, syncopy_hi)
     syncopy_device.trace_tile_start(syncopy_signals, syncopy_trace, syncopy_ctx, SYNCOPY_TRACE)
     for k0 in range(0, k_size, TILE_K):

@@ -7,7 +7,7 @@ import syncopy.device as syncopy_device
 @triton.jit
 def swizzled_mm(left, right, dst, n_rows, n_cols, depth,
                 l_r, l_c, r_r, r_c, d_r, d_c,
-                BR: tl.constexpr, BC: tl.constexpr, BD: tl.constexpr, SWZ: tl.constexpr, syncopy_ctx, syncopy_signals, syncopy_order, syncopy_trace, SYNCOPY_TRACE: tl.constexpr):
+                BR: tl.constexpr, BC: tl.constexpr, BD: tl.constexpr, SWZ: tl.constexpr, syncopy_ctx, syncopy_signals, syncopy_order, syncopy_trace, SYNCOPY_TRACE: tl.constexpr, SYNCOPY_TABLE: tl.constexpr):
     # syncopy: run tiles in chunk-arrival order
     syncopy_pid0, syncopy_pid1, syncopy_pid2 = syncopy_device.program_ids(syncopy_order)
     me = syncopy_pid0
@@ -26,9 +26,12 @@ def swizzled_mm(left, right, dst, n_rows, n_cols, depth,
     rptr = right + (idep[:, None] * r_r + ic[None, :] * r_c)
     total = tl.zeros((BR, BC), dtype=tl.float32)
     # syncopy: wait for the chunks of left this program reads
-    syncopy_lo, syncopy_hi = syncopy_device.chunk_range_masked(lptr, idep[None, :] < depth - 0 * BD, left, syncopy_ctx, True)
-    syncopy_lo_1, syncopy_hi_1 = syncopy_device.chunk_range_masked((lptr + ((tl.cdiv(depth, BD) - 1) * (BD * l_c))), idep[None, :] < depth - (tl.cdiv(depth, BD) - 1) * BD, left, syncopy_ctx, True)
-    syncopy_lo, syncopy_hi = syncopy_device.merge_ranges(syncopy_lo, syncopy_hi, syncopy_lo_1, syncopy_hi_1)
+    if SYNCOPY_TABLE:
+        syncopy_lo, syncopy_hi = syncopy_device.table_range(syncopy_order)
+    else:
+        syncopy_lo, syncopy_hi = syncopy_device.chunk_range_masked(lptr, idep[None, :] < depth - 0 * BD, left, syncopy_ctx, True)
+        syncopy_lo_1, syncopy_hi_1 = syncopy_device.chunk_range_masked((lptr + ((tl.cdiv(depth, BD) - 1) * (BD * l_c))), idep[None, :] < depth - (tl.cdiv(depth, BD) - 1) * BD, left, syncopy_ctx, True)
+        syncopy_lo, syncopy_hi = syncopy_device.merge_ranges(syncopy_lo, syncopy_hi, syncopy_lo_1, syncopy_hi_1)
     syncopy_device.wait_chunks(syncopy_signals, syncopy_ctx, syncopy_lo, syncopy_hi)
     syncopy_device.trace_tile_start(syncopy_signals, syncopy_trace, syncopy_ctx, SYNCOPY_TRACE)
     for step in range(0, tl.cdiv(depth, BD)):

@@ -5,7 +5,7 @@ import syncopy.device as syncopy_device
 
 @triton.jit
 def col_major_grid(feat, wt, res, F, H, D, sf0, sf1, sw0, sw1, sr0, sr1,
-                   BF: tl.constexpr, BH: tl.constexpr, BD: tl.constexpr, syncopy_ctx, syncopy_signals, syncopy_order, syncopy_trace, SYNCOPY_TRACE: tl.constexpr):
+                   BF: tl.constexpr, BH: tl.constexpr, BD: tl.constexpr, syncopy_ctx, syncopy_signals, syncopy_order, syncopy_trace, SYNCOPY_TRACE: tl.constexpr, SYNCOPY_TABLE: tl.constexpr):
     # syncopy: run tiles in chunk-arrival order
     syncopy_pid0, syncopy_pid1, syncopy_pid2 = syncopy_device.program_ids(syncopy_order)
     col_tile = syncopy_pid0
@@ -14,9 +14,12 @@ def col_major_grid(feat, wt, res, F, H, D, sf0, sf1, sw0, sw1, sr0, sr1,
     hc = col_tile * BH + tl.arange(0, BH)
     acc = tl.zeros((BF, BH), dtype=tl.float32)
     # syncopy: wait for the chunks of feat this program reads
-    syncopy_lo, syncopy_hi = syncopy_device.chunk_range_masked(feat + fr[:, None] * sf0 + (0 + tl.arange(0, BD))[None, :] * sf1, (fr[:, None] < F) & ((0 + tl.arange(0, BD))[None, :] < D), feat, syncopy_ctx, True)
-    syncopy_lo_1, syncopy_hi_1 = syncopy_device.chunk_range_masked(feat + fr[:, None] * sf0 + ((((D - 1) // BD) * BD) + tl.arange(0, BD))[None, :] * sf1, (fr[:, None] < F) & (((((D - 1) // BD) * BD) + tl.arange(0, BD))[None, :] < D), feat, syncopy_ctx, True)
-    syncopy_lo, syncopy_hi = syncopy_device.merge_ranges(syncopy_lo, syncopy_hi, syncopy_lo_1, syncopy_hi_1)
+    if SYNCOPY_TABLE:
+        syncopy_lo, syncopy_hi = syncopy_device.table_range(syncopy_order)
+    else:
+        syncopy_lo, syncopy_hi = syncopy_device.chunk_range_masked(feat + fr[:, None] * sf0 + (0 + tl.arange(0, BD))[None, :] * sf1, (fr[:, None] < F) & ((0 + tl.arange(0, BD))[None, :] < D), feat, syncopy_ctx, True)
+        syncopy_lo_1, syncopy_hi_1 = syncopy_device.chunk_range_masked(feat + fr[:, None] * sf0 + ((((D - 1) // BD) * BD) + tl.arange(0, BD))[None, :] * sf1, (fr[:, None] < F) & (((((D - 1) // BD) * BD) + tl.arange(0, BD))[None, :] < D), feat, syncopy_ctx, True)
+        syncopy_lo, syncopy_hi = syncopy_device.merge_ranges(syncopy_lo, syncopy_hi, syncopy_lo_1, syncopy_hi_1)
     syncopy_device.wait_chunks(syncopy_signals, syncopy_ctx, syncopy_lo, syncopy_hi)
     syncopy_device.trace_tile_start(syncopy_signals, syncopy_trace, syncopy_ctx, SYNCOPY_TRACE)
     for d0 in range(0, D, BD):

@@ -4,7 +4,7 @@ import syncopy.device as syncopy_device
 
 
 @triton.jit
-def layer_norm_rows(Inp, Gamma, Out, row_stride, ncols, eps, BLK: tl.constexpr, syncopy_ctx, syncopy_signals, syncopy_order, syncopy_trace, SYNCOPY_TRACE: tl.constexpr):
+def layer_norm_rows(Inp, Gamma, Out, row_stride, ncols, eps, BLK: tl.constexpr, syncopy_ctx, syncopy_signals, syncopy_order, syncopy_trace, SYNCOPY_TRACE: tl.constexpr, SYNCOPY_TABLE: tl.constexpr):
     syncopy_base = Inp
     # syncopy: run tiles in chunk-arrival order
     syncopy_pid0, syncopy_pid1, syncopy_pid2 = syncopy_device.program_ids(syncopy_order)
@@ -13,9 +13,12 @@ def layer_norm_rows(Inp, Gamma, Out, row_stride, ncols, eps, BLK: tl.constexpr, 
     Out += line * row_stride
     total = tl.zeros([BLK], dtype=tl.float32)
     # syncopy: wait for the chunks of Inp this program reads
-    syncopy_lo, syncopy_hi = syncopy_device.chunk_range_masked(Inp + (0 + tl.arange(0, BLK)), (0 + tl.arange(0, BLK)) < ncols, syncopy_base, syncopy_ctx, True)
-    syncopy_lo_1, syncopy_hi_1 = syncopy_device.chunk_range_masked(Inp + ((((ncols - 1) // BLK) * BLK) + tl.arange(0, BLK)), ((((ncols - 1) // BLK) * BLK) + tl.arange(0, BLK)) < ncols, syncopy_base, syncopy_ctx, True)
-    syncopy_lo, syncopy_hi = syncopy_device.merge_ranges(syncopy_lo, syncopy_hi, syncopy_lo_1, syncopy_hi_1)
+    if SYNCOPY_TABLE:
+        syncopy_lo, syncopy_hi = syncopy_device.table_range(syncopy_order)
+    else:
+        syncopy_lo, syncopy_hi = syncopy_device.chunk_range_masked(Inp + (0 + tl.arange(0, BLK)), (0 + tl.arange(0, BLK)) < ncols, syncopy_base, syncopy_ctx, True)
+        syncopy_lo_1, syncopy_hi_1 = syncopy_device.chunk_range_masked(Inp + ((((ncols - 1) // BLK) * BLK) + tl.arange(0, BLK)), ((((ncols - 1) // BLK) * BLK) + tl.arange(0, BLK)) < ncols, syncopy_base, syncopy_ctx, True)
+        syncopy_lo, syncopy_hi = syncopy_device.merge_ranges(syncopy_lo, syncopy_hi, syncopy_lo_1, syncopy_hi_1)
     syncopy_device.wait_chunks(syncopy_signals, syncopy_ctx, syncopy_lo, syncopy_hi)
     syncopy_device.trace_tile_start(syncopy_signals, syncopy_trace, syncopy_ctx, SYNCOPY_TRACE)
     for base in range(0, ncols, BLK):
