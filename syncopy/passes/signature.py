@@ -38,8 +38,11 @@ def add_params(func: cst.FunctionDef, extra: tuple[str, ...] = names.EXTRA_PARAM
     new = [cst.Param(cst.Name(n)) for n in extra]
     new += [cst.Param(cst.Name(f), annotation=cst.Annotation(cst.parse_expression(spelling))) for f in flags]
     if params:
-        # Keep the user's comma/whitespace style: copy the separator of the neighbouring parameter.
-        comma = params[at - 1].comma if at > 0 and params[at - 1].comma != cst.MaybeSentinel.DEFAULT else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+        # Keep the user's comma/whitespace style: copy a separator *between* two parameters (the
+        # last parameter's comma, if any, is a trailing one and carries the closing line's indent).
+        between = [p.comma for p in params[:-1] if p.comma != cst.MaybeSentinel.DEFAULT]
+        nearest = params[at - 1].comma if 0 < at < len(params) else (between[-1] if between else cst.MaybeSentinel.DEFAULT)
+        comma = nearest if nearest != cst.MaybeSentinel.DEFAULT else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
         new = [p.with_changes(comma=comma) for p in new]
         if at == len(params):
             last = params[-1]

@@ -642,11 +642,6 @@ def test_one_param_per_line_signature_stays_valid():
     assert len(re.findall(r"\n\s*SYNCOPY_TRACE: tl\.constexpr,\n\s*SYNCOPY_TABLE: tl\.constexpr,\n\):\n", out)) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="package bug: syncopy/passes/signature.py:42 copies the *trailing* comma's whitespace (newline, no indent) "
-    "onto the inserted params, so a black-style one-param-per-line signature gets `syncopy_ctx,` at column 0",
-)
 def test_one_param_per_line_signature_keeps_its_indentation():
     out = _rewrite(_MAGIC_COMMA, "k", "V")
     assert "    B: tl.constexpr,\n    syncopy_ctx,\n    syncopy_signals,\n" in out
