@@ -87,8 +87,9 @@ class Context:
     def land(self, chunk: int) -> None:
         """Raise chunk `chunk`'s flag to this epoch (after its data is in place), count it as arrived."""
         with self.lock:
-            self.signals[dev.SIG_HEADER + chunk] = self.epoch
+            # Count first, then raise the flag: a tile released by the flag must see the count.
             self.signals[dev.SIG_HEADER + self.n_chunks] += 1
+            self.signals[dev.SIG_HEADER + chunk] = self.epoch
             if self.trace is not None:
                 self.trace.arrivals[chunk] = time.perf_counter() - self.t0
 

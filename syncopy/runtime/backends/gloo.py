@@ -28,10 +28,12 @@ def comm_group(group) -> object:
     """A dedicated gloo group with the ranks of `group`, so our transfers never interleave with the
     user's collectives. Created on first use (collectively, like every launch)."""
     ranks = tuple(dist.get_process_group_ranks(group))
-    key = ranks
+    # Keyed by the user's group object (kept alive in the value so its id is not reused): a group
+    # re-created after a timeout gets a fresh transport on every rank, not the broken one.
+    key = (id(group), ranks)
     if key not in _groups:
-        _groups[key] = dist.new_group(ranks=list(ranks), backend="gloo")
-    return _groups[key]
+        _groups[key] = (group, dist.new_group(ranks=list(ranks), backend="gloo"))
+    return _groups[key][1]
 
 
 class Transfer:

@@ -1,0 +1,53 @@
+"""The correctness matrix of the CPU-world tests: which (kernel, chunks_per_rank, order, rows, dtype)
+combinations run in which world.
+
+A full product (3 kernels x 4 chunk counts x 4 orders x 2 row counts x 2 dtypes x 4 worlds) is far
+too slow under the Triton interpreter, so each world runs a covering design instead:
+
+* every (order, chunks_per_rank) pair runs once per world (16 cases), on kernel (order + chunks) % 3,
+  which gives every kernel every order and every chunk count;
+* every case runs two shard shapes on the same operator (one ragged, one aligned; one fp32, one
+  fp16), their epochs interleaved (A1 B1 A2 B2) so that two contexts of one operator coexist; each
+  kernel's cases cycle through the pairings {ragged fp32, aligned fp16} and {ragged fp16, aligned
+  fp32}, so every kernel meets all four (rows, dtype) combinations.
+
+`test_all_gather.py::test_matrix_covers_the_space` checks these claims.
+"""
+from __future__ import annotations
+
+from tests.world.workers import explicit_order
+
+WORLDS = (1, 2, 3, 4)
+KERNELS = ("grouped", "gemm2d", "rms")
+CHUNKS = (1, 2, 3, 4)
+DTYPES = ("float32", "float16")
+# Rows per rank: ragged (no tile size divides it, chunks are uneven) and aligned to the 16-row tile.
+# The row kernel runs one program per row, so it gets fewer rows (the interpreter runs them one by one).
+ROWS = {"grouped": (37, 32), "gemm2d": (37, 32), "rms": (7, 8)}
+_VARIANTS = ((0, "float32"), (1, "float16"), (0, "float16"), (1, "float32"))  # (index into ROWS, dtype)
+
+
+def order_names(world: int) -> list:
+    return ["ring", "local_first", "bidirectional_ring", explicit_order(world)]
+
+
+def order_id(order) -> str:
+    return "explicit" + "".join(map(str, order)) if isinstance(order, list) else order
+
+
+def matrix_cases(world: int) -> list[dict]:
+    orders = order_names(world)
+    if world == 1:
+        # Orders mean nothing without peers: every kernel gets every chunk count instead.
+        combos = [(kernel, orders[c % len(orders)], c) for kernel in KERNELS for c in CHUNKS]
+    else:
+        combos = [(KERNELS[(i + c) % len(KERNELS)], orders[i], c) for i in range(len(orders)) for c in CHUNKS]
+    cases, seen = [], {k: 0 for k in KERNELS}
+    for kernel, order, c in combos:
+        n = seen[kernel]
+        seen[kernel] += 1
+        rows_i, dtype = _VARIANTS[n % len(_VARIANTS)]
+        variants = [(ROWS[kernel][rows_i], dtype), (ROWS[kernel][1 - rows_i], DTYPES[1 - DTYPES.index(dtype)])]
+        cases.append({"id": f"w{world}/{kernel}/c{c}/{order_id(order)}", "kernel": kernel, "chunks": c,
+                      "order": order, "variants": variants})
+    return cases

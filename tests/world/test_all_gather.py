@@ -1,0 +1,252 @@
+"""All-gather fused into local kernels, on CPU worlds (gloo + the Triton interpreter), against the
+torch reference (`dist.all_gather_into_tensor` + torch math).
+
+One spawned world serves many cases (spawning costs seconds): the results of each world are
+computed once per session and shared by the tests that read them; every rank reports
+(case, error) so a failure names the case.
+"""
+from __future__ import annotations
+
+import pytest
+
+from syncopy.runtime.world import spawn
+from tests.world import workers
+from tests.world.cases import CHUNKS, DTYPES, KERNELS, ROWS, WORLDS, matrix_cases, order_id, order_names
+from tests.world.workers import once
+
+world_ids = [f"world{w}" for w in WORLDS]
+
+
+def _failures(per_rank_errors: list[list[tuple]]) -> list[str]:
+    bad = []
+    for rank, errors in enumerate(per_rank_errors):
+        for label, err, tol in errors:
+            if not err <= tol:
+                bad.append(f"rank {rank}: {label}: error {err:.3g} > {tol:g}")
+    return bad
+
+
+# --------------------------------------------------------------------------------------------------
+# 1. The matrix: world sizes x kernels x chunk counts x orders x ragged/aligned rows x dtypes x epochs
+# --------------------------------------------------------------------------------------------------
+@once
+def _matrix(world: int) -> list[dict]:
+    return spawn(workers.run_matrix, world, matrix_cases(world), timeout_s=300)
+
+
+def test_matrix_covers_the_space():
+    """The covering design in cases.py gives every kernel every chunk count, every order (worlds >= 2),
+    both row counts, both dtypes, and every world every (order, chunks) pair."""
+    for world in WORLDS:
+        cases = matrix_cases(world)
+        for kernel in KERNELS:
+            mine = [c for c in cases if c["kernel"] == kernel]
+            assert {c["chunks"] for c in mine} == set(CHUNKS), (world, kernel)
+            variants = {v for c in mine for v in c["variants"]}
+            assert variants == {(r, d) for r in ROWS[kernel] for d in DTYPES}, (world, kernel, variants)
+            for c in mine:
+                assert {r for r, _ in c["variants"]} == set(ROWS[kernel]), c
+                assert {d for _, d in c["variants"]} == set(DTYPES), c
+            if world > 1:
+                assert {order_id(c["order"]) for c in mine} == {order_id(o) for o in order_names(world)}, (world, kernel)
+        if world > 1:
+            assert {(order_id(c["order"]), c["chunks"]) for c in cases} == {(order_id(o), c) for o in order_names(world) for c in CHUNKS}
+        for kernel in ("grouped", "gemm2d"):
+            ragged = ROWS[kernel][0]
+            assert ragged % workers.GEMM_TILE and any(ragged % c for c in CHUNKS)
+            assert ROWS[kernel][1] % workers.GEMM_TILE == 0
+
+
+@pytest.mark.world
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("world", WORLDS, ids=world_ids)
+def test_fused_matches_all_gather_then_kernel(world, kernel):
+    results = _matrix(world)
+    cases = [c for c in matrix_cases(world) if c["kernel"] == kernel]
+    ids = {c["id"] for c in cases}
+    errors = [[e for e in r["errors"] if e[0].split(" ")[0] in ids] for r in results]
+    problems = [f"rank {rank}: {p}" for rank, r in enumerate(results) for p in r["problems"] if p.split(":")[0] in ids]
+    # Every case ran both epochs for every shard shape, on every rank.
+    expected = sum(2 * len(c["variants"]) for c in cases)
+    assert [len(e) for e in errors] == [expected] * world, errors
+    bad = _failures(errors) + problems
+    assert not bad, f"{len(bad)} failing (world {world}, kernel {kernel}):\n" + "\n".join(bad)
+
+
+def _plan_params():
+    for world in (1, 2, 3, 4, 5):
+        for order in order_names(world) + ([list(range(1, world))] if world > 2 else []):
+            yield pytest.param(world, order, id=f"world{world}-{order_id(order)}")
+
+
+@pytest.mark.parametrize("world, order", list(_plan_params()))
+def test_plan_sends_match_receives(world, order):
+    """Across the ranks of a world, every send node has exactly one matching receive node (same chunk,
+    same source and destination) and every rank receives each remote chunk exactly once: an unmatched
+    send never completes, an unmatched receive times out."""
+    from collections import Counter
+
+    from syncopy.runtime import plan as planning
+    from syncopy.schedule import load_schedule
+
+    for chunks in (1, 3):
+        sched = load_schedule(workers.schedule("grouped", chunks, order))
+        plans = [planning.all_gather(sched, r, world, 7) for r in range(world)]
+        sends = Counter((n.chunk, p.rank, n.peer) for p in plans for n in p.sends())
+        recvs = Counter((n.chunk, n.peer, p.rank) for p in plans for n in p.recvs())
+        assert sends == recvs, f"chunks={chunks}: sends without a receive {sends - recvs}, receives without a send {recvs - sends}"
+        for p in plans:
+            remote = sorted(g for g in range(world * chunks) if g // chunks != p.rank)
+            assert sorted(n.chunk for n in p.recvs()) == remote, f"rank {p.rank}"
+            assert sorted(p.arrival) == remote, f"rank {p.rank}"
+
+
+# --------------------------------------------------------------------------------------------------
+# 2. Ragged shards the size users meet them
+# --------------------------------------------------------------------------------------------------
+@pytest.mark.world
+def test_ragged_4091_rows_per_rank():
+    """4091 rows per rank (prime: no tile size or chunk count divides it), 3 chunks per rank, 64-row
+    tiles: tiles straddle chunk boundaries and the rank boundary. GEMMs with N = K = 16 keep the
+    interpreter fast (the row kernel would need 8182 programs)."""
+    results = spawn(workers.run_big_ragged, 2, 4091, 3, ["grouped", "gemm2d"], timeout_s=240)
+    bad = _failures([r["errors"] for r in results])
+    assert not bad, "\n".join(bad)
+    assert all(len(r["errors"]) == 4 for r in results)
+
+
+# --------------------------------------------------------------------------------------------------
+# 3. Overlap evidence
+# --------------------------------------------------------------------------------------------------
+def _arrival_rank(trace) -> dict[int, int]:
+    """1-based position of each chunk in the order chunks landed on this rank."""
+    return {g: k for k, g in enumerate(sorted(trace.arrivals, key=trace.arrivals.__getitem__), start=1)}
+
+
+def _chunks(rng: tuple[int, int]) -> range:
+    return range(rng[0], rng[1] + 1)
+
+
+@once
+def _overlap(world: int, kernel: str) -> list[dict]:
+    return spawn(workers.run_overlap, world, kernel, 2, 0.05, 37, timeout_s=180)
+
+
+@pytest.mark.world
+@pytest.mark.parametrize("kernel", ["gemm2d", "grouped"])
+def test_overlap_trace(kernel):
+    """World 3, ring, 50 ms per chunk on the emulated link: tiles start while later chunks are still
+    in flight, no tile starts before every chunk it reads has landed, and local tiles run first."""
+    world = 3
+    results = _overlap(world, kernel)
+    bad = _failures([r["errors"] for r in results])
+    assert not bad, "\n".join(bad)
+    remote_compute_overlapped = 0
+    # Overlap: in every launch some rank started tiles before its last chunk landed. (Not required of
+    # every rank: senders do not wait for receivers, so a rank the OS scheduled late can find all its
+    # chunks already there.)
+    for e in range(2):
+        summaries = "\n".join(r["traces"][e].summary() for r in results)
+        assert any(r["traces"][e].overlapped_tiles() > 0 for r in results), f"epoch {e + 1}: no overlap\n{summaries}"
+    for rank, r in enumerate(results):
+        local = set(r["local_chunks"])
+        for tr in r["traces"]:
+            where = f"rank {rank} epoch {tr.epoch}"
+            assert tr.total_chunks == world * 2
+            assert sorted(tr.arrivals) == list(range(tr.total_chunks)), where
+            n_tiles = len(tr.tile_ranges)
+            assert sorted(t for t, _, _ in tr.tile_starts) == list(range(n_tiles)), f"{where}: not every tile started once"
+            assert [s for _, s, _ in tr.tile_starts] == list(range(n_tiles)), where
+            # Chunks landed in the planned order: local ones first, then the ring's.
+            landed = sorted(tr.arrivals, key=tr.arrivals.__getitem__)
+            assert set(landed[: len(local)]) == local, f"{where}: {landed}"
+            assert landed[len(local):] == r["arrival_plan"], f"{where}: landed {landed}, planned {r['arrival_plan']}"
+            # Safety: every chunk a started tile reads had landed when it started. The trace's
+            # The "arrived" count is bumped before a flag is raised
+            # (test_trace_counts_a_chunk_before_raising_its_flag), so every chunk a tile reads ranks
+            # within the count it recorded.
+            pos = _arrival_rank(tr)
+            for tile, seq, arrived in tr.tile_starts:
+                need = _chunks(tr.tile_ranges[tile])
+                late = [g for g in need if pos[g] > arrived]
+                assert not late, (
+                    f"{where}: tile {tile} (start #{seq}) reads chunks {list(need)} but only {arrived} "
+                    f"chunks had landed; {late} came later\n{tr.summary()}")
+                if arrived < tr.total_chunks and not set(need) <= local:
+                    remote_compute_overlapped += 1
+            # Local tiles (all their chunks local) run first, and tiles run in planned arrival order.
+            run_order = [t for t, _, _ in sorted(tr.tile_starts, key=lambda x: x[1])]
+            assert run_order == tr.tile_order, where
+            is_local = [set(_chunks(tr.tile_ranges[t])) <= local for t in run_order]
+            n_local = sum(is_local)
+            assert n_local > 0, f"{where}: no tile reads only local rows; the test shape is wrong"
+            assert all(is_local[:n_local]), f"{where}: a remote tile ran before a local one: {run_order}"
+            plan_pos = {g: 0 for g in local} | {g: k for k, g in enumerate(r["arrival_plan"], start=1)}
+            need_pos = [max((plan_pos[g] for g in _chunks(tr.tile_ranges[t])), default=0) for t in run_order]
+            assert need_pos == sorted(need_pos), f"{where}: tiles not in arrival order: {list(zip(run_order, need_pos))}"
+    # Compute on remote data overlapped with later transfers somewhere (not only the local tiles).
+    assert remote_compute_overlapped > 0
+
+
+def test_trace_counts_a_chunk_before_raising_its_flag():
+    """A tile that sees chunk g's flag and then reads the trace's "chunks arrived" counter must find g
+    counted: Context.land must bump the counter before it raises the flag. Checked deterministically
+    by recording the order of writes to the signal pad."""
+    import torch
+
+    from syncopy.device import SIG_HEADER
+    from syncopy.runtime import plan as planning
+    from syncopy.runtime.context import Context
+    from syncopy.schedule import load_schedule
+
+    sched = load_schedule(workers.schedule("grouped", 2, "ring"))
+    ctx = Context(planning.all_gather(sched, 0, 2, 8), (8, 4), torch.float32, torch.device("cpu"), 0)
+    ctx.begin(100)
+
+    class Recorder:
+        def __init__(self, t):
+            self.t, self.writes = t, []
+
+        def __getitem__(self, key):
+            return self.t[key].clone()  # so `pad[k] += 1` writes only through __setitem__
+
+        def __setitem__(self, key, value):
+            self.writes.append(int(key))
+            self.t[key] = value
+
+    pad = Recorder(ctx.signals)
+    ctx.signals = pad
+    chunk = 2
+    ctx.land(chunk)
+    flag, counter = SIG_HEADER + chunk, SIG_HEADER + ctx.n_chunks
+    assert flag in pad.writes and counter in pad.writes, pad.writes
+    assert pad.writes.index(counter) < pad.writes.index(flag), (
+        f"land() raised the flag (slot {flag}) before counting the chunk (slot {counter}): writes {pad.writes}")
+
+
+# --------------------------------------------------------------------------------------------------
+# 4. The tile remap is a bijection (1-D, 2-D and 3-D grids)
+# --------------------------------------------------------------------------------------------------
+@pytest.mark.world
+@pytest.mark.parametrize("world", [2, 3], ids=["world2", "world3"])
+def test_every_tile_runs_exactly_once(world):
+    rows, chunks = 13, 3
+    orders = ["ring", "local_first"] if world == 2 else ["bidirectional_ring", [2, 1]]
+    per_rank = spawn(workers.run_tile_tags, world, rows, chunks, orders, timeout_s=180)
+    seen = 0
+    for rank, results in enumerate(per_rank):
+        for res in results:
+            where = f"rank {rank}: {res['id']}"
+            n = res["n"]
+            twice = [i for i, c in enumerate(res["count"]) if c > 1]
+            never = [i for i, c in enumerate(res["count"]) if c == 0]
+            assert not twice and not never, f"{where}: tiles run twice {twice}, never {never}"
+            assert res["err"] == 0.0, f"{where}: a tile read other data than the local kernel on the gathered tensor ({res['err']})"
+            assert res["tables"], where
+            for table, exec_order in res["tables"]:
+                assert sorted(table) == list(range(n)), f"{where}: order table {table}"
+                assert sorted(exec_order) == list(range(n)), f"{where}: execution order {exec_order}"
+            tr = res["trace"]
+            assert [t for t, _, _ in sorted(tr.tile_starts, key=lambda x: x[1])] == tr.tile_order, where
+            seen += 1
+    assert seen == world * len(orders) * 3 * 2

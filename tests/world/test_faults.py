@@ -1,0 +1,110 @@
+"""Faults on CPU worlds: a lost chunk is an error that names (rank, chunk, epoch), never a hang; a late
+chunk is only late; a launch that contradicts the schedule fails on every rank with a message that
+says what differs."""
+from __future__ import annotations
+
+import pytest
+
+from syncopy.runtime.world import spawn
+from tests.world import workers
+from tests.world.workers import once
+
+DROP = (0, 1)  # rank 0 never sends its chunk 1
+TIMEOUT_S = 3.0
+WORLD = 3
+DELAY_S = 0.6  # extra delay of chunk (0, 0); large against rank skew on a loaded two-core machine
+
+
+@once
+def _drop() -> list[dict]:
+    # World 3, ring: rank 1 needs the chunk from rank 0 directly, rank 2 through rank 1's relay.
+    return spawn(workers.run_drop, WORLD, "ring", DROP, 2, TIMEOUT_S, timeout_s=180)
+
+
+@once
+def _delay_and_errors() -> list[dict]:
+    return spawn(workers.run_delay_and_launch_errors, WORLD, DELAY_S, timeout_s=180)
+
+
+@pytest.mark.world
+def test_dropped_chunk_raises_timeout_on_every_rank_that_needs_it():
+    results = _drop()
+    src, index = DROP
+    for rank, r in enumerate(results):
+        launch = r["launch"]
+        if rank == src:
+            # The sender has its own chunk; it needs nothing that was dropped.
+            assert launch["type"] is None, f"rank {rank}: {launch}"
+            assert r["err"] <= workers.TOL["float32"], f"rank {rank}: error {r['err']}"
+            continue
+        assert launch["type"] == "SyncopyTimeout", f"rank {rank}: {launch}"
+        assert (launch["rank"], tuple(launch["chunk"]), launch["epoch"]) == (rank, (src, index), 1), launch
+        msg = launch["str"]
+        for part in (f"rank {rank}", f"chunk {index} of rank {src}", "epoch 1"):
+            assert part in msg, f"rank {rank}: {part!r} not in {msg!r}"
+        # Bounded: the wait gives up after about timeout_s (plus the transfer threads' join), no hang.
+        assert r["seconds"] < 4 * TIMEOUT_S + 10, f"rank {rank} took {r['seconds']:.1f}s to report the timeout"
+        assert r["seconds"] >= 0.5 * TIMEOUT_S, f"rank {rank} gave up after {r['seconds']:.2f}s, before timeout_s"
+
+
+@pytest.mark.world
+def test_broken_operator_refuses_relaunch():
+    """After a timeout the operator is marked broken: relaunching it fails at once with LaunchError
+    (no communication, no second wait)."""
+    for rank, r in enumerate(_drop()):
+        if rank == DROP[0]:
+            continue
+        assert r["relaunch"]["type"] == "LaunchError", f"rank {rank}: {r['relaunch']}"
+        assert "broke" in r["relaunch"]["str"] and "timed out" in r["relaunch"]["str"], r["relaunch"]["str"]
+        assert r["relaunch_seconds"] < 1.0, f"rank {rank}: relaunch took {r['relaunch_seconds']:.2f}s"
+
+
+@pytest.mark.world
+def test_fresh_operator_on_recreated_group_works_after_timeout():
+    for rank, r in enumerate(_drop()):
+        rec = r["recovery"]
+        assert rec["type"] is None, f"rank {rank}: {rec['type']}: {rec.get('str')}"
+        assert rec["err"] <= workers.TOL["float32"], f"rank {rank}: error {rec['err']}"
+
+
+@pytest.mark.world
+def test_delayed_chunk_gives_the_right_result():
+    results = _delay_and_errors()
+    for rank, r in enumerate(results):
+        for run in r["delay"]:
+            tr = run["trace"]
+            where = f"rank {rank} epoch {tr.epoch}"
+            assert run["err"] <= workers.TOL["float32"], f"{where}: error {run['err']}"
+            if rank != 0:
+                # Chunk (0, 0) is global chunk 0; it leaves rank 0 DELAY_S late, every epoch (the
+                # ranks start together, but allow for skew).
+                assert tr.arrivals[0] >= 0.5 * DELAY_S, f"{where}: chunk 0 landed after {tr.arrivals[0]:.3f}s, not delayed\n{tr.summary()}"
+        assert [run["trace"].epoch for run in r["delay"]] == [1, 2]
+
+
+@pytest.mark.world
+def test_shard_shapes_that_differ_raise_launch_error_on_every_rank():
+    results = _delay_and_errors()
+    shapes = {str(r["shape_mine"]) for r in results}
+    assert shapes == {"[8, 12]", "[9, 12]"}
+    for rank, r in enumerate(results):
+        e = r["shapes"]
+        assert e["type"] == "LaunchError", f"rank {rank}: {e}"
+        for shape in shapes:
+            assert shape in e["str"], f"rank {rank}: {shape} not named in {e['str']!r}"
+
+
+@pytest.mark.world
+def test_more_chunks_than_rows_raises_launch_error_naming_the_key():
+    for rank, r in enumerate(_delay_and_errors()):
+        e = r["chunks"]
+        assert e["type"] == "LaunchError", f"rank {rank}: {e}"
+        assert "chunks_per_rank" in e["str"] and "4" in e["str"] and "3 rows" in e["str"], e["str"]
+
+
+@pytest.mark.world
+def test_explicit_order_for_another_world_size_raises_launch_error():
+    for rank, r in enumerate(_delay_and_errors()):
+        e = r["order"]
+        assert e["type"] == "LaunchError", f"rank {rank}: {e}"
+        assert f"{WORLD} ranks" in e["str"] and f"1..{WORLD - 1}" in e["str"], e["str"]

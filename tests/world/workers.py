@@ -1,0 +1,397 @@
+"""Rank functions for the CPU-world tests (run by `syncopy.runtime.world.spawn`, one process per rank).
+
+Every function here is module level so that `spawn` can pickle it by name; each returns plain data
+(lists, dicts, numbers, strings, `Trace` dataclasses) for the test process to assert on. Numerics are
+checked against the torch reference (`dist.all_gather_into_tensor` of the shards, then torch math),
+never against another syncopy path.
+
+The kernels:
+    grouped  tests/kernels/grouped_gemm.py::matmul_grouped  tensor lhs, 1-D grid, grouped tile swizzle
+    gemm2d   tests/kernels/gemm2d.py::gemm_2d              tensor a,   2-D grid
+    rms      tests/kernels/rownorm.py::rms_rows            tensor X,   one program per row
+"""
+from __future__ import annotations
+
+import functools
+import time
+import traceback
+
+
+def once(fn):
+    """Memoise a world-spawning helper in the test process, failures included, so the several tests
+    that read one spawned world neither spawn it again nor wait for a broken one again."""
+    memo: dict = {}
+
+    @functools.wraps(fn)
+    def wrapper(*args):
+        if args not in memo:
+            try:
+                memo[args] = (True, fn(*args))
+            except Exception as exc:
+                memo[args] = (False, exc)
+        ok, value = memo[args]
+        if not ok:
+            raise value
+        return value
+
+    return wrapper
+
+# --------------------------------------------------------------------------------------------------
+# Shapes and tolerances (small: the Triton interpreter is slow and CI has two cores)
+# --------------------------------------------------------------------------------------------------
+GEMM_N, GEMM_K = 32, 24          # K=24 with TK/BI=16: two inner iterations, the second one masked
+GEMM_TILE = 16                   # TM/TN/TK and BR/BC/BI
+RMS_COLS, RMS_BLOCK = 12, 8      # two column blocks, the second one masked
+RMS_EPS = 1e-6
+TOL = {"float32": 1e-4, "float16": 1e-2}  # max |fused - reference| / max(1, max |reference|)
+
+KERNEL_TENSOR = {"grouped": "lhs", "gemm2d": "a", "rms": "X"}
+
+
+def explicit_order(world: int) -> list[int]:
+    """An explicit order of peer offsets that is neither ring nor local_first where the world allows."""
+    return {1: [], 2: [1], 3: [2, 1], 4: [3, 1, 2]}.get(world, list(range(world - 1, 0, -1)))
+
+
+def schedule(kernel: str, chunks: int, order) -> dict:
+    return {"pattern": "all_gather", "tensor": KERNEL_TENSOR[kernel], "dim": 0, "chunks_per_rank": chunks, "order": order}
+
+
+def _kernel(name: str):
+    if name == "grouped":
+        from tests.kernels.grouped_gemm import matmul_grouped
+
+        return matmul_grouped
+    if name == "gemm2d":
+        from tests.kernels.gemm2d import gemm_2d
+
+        return gemm_2d
+    if name == "rms":
+        from tests.kernels.rownorm import rms_rows
+
+        return rms_rows
+    if name.startswith("tag"):
+        from tests.world import tile_kernels
+
+        return getattr(tile_kernels, {"tag1d": "tag_tiles_1d", "tag2d": "tag_tiles_2d", "tag3d": "tag_tiles_3d"}[name])
+    raise KeyError(name)
+
+
+def _dtype(name: str):
+    import torch
+
+    return {"float32": torch.float32, "float16": torch.float16}[name]
+
+
+# --------------------------------------------------------------------------------------------------
+# One problem per kernel: inputs, launch, torch reference
+# --------------------------------------------------------------------------------------------------
+class Problem:
+    """Inputs of one launch on one rank. `shard` is this rank's slice of the communicated tensor;
+    every other tensor is the same on all ranks (seeded without the rank)."""
+
+    def __init__(self, kernel: str, rank: int, world: int, rows: int, dtype: str, seed: int, *,
+                 n: int = GEMM_N, k: int = GEMM_K, tile: int = GEMM_TILE, tile_m: int | None = None):
+        import torch
+
+        self.kernel, self.world, self.rows = kernel, world, rows
+        self.m = world * rows
+        self.n, self.k, self.tile, self.tile_m = n, k, tile, tile_m or tile
+        dt = _dtype(dtype)
+        g_shard = torch.Generator().manual_seed(seed * 1009 + rank * 7 + 1)
+        g_common = torch.Generator().manual_seed(seed * 1009 + 999_983)
+        if kernel in ("grouped", "gemm2d"):
+            self.shard = torch.randn(rows, k, generator=g_shard).to(dt)
+            self.b = torch.randn(k, n, generator=g_common).to(dt)
+            self.out = torch.full((self.m, n), float("nan"), dtype=dt)
+        elif kernel == "rms":
+            self.shard = (torch.randn(rows, RMS_COLS, generator=g_shard) * (1 + rank)).to(dt)
+            self.w = torch.randn(RMS_COLS, generator=g_common).to(dt)
+            self.out = torch.full((self.m, RMS_COLS), float("nan"), dtype=dt)
+        else:
+            raise KeyError(kernel)
+
+    def launch(self, fn, **extra) -> None:
+        """Launch `fn` (a FusedKernel or its `.reference`) the way the local kernel is launched;
+        `extra` (e.g. group=) is passed through."""
+        import triton
+
+        m, n, k, t, tm = self.m, self.n, self.k, self.tile, self.tile_m
+        if self.kernel == "grouped":
+            a, b, c = self.shard, self.b, self.out
+            grid = (triton.cdiv(m, tm) * triton.cdiv(n, t),)
+            fn[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
+                     TM=tm, TN=t, TK=t, GROUP=2, **extra)
+        elif self.kernel == "gemm2d":
+            a, b, c = self.shard, self.b, self.out
+            grid = (triton.cdiv(m, tm), triton.cdiv(n, t))
+            fn[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
+                     BR=tm, BC=t, BI=t, **extra)
+        else:
+            fn[(m,)](self.shard, self.w, self.out, self.shard.stride(0), RMS_COLS, RMS_EPS, BLOCK=RMS_BLOCK, **extra)
+
+    def reference(self):
+        """all_gather_into_tensor of the shards, then torch math in float32."""
+        import torch
+        import torch.distributed as dist
+
+        gathered = torch.empty((self.m,) + tuple(self.shard.shape[1:]), dtype=self.shard.dtype)
+        dist.all_gather_into_tensor(gathered, self.shard.contiguous())
+        x = gathered.float()
+        if self.kernel in ("grouped", "gemm2d"):
+            return x @ self.b.float()
+        return x * torch.rsqrt((x * x).mean(dim=1, keepdim=True) + RMS_EPS) * self.w.float()
+
+    def error(self, ref=None) -> float:
+        """max |out - reference| / max(1, max |reference|); NaN anywhere (a poisoned row) counts as inf.
+        Computing the reference is a collective: pass `ref` where only some ranks get here."""
+        import torch
+
+        ref = self.reference() if ref is None else ref
+        diff = torch.nan_to_num((self.out.float() - ref).abs(), nan=float("inf"))
+        return float(diff.max().item() / max(1.0, ref.abs().max().item()))
+
+
+def _order_problems(fused, label: str) -> list[str]:
+    """Every tile-order table the runtime built must be a permutation of the grid."""
+    out = []
+    for ctx, _ in fused._contexts.values():
+        for key, (order, ranges, exec_order) in ctx.orders.items():
+            n = len(ranges)
+            # The table starts with the tile of each execution slot (n entries); the runtime may
+            # append per-tile data after it (today: the probed chunk ranges).
+            if sorted(order.tolist()[:n]) != list(range(n)):
+                out.append(f"{label}: order table for {key} is not a permutation of 0..{n - 1}: {order.tolist()[:n]}")
+            if sorted(exec_order) != list(range(n)):
+                out.append(f"{label}: execution order for {key} is not a permutation of 0..{n - 1}: {exec_order}")
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# 1. The correctness matrix
+# --------------------------------------------------------------------------------------------------
+def run_matrix(rank: int, world: int, cases: list[dict], timeout_s: float = 60.0) -> dict:
+    """Run every case on this rank. A case is {id, kernel, chunks, order, variants: [(rows, dtype)]}:
+    one fused operator per case, launched twice (epochs 1 and 2, fresh data each time) for each
+    variant, the variants interleaved so that their contexts coexist. Returns
+    {"errors": [(label, err, tol)], "problems": [str], "seconds": float}."""
+    import syncopy
+
+    t0 = time.perf_counter()
+    errors, problems = [], []
+    for ci, case in enumerate(cases):
+        try:
+            fused = syncopy.overlap(schedule(case["kernel"], case["chunks"], case["order"]), poison_receive=True,
+                                    timeout_s=timeout_s)(_kernel(case["kernel"]))
+            for epoch in (1, 2):
+                for vi, (rows, dtype) in enumerate(case["variants"]):
+                    label = f"{case['id']} rows={rows} {dtype} epoch{epoch}"
+                    p = Problem(case["kernel"], rank, world, rows, dtype, seed=ci * 100 + vi * 10 + epoch)
+                    p.launch(fused)
+                    errors.append((label, p.error(), TOL[dtype]))
+            problems += _order_problems(fused, case["id"])
+        except Exception as exc:  # keep going: the test names every failing case
+            errors.append((f"{case['id']} raised", float("inf"), 0.0))
+            problems.append(f"{case['id']}: {type(exc).__name__}: {exc}\n{traceback.format_exc()[-1500:]}")
+    return {"errors": errors, "problems": problems, "seconds": time.perf_counter() - t0}
+
+
+# --------------------------------------------------------------------------------------------------
+# 2. Ragged shards the size users meet them
+# --------------------------------------------------------------------------------------------------
+def run_big_ragged(rank: int, world: int, rows: int, chunks: int, kernels: list[str]) -> dict:
+    """A GEMM with a tiny N/K and 64-row tiles on shards of `rows` rows (ragged w.r.t. the tile and
+    the chunk count): tiles straddle chunk and rank boundaries. Two launches each."""
+    import syncopy
+
+    out = {"errors": [], "seconds": {}}
+    for kernel in kernels:
+        t = time.perf_counter()
+        fused = syncopy.overlap(schedule(kernel, chunks, "ring"), poison_receive=True)(_kernel(kernel))
+        for epoch in (1, 2):
+            p = Problem(kernel, rank, world, rows, "float32", seed=epoch, n=16, k=16, tile=16, tile_m=64)
+            p.launch(fused)
+            out["errors"].append((f"{kernel} rows={rows} chunks={chunks} epoch{epoch}", p.error(), TOL["float32"]))
+        out["seconds"][kernel] = time.perf_counter() - t
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# 3. Overlap evidence
+# --------------------------------------------------------------------------------------------------
+def run_overlap(rank: int, world: int, kernel: str, chunks: int, latency_s: float, rows: int) -> dict:
+    """Launch twice with an emulated link latency and tracing; return the traces, the plan's expected
+    remote arrival order and the numerical errors."""
+    import syncopy
+    from syncopy.runtime.link import Link
+
+    fused = syncopy.overlap(schedule(kernel, chunks, "ring"), trace=True, poison_receive=True,
+                            link=Link(latency_s=latency_s))(_kernel(kernel))
+    import torch.distributed as dist
+
+    fused.build()
+    traces, errors = [], []
+    for epoch in (1, 2):
+        p = Problem(kernel, rank, world, rows, "float32", seed=50 + epoch)
+        dist.barrier()  # start together: a rank that launches late finds its chunks already there
+        p.launch(fused)
+        errors.append((f"{kernel} epoch{epoch}", p.error(), TOL["float32"]))
+        traces.append(fused.last_trace)
+    (ctx, _), = fused._contexts.values()
+    return {"traces": traces, "errors": errors, "arrival_plan": list(ctx.plan.arrival),
+            "local_chunks": [rank * chunks + i for i in range(chunks)]}
+
+
+# --------------------------------------------------------------------------------------------------
+# 4. Tile-order bijection
+# --------------------------------------------------------------------------------------------------
+def run_tile_tags(rank: int, world: int, rows: int, chunks: int, orders: list) -> list[dict]:
+    """For 1-D, 2-D and 3-D grids: launch a kernel whose programs count their own runs, twice, and
+    compare what each tile read with the local kernel on the all-gathered tensor."""
+    import torch
+    import torch.distributed as dist
+    import triton
+
+    import syncopy
+
+    nc, br, bc = 16, 4, 8
+    m = world * rows
+    results = []
+    for order in orders:
+        for name, grid in (("tag1d", (triton.cdiv(m, br),)), ("tag2d", (triton.cdiv(m, br), nc // bc)),
+                           ("tag3d", (triton.cdiv(m, br), nc // bc, 3))):
+            kernel = _kernel(name)
+            meta = {"NC": nc, "BR": br} if name == "tag1d" else {"NC": nc, "BR": br, "BC": bc}
+            fused = syncopy.overlap({"pattern": "all_gather", "tensor": "X", "dim": 0, "chunks_per_rank": chunks,
+                                     "order": order}, trace=True, poison_receive=True)(kernel)
+            n = 1
+            for g in grid:
+                n *= g
+            for epoch in (1, 2):
+                g_shard = torch.Generator().manual_seed(rank * 31 + epoch)
+                x = torch.randn(rows, nc, generator=g_shard)
+                out = torch.full((n,), float("nan"))
+                count = torch.zeros(n, dtype=torch.int32)
+                fused[grid](x, out, count, m, **meta)
+                full = torch.empty(m, nc)
+                dist.all_gather_into_tensor(full, x)
+                ref_out = torch.zeros(n)
+                ref_count = torch.zeros(n, dtype=torch.int32)
+                kernel[grid](full, ref_out, ref_count, m, **meta)
+                tr = fused.last_trace
+                results.append({
+                    "id": f"{name} grid={grid} order={order} epoch{epoch}",
+                    "n": n,
+                    "count": count.tolist(),
+                    "err": float(torch.nan_to_num((out - ref_out).abs(), nan=float("inf")).max().item()),
+                    "tables": [(order_t.tolist()[:n], exec_order) for ctx, _ in fused._contexts.values()
+                               for order_t, _, exec_order in ctx.orders.values()],
+                    "trace": tr,
+                })
+    return results
+
+
+# --------------------------------------------------------------------------------------------------
+# 5. Faults
+# --------------------------------------------------------------------------------------------------
+def _exc_info(exc: BaseException) -> dict:
+    return {"type": type(exc).__name__, "str": str(exc), "rank": getattr(exc, "rank", None),
+            "chunk": getattr(exc, "chunk", None), "epoch": getattr(exc, "epoch", None)}
+
+
+def run_drop(rank: int, world: int, order, drop: tuple[int, int], chunks: int, timeout_s: float) -> dict:
+    """Rank `drop[0]` never sends its chunk `drop[1]`. Returns what the launch did on this rank, how
+    long it took, what a relaunch of the broken operator says, and whether a fresh operator on a
+    re-created process group works afterwards."""
+    import torch
+    import torch.distributed as dist
+
+    import syncopy
+    from syncopy.runtime.link import Faults
+
+    out: dict = {}
+    p = Problem("grouped", rank, world, 37, "float32", seed=3)
+    fused = syncopy.overlap(schedule("grouped", chunks, order), poison_receive=True, timeout_s=timeout_s,
+                            faults=Faults.of(drop=[drop]))(_kernel("grouped"))
+    ref = p.reference()  # a collective on the user's group: before the launch, on every rank
+    fused.build()
+    dist.barrier()
+    t = time.perf_counter()
+    try:
+        p.launch(fused)
+        out["launch"] = {"type": None}
+    except Exception as exc:  # SyncopyTimeout expected where the dropped chunk is needed
+        out["launch"] = _exc_info(exc)
+    out["seconds"] = time.perf_counter() - t
+    if out["launch"]["type"] is None:
+        out["err"] = p.error(ref)
+    else:
+        # The operator is broken now: a relaunch must refuse at once, without any communication.
+        t = time.perf_counter()
+        try:
+            p.launch(fused)
+            out["relaunch"] = {"type": None}
+        except Exception as exc:
+            out["relaunch"] = _exc_info(exc)
+        out["relaunch_seconds"] = time.perf_counter() - t
+    # Recovery the way the error message says: re-create the process group, build a fresh operator.
+    dist.barrier()
+    pg = dist.new_group(ranks=list(range(world)), backend="gloo")
+    fresh = syncopy.overlap(schedule("grouped", chunks, order), poison_receive=True, timeout_s=timeout_s)(_kernel("grouped"))
+    q = Problem("grouped", rank, world, 37, "float32", seed=4)
+    ref = q.reference()
+    try:
+        q.launch(fresh, group=pg)
+        out["recovery"] = {"type": None, "err": q.error(ref)}
+    except Exception as exc:
+        out["recovery"] = _exc_info(exc)
+    torch.distributed.barrier()
+    return out
+
+
+def run_delay_and_launch_errors(rank: int, world: int, delay_s: float) -> dict:
+    """A delayed chunk still gives the right result; launches that contradict the schedule raise
+    LaunchError on every rank."""
+    import syncopy
+    from syncopy.runtime.link import Faults
+
+    out: dict = {}
+    # Shard shapes that differ between ranks (rank 1 brings one more row).
+    fused = syncopy.overlap(schedule("rms", 2, "ring"), poison_receive=True, timeout_s=20)(_kernel("rms"))
+    p = Problem("rms", rank, world, 8 + (rank == 1), "float32", seed=1)
+    try:
+        p.launch(fused)
+        out["shapes"] = {"type": None}
+    except Exception as exc:
+        out["shapes"] = _exc_info(exc)
+    out["shape_mine"] = list(p.shard.shape)
+    # More chunks than shard rows.
+    fused = syncopy.overlap(schedule("rms", 4, "ring"), poison_receive=True, timeout_s=20)(_kernel("rms"))
+    p = Problem("rms", rank, world, 3, "float32", seed=1)
+    try:
+        p.launch(fused)
+        out["chunks"] = {"type": None}
+    except Exception as exc:
+        out["chunks"] = _exc_info(exc)
+    # An explicit order that lists the wrong number of peers for this world.
+    fused = syncopy.overlap(schedule("rms", 1, list(range(1, world + 1))), poison_receive=True, timeout_s=20)(_kernel("rms"))
+    p = Problem("rms", rank, world, 6, "float32", seed=1)
+    try:
+        p.launch(fused)
+        out["order"] = {"type": None}
+    except Exception as exc:
+        out["order"] = _exc_info(exc)
+    # A delayed chunk: rank 0's chunk 0 leaves `delay_s` late, every epoch.
+    fused = syncopy.overlap(schedule("grouped", 2, "ring"), trace=True, poison_receive=True, timeout_s=20,
+                            faults=Faults.of(delay={(0, 0): delay_s}))(_kernel("grouped"))
+    import torch.distributed as dist
+
+    fused.build()
+    out["delay"] = []
+    for epoch in (1, 2):
+        p = Problem("grouped", rank, world, 37, "float32", seed=10 + epoch)
+        dist.barrier()  # so that the delay, not rank skew, decides when chunk 0 lands
+        t = time.perf_counter()
+        p.launch(fused)
+        out["delay"].append({"seconds": time.perf_counter() - t, "err": p.error(), "trace": fused.last_trace})
+    return out
