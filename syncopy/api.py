@@ -216,7 +216,8 @@ class FusedKernel:
         # The table is indexed by hardware linear id; place tiles so that the backend's execution
         # order (z fastest under the interpreter, x fastest on GPUs) runs them in sorted order.
         g0, g1, g2 = dims
-        if backend is not None and getattr(backend, "z_fastest", False) or (backend is None and _interpreting()):
+        z_fastest = getattr(backend, "z_fastest", False) if backend is not None else _interpreting()
+        if z_fastest:
             slots = [x + g0 * (y + g1 * z) for x in range(g0) for y in range(g1) for z in range(g2)]
         else:
             slots = list(range(n))
@@ -297,18 +298,14 @@ class FusedKernel:
     def _reference(self, grid, args, kwargs, group):
         group = group if group is not None else dist.group.WORLD
         bound, shard, options = self._bind(args, dict(kwargs))
-        world = dist.get_world_size(group)
-        full = list(shard.shape)
-        full[self.schedule.dim] *= world
-        gathered = torch.empty(full, dtype=shard.dtype, device=shard.device)
         if self.schedule.dim == 0:
             from syncopy.templates import all_gather_rows
 
             gathered = all_gather_rows(shard, group)
         else:
-            parts = [torch.empty_like(shard) for _ in range(world)]
+            parts = [torch.empty_like(shard) for _ in range(dist.get_world_size(group))]
             dist.all_gather(parts, shard, group=group)
-            gathered.copy_(torch.cat(parts, dim=self.schedule.dim))
+            gathered = torch.cat(parts, dim=self.schedule.dim).contiguous()
         call_args = dict(bound)
         call_args[self.schedule.tensor] = gathered
         self.local[grid](**call_args, **options)
