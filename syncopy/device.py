@@ -31,6 +31,12 @@ SIG_HEADER = 4
 
 
 @triton.jit
+def _linear_program_id():
+    """The hardware linear id x + n0*(y + n1*z), the index of the order table and of the probe output."""
+    return tl.program_id(0) + tl.num_programs(0) * (tl.program_id(1) + tl.num_programs(1) * tl.program_id(2))
+
+
+@triton.jit
 def program_ids(order):
     """The tile this program runs: `order[linear program id]`, split back into (pid0, pid1, pid2).
 
@@ -38,8 +44,7 @@ def program_ids(order):
     """
     n0 = tl.num_programs(0)
     n1 = tl.num_programs(1)
-    lin = tl.program_id(0) + n0 * (tl.program_id(1) + n1 * tl.program_id(2))
-    tile = tl.load(order + lin)
+    tile = tl.load(order + _linear_program_id())
     return tile % n0, (tile // n0) % n1, tile // (n0 * n1)
 
 
@@ -51,11 +56,8 @@ def table_range(order):
     kernel's own index arithmetic for every tile, so this equals what the kernel would compute,
     without a block-wide reduction per tile.
     """
-    n0 = tl.num_programs(0)
-    n1 = tl.num_programs(1)
-    n = n0 * n1 * tl.num_programs(2)
-    lin = tl.program_id(0) + n0 * (tl.program_id(1) + n1 * tl.program_id(2))
-    tile = tl.load(order + lin)
+    n = tl.num_programs(0) * tl.num_programs(1) * tl.num_programs(2)
+    tile = tl.load(order + _linear_program_id())
     return tl.load(order + n + 2 * tile), tl.load(order + n + 2 * tile + 1)
 
 
@@ -155,9 +157,7 @@ def trace_tile_start(signals, trace, ctx, TRACE: tl.constexpr):
         n_sig = (world * chunks).to(tl.int32)
         arrived = tl.atomic_add(signals + SIG_BASE + n_sig, 0, sem="acquire", scope="sys")
         seq = tl.atomic_add(signals + SIG_BASE + n_sig + 1, 1, sem="relaxed", scope="sys")
-        n0 = tl.num_programs(0)
-        n1 = tl.num_programs(1)
-        lin = tl.program_id(0) + n0 * (tl.program_id(1) + n1 * tl.program_id(2))
+        lin = _linear_program_id()
         tl.store(trace + 2 * lin, seq + 1)
         tl.store(trace + 2 * lin + 1, arrived)
 
@@ -165,9 +165,7 @@ def trace_tile_start(signals, trace, ctx, TRACE: tl.constexpr):
 @triton.jit
 def probe_store(out, g_lo, g_hi):
     """Probe kernels store each program's chunk range at its (un-remapped) linear id."""
-    n0 = tl.num_programs(0)
-    n1 = tl.num_programs(1)
-    lin = tl.program_id(0) + n0 * (tl.program_id(1) + n1 * tl.program_id(2))
+    lin = _linear_program_id()
     tl.store(out + 2 * lin, g_lo.to(tl.int32))
     tl.store(out + 2 * lin + 1, g_hi.to(tl.int32))
 
