@@ -251,6 +251,8 @@ class FusedKernel:
         order, ranges, exec_order = self._order(ctx, grid, call_args, backend)
         epoch = ctx.begin(_spin_limit(self.timeout_s, shard.device.type))
         trace = Trace(ctx.plan.rank, epoch, {g: ctx.plan.bounds(g) for g in range(ctx.n_chunks)}, total_chunks=ctx.n_chunks) if self.trace else None
+        if trace is not None:
+            trace.started_at = ctx.t0_wall
         ctx.trace = trace
         n_tiles = len(ranges)
         trace_buf = torch.zeros(2 * n_tiles if self.trace else 1, dtype=torch.int32, device=shard.device)

@@ -26,6 +26,7 @@ class Trace:
     tile_starts: list[tuple[int, int, int]] = field(default_factory=list)  # (tile, sequence, chunks arrived)
     kernel_s: tuple[float, float] = (0.0, 0.0)
     total_chunks: int = 0
+    started_at: float = 0.0  # wall-clock time (time.time()) of the launch start: aligns the traces of several ranks
 
     def overlapped_tiles(self) -> int:
         """Tiles that started while some chunk of this launch had not landed yet."""
@@ -70,6 +71,7 @@ class Context:
         self.lock = threading.Lock()
         self.trace: Trace | None = None
         self.t0 = 0.0
+        self.t0_wall = 0.0
 
     def chunk_view(self, chunk: int) -> torch.Tensor:
         lo, hi = self.plan.bounds(chunk)
@@ -82,6 +84,7 @@ class Context:
         self.signals[: dev.SIG_HEADER] = 0
         self.signals[dev.SIG_HEADER + self.n_chunks :] = 0
         self.t0 = time.perf_counter()
+        self.t0_wall = time.time()
         return self.epoch
 
     def land(self, chunk: int) -> None:
