@@ -33,6 +33,7 @@ from syncopy.runtime.backends import select
 from syncopy.runtime.context import Context, Trace
 from syncopy.runtime.link import Faults, Link
 from syncopy.schedule import Schedule, load_schedule
+from syncopy.schedule.model import PRODUCER_PATTERNS
 
 _LAUNCH_OPTIONS = {"num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion", "warmup"}
 _poll_cost_s: float | None = None
@@ -82,8 +83,11 @@ class FusedKernel:
 
     def __init__(self, jit_fn, schedule: Schedule, *, backend: str = "auto", timeout_s: float = 60.0,
                  link: Link | None = None, faults: Faults | None = None, trace: bool = False,
-                 poison_receive: bool = False, dump_dir: str | Path | None = None):
+                 poison_receive: bool = False, dump_dir: str | Path | None = None,
+                 one_shot_max_bytes: int = planning.ONE_SHOT_MAX_BYTES):
         self.local = jit_fn
+        self.producer = schedule.pattern in PRODUCER_PATTERNS
+        self.one_shot_max_bytes = one_shot_max_bytes
         self.schedule = schedule
         self.backend_name = backend
         self.timeout_s = timeout_s
@@ -182,13 +186,31 @@ class FusedKernel:
             if other[:2] != mine[:2]:
                 raise LaunchError(
                     f"rank {r} passed '{self.schedule.tensor}' with shape {list(other[0])} {other[1]} but rank {rank} passed "
-                    f"{list(mine[0])} {mine[1]}; all_gather needs the same shard shape on every rank"
+                    f"{list(mine[0])} {mine[1]}; {self.schedule.pattern} needs the same shape on every rank"
                 )
         rows = shard.shape[self.schedule.dim]
-        p = planning.all_gather(self.schedule, rank, world, rows)
-        ctx = Context(p, tuple(shard.shape), shard.dtype, shard.device, self.schedule.dim)
+        if self.producer:
+            ctx = self._producer_context(shard, rank, world)
+        else:
+            p = planning.all_gather(self.schedule, rank, world, rows)
+            ctx = Context(p, tuple(shard.shape), shard.dtype, shard.device, self.schedule.dim)
         self._contexts[key] = (ctx, backend)
         return ctx, backend
+
+    def _producer_context(self, out: torch.Tensor, rank: int, world: int) -> Context:
+        """reduce_scatter: `out` is this rank's shard of the result, the kernel writes the full
+        partial into our buffer. all_reduce: `out` is the full result, split into world parts."""
+        dim = self.schedule.dim
+        shape = list(out.shape)
+        full = None
+        if self.schedule.pattern == "all_reduce":
+            # Rank d owns rows [d*S, (d+1)*S) with S = ceil(rows / world); the last part may be short.
+            full = tuple(shape)
+            shape[dim] = -(-shape[dim] // world)
+        nbytes = out.numel() * out.element_size() * (world if self.schedule.pattern == "reduce_scatter" else 1)
+        size = full[dim] if full is not None else shape[dim] * world
+        p = planning.reduce(self.schedule, rank, world, shape[dim], nbytes, self.one_shot_max_bytes, size=size)
+        return Context(p, tuple(shape), out.dtype, out.device, dim, producer=True, full_shape=full)
 
     def _extra(self, ctx: Context, order: torch.Tensor, trace_buf: torch.Tensor, table: bool | None = None) -> dict:
         if table is None:
@@ -212,7 +234,9 @@ class FusedKernel:
             probe[grid](**args, **self._extra(ctx, dummy, dummy, table=False), syncopy_probe_out=out)
             flat = out.tolist()
             ranges = [(flat[2 * i], flat[2 * i + 1]) for i in range(n)]
-        tiles = planning.tile_order(ranges, ctx.plan.position())
+        tiles = planning.tile_order(ranges, ctx.plan.position(), producer=self.producer)
+        if self.producer:
+            self._check_coverage(ctx, ranges)
         # The table is indexed by hardware linear id; place tiles so that the backend's execution
         # order (z fastest under the interpreter, x fastest on GPUs) runs them in sorted order.
         g0, g1, g2 = dims
@@ -230,6 +254,23 @@ class FusedKernel:
         ctx.orders[key] = (order, ranges, [table[s] for s in slots])
         return ctx.orders[key]
 
+    def _check_coverage(self, ctx: Context, ranges: list[tuple[int, int]]) -> None:
+        missing = [g for g in range(ctx.n_chunks) if not ctx.plan.empty(g) and not any(lo <= g <= hi for lo, hi in ranges)]
+        if missing:
+            lo, hi = ctx.plan.bounds(missing[0])
+            raise LaunchError(
+                f"no program of this grid writes rows {lo}..{hi - 1} of '{self.schedule.tensor}' (chunk {missing[0]}), so it "
+                f"could never be reduced; launch a grid that covers all {ctx.buffer.shape[ctx.dim]} rows"
+            )
+
+    @staticmethod
+    def _tiles_per_chunk(ctx: Context, ranges: list[tuple[int, int]]) -> list[int]:
+        need = [0] * ctx.n_chunks
+        for lo, hi in ranges:
+            for g in range(lo, hi + 1):
+                need[g] += 1
+        return need
+
     @staticmethod
     def _grid(grid, args) -> tuple[int, int, int]:
         g = grid(args) if callable(grid) else grid
@@ -246,6 +287,8 @@ class FusedKernel:
         ctx, backend = self._context(shard, group)
         if ctx.broken:
             raise LaunchError(f"this operator's transfers broke in an earlier launch ({ctx.broken}); re-create the process group")
+        if self.producer:
+            return self._launch_producer(grid, bound, shard, options, ctx, backend)
         call_args = dict(bound)
         call_args[self.schedule.tensor] = ctx.buffer
         order, ranges, exec_order = self._order(ctx, grid, call_args, backend)
@@ -297,9 +340,66 @@ class FusedKernel:
             self.last_trace = trace
         return None
 
+    def _launch_producer(self, grid, bound: dict, out: torch.Tensor, options: dict, ctx: Context, backend):
+        """reduce_scatter / all_reduce: the kernel writes its full partial result into our buffer and
+        announces chunks; the transfer threads reduce them into `out` while later tiles compute."""
+        _, fused, _, _ = self._built
+        call_args = dict(bound)
+        call_args[self.schedule.tensor] = ctx.buffer
+        order, ranges, exec_order = self._order(ctx, grid, call_args, backend)
+        ctx.set_targets(self._tiles_per_chunk(ctx, ranges))
+        epoch = ctx.begin(_spin_limit(self.timeout_s, out.device.type))
+        trace = None
+        if self.trace:
+            trace = Trace(ctx.plan.rank, epoch, {g: ctx.plan.bounds(g) for g in range(ctx.n_chunks)},
+                          total_chunks=ctx.n_chunks, producer=True, started_at=ctx.t0_wall)
+        ctx.trace = trace
+        n_tiles = len(ranges)
+        trace_buf = torch.zeros(2 * n_tiles if self.trace else 1, dtype=torch.int32, device=out.device)
+        if self.poison_receive and ctx.buffer.is_floating_point():
+            ctx.buffer.fill_(float("nan"))
+            out.fill_(float("nan"))
+        transfer = backend.start_reduce(ctx, out, epoch) if backend is not None else None
+        k0 = time.perf_counter() - ctx.t0
+        try:
+            fused[grid](**call_args, **self._extra(ctx, order, trace_buf), **options)
+        finally:
+            k1 = time.perf_counter() - ctx.t0
+            if transfer is not None:
+                transfer.join()
+        if transfer is None:
+            out.copy_(ctx.buffer)  # a world of one: the partial is the result
+        else:
+            if transfer.errors:
+                ctx.broken = repr(transfer.errors[0])
+                raise LaunchError(f"rank {ctx.plan.rank}: transfer failed: {transfer.errors[0]}")
+            if transfer.lost:
+                chunk, peer = transfer.lost[0]
+                ctx.broken = f"chunk {chunk} lost"
+                raise SyncopyTimeout(ctx.plan.rank, divmod(chunk, ctx.plan.chunks_per_rank), epoch, self.timeout_s,
+                                     f"its partial sum from rank {peer} never came")
+            unfinished = [g for g in ctx.plan.owned if not transfer.final[g].is_set()]
+            if unfinished:
+                ctx.broken = f"chunk {unfinished[0]} never reduced"
+                raise SyncopyTimeout(ctx.plan.rank, divmod(unfinished[0], ctx.plan.chunks_per_rank), epoch, self.timeout_s,
+                                     "it was never reduced")
+        if trace is not None:
+            flat = trace_buf.tolist()
+            slot_tiles = order[:n_tiles].tolist()
+            trace.tile_ranges = ranges
+            trace.tile_order = exec_order
+            trace.tile_starts = sorted(
+                ((slot_tiles[s], flat[2 * s] - 1, flat[2 * s + 1]) for s in range(n_tiles) if flat[2 * s] > 0), key=lambda x: x[1]
+            )
+            trace.kernel_s = (k0, k1)
+            self.last_trace = trace
+        return None
+
     def _reference(self, grid, args, kwargs, group):
         group = group if group is not None else dist.group.WORLD
         bound, shard, options = self._bind(args, dict(kwargs))
+        if self.producer:
+            return self._reference_producer(grid, bound, shard, options, group)
         if self.schedule.dim == 0:
             from syncopy.templates import all_gather_rows
 
@@ -313,20 +413,47 @@ class FusedKernel:
         self.local[grid](**call_args, **options)
 
 
+    def _reference_producer(self, grid, bound: dict, out: torch.Tensor, options: dict, group) -> None:
+        """The local kernel into a full buffer, then reduce_scatter_tensor (or all_reduce)."""
+        world = dist.get_world_size(group)
+        call_args = dict(bound)
+        if self.schedule.pattern == "all_reduce":
+            self.local[grid](**call_args, **options)
+            dist.all_reduce(out, group=group)
+            return
+        shape = list(out.shape)
+        shape[self.schedule.dim] *= world
+        full = torch.empty(shape, dtype=out.dtype, device=out.device)
+        call_args[self.schedule.tensor] = full
+        self.local[grid](**call_args, **options)
+        # gloo has no reduce_scatter: all_reduce and keep this rank's part (same sums).
+        dist.all_reduce(full, group=group)
+        rows = out.shape[self.schedule.dim]
+        out.copy_(full.narrow(self.schedule.dim, dist.get_rank(group) * rows, rows))
+
+
 def overlap(schedule, *, backend: str = "auto", timeout_s: float = 60.0, link: Link | None = None,
             faults: Faults | None = None, trace: bool = False, poison_receive: bool = False,
-            dump_dir: str | Path | None = None):
+            dump_dir: str | Path | None = None, one_shot_max_bytes: int = planning.ONE_SHOT_MAX_BYTES):
     """Decorator factory: `overlap(schedule)(jit_fn) -> FusedKernel`.
 
     schedule: a path to a YAML/JSON file, a dict, or a `Schedule`.
     backend: 'auto' (gloo for CPU tensors), 'gloo'. timeout_s bounds every wait (SyncopyTimeout).
     link/faults: emulated link and injected faults (CPU backend). trace: record arrivals and tile
     starts in `fused.last_trace`. poison_receive: fill the receive buffer with NaN before each launch.
+    one_shot_max_bytes: an all_reduce of at most this many bytes is one-shot (every rank adds all
+    partials) instead of reduce-scatter + all-gather.
+
+    all_gather: pass the communicated argument as this rank's shard; the kernel sees the gathered
+    tensor. reduce_scatter: pass it as this rank's shard of the result (rows / world); the kernel
+    writes its full partial result, and the argument receives the sum over ranks of this rank's
+    rows. all_reduce: pass it at full size; it receives the sum over ranks.
     """
     sched = load_schedule(schedule)
 
     def wrap(jit_fn) -> FusedKernel:
         return FusedKernel(jit_fn, sched, backend=backend, timeout_s=timeout_s, link=link, faults=faults,
-                           trace=trace, poison_receive=poison_receive, dump_dir=dump_dir)
+                           trace=trace, poison_receive=poison_receive, dump_dir=dump_dir,
+                           one_shot_max_bytes=one_shot_max_bytes)
 
     return wrap

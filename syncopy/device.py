@@ -7,10 +7,14 @@ Layouts shared with the host (see runtime/context.py):
 
     ctx     int64  [epoch, rank, rows_per_rank, chunks_per_rank, stride_bytes, size, spin_limit, world]
     signals int32  [error flag, error rank, error chunk, error epoch | one flag per chunk (world*C)
-                    | chunks arrived so far | tiles started so far]
+                    | chunks arrived (consumer) or sent (producer) so far | tiles started so far
+                    | producer only: tiles finished per chunk, ever (world*C) | the count that completes
+                    each chunk in this launch (world*C)]
 
-A flag holds the epoch (launch number) of the last time its chunk landed; a wait is `flag >= epoch`,
-so nothing is ever reset between launches.
+A flag holds the epoch (launch number) of the last time its chunk landed (consumer) or was fully
+written (producer); a wait is `flag >= epoch`, so nothing is ever reset between launches. Producer
+counters only grow: before each launch the host sets a chunk's target to its previous target plus
+the number of tiles that write the chunk (int32 arithmetic wraps on both sides alike).
 """
 import triton
 import triton.language as tl
@@ -146,6 +150,28 @@ def wait_chunks(signals, ctx, g_lo, g_hi):
                 tl.atomic_xchg(signals + SIG_ERROR + 2, g)
                 tl.atomic_xchg(signals + SIG_ERROR + 3, epoch)
                 tl.atomic_xchg(signals + SIG_ERROR, 1, sem="release", scope="sys")
+
+
+@triton.jit
+def notify_chunks(signals, ctx, g_lo, g_hi):
+    """After a tile's stores: count the tile against chunks g_lo..g_hi; the tile that completes a
+    chunk (its count reaches the launch's target) raises the chunk's flag to the epoch.
+
+        tile stores --bar.sync--> atomic_add(counter, 1, acq_rel) --if last--> atomic_xchg(flag, epoch, release)
+
+    The barrier orders every thread's stores before the count; acq_rel makes the last tile see
+    (synchronise with) the other tiles' counts, and its release on the flag carries all of them to
+    whoever acquires the flag (the host, a copy engine, a peer).
+    """
+    epoch = tl.load(ctx + CTX_EPOCH).to(tl.int32)
+    n = (tl.load(ctx + CTX_WORLD) * tl.load(ctx + CTX_CHUNKS)).to(tl.int32)
+    counters = signals + SIG_BASE + n + 2
+    tl.debug_barrier()
+    for g in range(g_lo, g_hi + 1):
+        target = tl.load(counters + n + g)
+        done = tl.atomic_add(counters + g, 1, sem="acq_rel", scope="sys") + 1
+        if done == target:
+            tl.atomic_xchg(signals + SIG_BASE + g, epoch, sem="release", scope="sys")
 
 
 @triton.jit

@@ -54,10 +54,14 @@ class TensorBinding:
     explicit_rows: str | None = None
 
 
-def _binding_hint(tensor: str, dim: int) -> str:
+_PRODUCER = "reduce_scatter and all_reduce"
+
+
+def _binding_hint(tensor: str, dim: int, writes: bool = False) -> str:
+    verb = "writes" if writes else "reads"
     return (
         f"add `binding: {{rows: <expression>}}` to the schedule, giving in the kernel's names the indices "
-        f"along dim {dim} of '{tensor}' that one program reads (e.g. pid_m * BLOCK_M + tl.arange(0, BLOCK_M))"
+        f"along dim {dim} of '{tensor}' that one program {verb} (e.g. pid_m * BLOCK_M + tl.arange(0, BLOCK_M))"
     )
 
 
@@ -120,20 +124,24 @@ def _derived_names(func: cst.FunctionDef, tensor: str) -> set[str]:
             return derived
 
 
-def _reads(ks: KernelSource, stmt: cst.CSTNode, derived: set[str], tensor: str, dim: int = 0, explicit: bool = False):
-    """(call, pointer, mask) for each read of the tensor inside `stmt`, in source order."""
+def _reads(ks: KernelSource, stmt: cst.CSTNode, derived: set[str], tensor: str, dim: int = 0, explicit: bool = False,
+           writes: bool = False):
+    """(call, pointer, mask) for each read of the tensor inside `stmt`, in source order; with
+    `writes`, for each store into it instead (the producer side)."""
     out = []
     for call in cu.calls_in(stmt):
         name = cu.call_name(call) or ""
         leaf = name.rsplit(".", 1)[-1]
         if leaf == "load":
             ptr = cu.arg(call, 0, "pointer")
-            if ptr is not None and cu.names_in(ptr) & derived:
+            if not writes and ptr is not None and cu.names_in(ptr) & derived:
                 out.append((call, ptr, cu.arg(call, 1, "mask")))
             continue
         if leaf in cu.WRITE_CALLS:
             ptr = cu.arg(call, 0, "pointer")
-            if ptr is not None and cu.names_in(ptr) & derived:
+            if writes and ptr is not None and cu.names_in(ptr) & derived:
+                out.append((call, ptr, cu.arg(call, 2, "mask")))
+            elif ptr is not None and cu.names_in(ptr) & derived:
                 raise KernelError(
                     f"the kernel writes into '{tensor}' ({name}); an all-gathered input is read-only, "
                     "so write results to another argument",
@@ -145,7 +153,7 @@ def _reads(ks: KernelSource, stmt: cst.CSTNode, derived: set[str], tensor: str, 
                 out.append((call, call, None))
                 continue
             raise InferenceError(
-                f"'{tensor}' is read through {name}, whose rows inference cannot follow yet; {_binding_hint(tensor, dim)}",
+                f"'{tensor}' is {'written' if writes else 'read'} through {name}, whose rows inference cannot follow yet; {_binding_hint(tensor, dim, writes)}",
                 ks.location(call),
             )
         head = name.split(".", 1)[0]
@@ -327,8 +335,11 @@ def body_start(func: cst.FunctionDef) -> int:
     return 0
 
 
-def infer(ks: KernelSource, tensor: str, dim: int, rows: str | None = None) -> TensorBinding:
-    """Find every read of `tensor` and express its pointer at the point a wait can be placed."""
+def infer(ks: KernelSource, tensor: str, dim: int, rows: str | None = None, writes: bool = False) -> TensorBinding:
+    """Find every read of `tensor` and express its pointer at the point a wait can be placed.
+
+    With `writes` (reduce_scatter, all_reduce), find every store into `tensor` instead: the same
+    hoisted pointer then says which chunks a program writes, so it can announce them afterwards."""
     if tensor not in ks.params:
         raise KernelError(
             f"kernel '{ks.name}' has no argument '{tensor}'; its arguments are {', '.join(ks.params)}; "
@@ -343,7 +354,7 @@ def infer(ks: KernelSource, tensor: str, dim: int, rows: str | None = None) -> T
     body = list(func.body.body)
     before: set[str] = set(ks.params)
     for index, stmt in enumerate(body):
-        reads = _reads(ks, stmt, derived, tensor, dim, rows is not None)
+        reads = _reads(ks, stmt, derived, tensor, dim, rows is not None, writes)
         if reads and rows is not None:
             binding.groups.append(ReadGroup(index, [], ks.location(reads[0][0]).line))
             break
@@ -358,7 +369,7 @@ def infer(ks: KernelSource, tensor: str, dim: int, rows: str | None = None) -> T
                 except _Unknown as exc:
                     raise InferenceError(
                         f"cannot follow the loop `{exc.name}` around the read of '{tensor}' (only range loops are "
-                        f"understood); {_binding_hint(tensor, dim)}",
+                        f"understood); {_binding_hint(tensor, dim, writes)}",
                         ks.location(exc.node),
                     ) from None
                 if last and not state["loops"]:
@@ -371,12 +382,12 @@ def infer(ks: KernelSource, tensor: str, dim: int, rows: str | None = None) -> T
                 if bad:
                     raise InferenceError(
                         f"the rows of '{tensor}' read here depend on {', '.join(bad)}, which changes inside "
-                        f"the loop in a way inference cannot follow; {_binding_hint(tensor, dim)}",
+                        f"the loop in a way inference cannot follow; {_binding_hint(tensor, dim, writes)}",
                         ks.location(call),
                     )
                 if state["while"] and cu.names_in(cst.parse_expression(p)) & cu.assigned_in(stmt):
                     raise InferenceError(
-                        f"the pointer into '{tensor}' changes inside a while loop; {_binding_hint(tensor, dim)}",
+                        f"the pointer into '{tensor}' changes inside a while loop; {_binding_hint(tensor, dim, writes)}",
                         ks.location(call),
                     )
                 access = Access(p, m)
@@ -385,10 +396,16 @@ def infer(ks: KernelSource, tensor: str, dim: int, rows: str | None = None) -> T
         if accesses and not _covered(binding.groups, accesses, body, index):
             binding.groups.append(ReadGroup(index, accesses, ks.location(reads[0][0]).line))
         before |= cu.assigned_in(stmt)
+    if not binding.groups and writes:
+        raise InferenceError(
+            f"kernel '{ks.name}' never stores into '{tensor}', so no program would announce its chunks; "
+            f"check `tensor:` (for {_PRODUCER} it is the output the kernel writes) or {_binding_hint(tensor, dim, writes)}",
+            ks.location(func),
+        )
     if not binding.groups:
         raise InferenceError(
             f"kernel '{ks.name}' never loads from '{tensor}', so no program would wait for its chunks; "
-            f"check `tensor:` or {_binding_hint(tensor, dim)}",
+            f"check `tensor:` or {_binding_hint(tensor, dim, writes)}",
             ks.location(func),
         )
     return binding

@@ -1,4 +1,5 @@
-"""Passes over one kernel, in order: signature -> consumer wait -> tile reorder (+ probe kernel).
+"""Passes over one kernel, in order: signature -> consumer wait (all_gather) or producer notify
+(reduce_scatter, all_reduce) -> tile reorder (+ probe kernel).
 
 `transform` returns every stage's artifact so `--dump-dir` can write them and tests can look at them.
 """
@@ -11,8 +12,8 @@ import libcst as cst
 from syncopy.errors import KernelError
 from syncopy.frontend import infer as inference
 from syncopy.frontend.source import KernelSource
-from syncopy.passes import consumer_wait, names, probe, signature, tile_reorder
-from syncopy.schedule.model import IMPLEMENTED_PATTERNS, Schedule
+from syncopy.passes import consumer_wait, names, probe, producer_notify, signature, tile_reorder
+from syncopy.schedule.model import IMPLEMENTED_PATTERNS, PRODUCER_PATTERNS, Schedule
 
 
 @dataclass
@@ -41,6 +42,8 @@ def transform(ks: KernelSource, schedule: Schedule) -> Transformed:
         )
     signature.check_reserved(ks)
     rows = schedule.binding.rows if schedule.binding else None
+    if schedule.pattern in PRODUCER_PATTERNS:
+        return _producer(ks, schedule, rows)
     binding = inference.infer(ks, schedule.tensor, schedule.dim, rows)
     stages = {"kernel": ks.code(ks.func), "binding": _describe(binding)}
 
@@ -71,10 +74,50 @@ def transform(ks: KernelSource, schedule: Schedule) -> Transformed:
     return t
 
 
-def _describe(b: inference.TensorBinding) -> str:
+def _producer(ks: KernelSource, schedule: Schedule, rows: str | None) -> Transformed:
+    """reduce_scatter / all_reduce: announce each chunk once every tile writing it has stored.
+
+    Every tile is remapped (tiles finish in the order their chunks are sent) and counted, so the
+    probe is required: it tells the runtime how many tiles write each chunk."""
+    binding = inference.infer(ks, schedule.tensor, schedule.dim, rows, writes=True)
+    stages = {"kernel": ks.code(ks.func), "binding": _describe(binding, "notify after")}
+    func = ks.func
+    body = list(func.body.body)
+    start = inference.body_start(func)
+    notified = producer_notify.insert_notifies(body, binding, table=True)
+    remapped_body, remapped = tile_reorder.remap_program_ids(ks, notified)
+    if not remapped:
+        raise KernelError(
+            f"kernel '{ks.name}' never calls tl.program_id, so every program would write the same rows of "
+            f"'{schedule.tensor}'; a {schedule.pattern} kernel must split its output over programs",
+            ks.location(func),
+        )
+    head: list[cst.BaseStatement] = []
+    if binding.copy_base:
+        head.append(cst.parse_statement(f"{inference.BASE_NAME} = {binding.tensor}\n"))
+    head.append(tile_reorder.preamble("run tiles in chunk-send order"))
+    head.append(cst.parse_statement(f"{names.DEVICE}.trace_tile_start({names.SIGNALS}, {names.TRACE}, {names.CTX}, {names.TRACE_FLAG})\n"))
+    new_body = remapped_body[:start] + head + remapped_body[start:]
+    fused = signature.add_params(func.with_changes(body=func.body.with_changes(body=new_body)))
+    prefix = head[:1] if binding.copy_base else []
+    prefix += producer_notify.probe_body(body, binding, start)
+    probe_fn = probe.build(signature.add_params(func), prefix, [])
+    if probe_fn is None:
+        raise KernelError(
+            f"kernel '{ks.name}' uses the value of an atomic before its stores into '{schedule.tensor}'; syncopy "
+            "cannot run its address arithmetic alone to count the tiles per chunk; compute the addresses first",
+            ks.location(func),
+        )
+    t = Transformed(ks, schedule, binding, fused, probe_fn, True, stages)
+    stages["fused"] = t.code()
+    stages["probe"] = t.code(probe_fn)
+    return t
+
+
+def _describe(b: inference.TensorBinding, where: str = "wait before") -> str:
     lines = [f"tensor {b.tensor} dim {b.dim} base {b.base}"]
     for g in b.groups:
-        lines.append(f"wait before line {g.line}:")
+        lines.append(f"{where} line {g.line}:")
         lines += [f"  rows of {a.pointer}" + (f" where {a.mask}" if a.mask else "") for a in g.accesses]
     if b.explicit_rows:
         lines.append(f"explicit rows: {b.explicit_rows}")

@@ -18,10 +18,10 @@ from syncopy.passes import names
 D = names.DEVICE
 
 
-def range_statements(binding: TensorBinding, group: ReadGroup) -> list[cst.BaseStatement]:
-    """Statements computing (syncopy_lo, syncopy_hi), the chunk range a group of reads touches."""
+def range_statements(binding: TensorBinding, group: ReadGroup, lo: str = names.LO, hi: str = names.HI) -> list[cst.BaseStatement]:
+    """Statements computing (lo, hi), by default (syncopy_lo, syncopy_hi): the chunk range a group
+    of reads (or, on the producer side, of stores) touches."""
     outer = "True" if binding.dim == 0 else "False"
-    lo, hi = names.LO, names.HI
     if binding.explicit_rows is not None:
         return [cst.parse_statement(f"{lo}, {hi} = {D}.chunk_range_of_rows({binding.explicit_rows}, {names.CTX})\n")]
     out = []
@@ -37,7 +37,7 @@ def range_statements(binding: TensorBinding, group: ReadGroup) -> list[cst.BaseS
     return out
 
 
-def _from_table_or(computed: list[cst.BaseStatement]) -> cst.BaseStatement:
+def from_table_or(computed: list[cst.BaseStatement]) -> cst.BaseStatement:
     """`if SYNCOPY_TABLE:` read the range the probe found for this tile, `else:` compute it."""
     inner = "\n".join("    " + cst.Module(body=[s]).code.strip() for s in computed)
     code = (f"if {names.TABLE_FLAG}:\n    {names.LO}, {names.HI} = {D}.table_range({names.ORDER})\n"
@@ -48,7 +48,7 @@ def _from_table_or(computed: list[cst.BaseStatement]) -> cst.BaseStatement:
 def wait_statements(binding: TensorBinding, group: ReadGroup, first: bool, table: bool = False) -> list[cst.BaseStatement]:
     stmts = range_statements(binding, group)
     if first and table:
-        stmts = [_from_table_or(stmts)]
+        stmts = [from_table_or(stmts)]
     stmts.append(cst.parse_statement(f"{D}.wait_chunks({names.SIGNALS}, {names.CTX}, {names.LO}, {names.HI})\n"))
     if first:
         stmts.append(cst.parse_statement(f"{D}.trace_tile_start({names.SIGNALS}, {names.TRACE}, {names.CTX}, {names.TRACE_FLAG})\n"))

@@ -42,6 +42,6 @@ def remap_program_ids(ks: KernelSource, body: list[cst.BaseStatement]) -> tuple[
     return new_body, replacer.count > 0
 
 
-def preamble() -> cst.BaseStatement:
+def preamble(why: str = "run tiles in chunk-arrival order") -> cst.BaseStatement:
     stmt = cst.parse_statement(f"{', '.join(names.PIDS)} = {names.DEVICE}.program_ids({names.ORDER})\n")
-    return stmt.with_changes(leading_lines=[cst.EmptyLine(comment=cst.Comment("# syncopy: run tiles in chunk-arrival order"))])
+    return stmt.with_changes(leading_lines=[cst.EmptyLine(comment=cst.Comment(f"# syncopy: {why}"))])

@@ -27,13 +27,24 @@ class Trace:
     kernel_s: tuple[float, float] = (0.0, 0.0)
     total_chunks: int = 0
     started_at: float = 0.0  # wall-clock time (time.time()) of the launch start: aligns the traces of several ranks
+    # Producer patterns: when the kernel finished each chunk (its flag rose), when this rank's
+    # contribution left, and (in `arrivals`) when the reduced chunk landed in the output.
+    ready: dict[int, float] = field(default_factory=dict)
+    sent: dict[int, float] = field(default_factory=dict)
+    producer: bool = False
 
     def overlapped_tiles(self) -> int:
         """Tiles that started while some chunk of this launch had not landed yet."""
         return sum(1 for _, _, arrived in self.tile_starts if arrived < self.total_chunks)
 
+    def sent_before_end(self) -> list[int]:
+        """Producer: chunks whose data left this rank while the kernel was still running."""
+        return sorted(g for g, t in self.sent.items() if t < self.kernel_s[1])
+
     def summary(self) -> str:
         """Per chunk: when it landed and how many tiles had already started (the overlap)."""
+        if self.producer:
+            return self._producer_summary()
         lines = [f"rank {self.rank} epoch {self.epoch}: kernel {self.kernel_s[0] * 1e3:.1f}..{self.kernel_s[1] * 1e3:.1f} ms, "
                  f"{self.overlapped_tiles()}/{len(self.tile_starts)} tiles started before the last chunk landed"]
         for k, g in enumerate(sorted(self.arrivals, key=self.arrivals.__getitem__), start=1):
@@ -44,20 +55,39 @@ class Trace:
                          f"{waiting:4d} tiles read it; {before:4d} tiles had started before it landed")
         return "\n".join(lines)
 
+    def _producer_summary(self) -> str:
+        early = self.sent_before_end()
+        lines = [f"rank {self.rank} epoch {self.epoch}: kernel {self.kernel_s[0] * 1e3:.1f}..{self.kernel_s[1] * 1e3:.1f} ms, "
+                 f"{len(early)}/{len(self.sent)} chunks sent before the kernel ended"]
+
+        def ms(d, g):
+            return f"{d[g] * 1e3:8.1f} ms" if g in d else "       -   "
+
+        for g in sorted(set(self.ready) | set(self.arrivals), key=lambda g: self.ready.get(g, self.arrivals.get(g, 0.0))):
+            lo, hi = self.chunk_rows.get(g, (0, 0))
+            lines.append(f"  chunk {g:3d} rows {lo:6d}..{hi:<6d} written {ms(self.ready, g)}; sent {ms(self.sent, g)}; "
+                         f"reduced here {ms(self.arrivals, g)}")
+        return "\n".join(lines)
+
 
 class Context:
     """Buffers and signals of one fused all-gather operator on one rank."""
 
-    def __init__(self, plan: RankPlan, shard_shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, dim: int):
+    def __init__(self, plan: RankPlan, shard_shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, dim: int,
+                 producer: bool = False, full_shape: tuple[int, ...] | None = None):
         self.plan = plan
+        self.producer = producer
         self.dim = dim
         full = list(shard_shape)
         full[dim] *= plan.world
+        if full_shape is not None:  # all_reduce of rows that do not split evenly: the last part is short
+            full = list(full_shape)
         self.buffer = torch.empty(full, dtype=dtype, device=device)
         n = plan.world * plan.chunks_per_rank
         self.n_chunks = n
-        # [error x4 | flags x n | arrived | started]
-        self.signals = torch.zeros(dev.SIG_HEADER + n + 2, dtype=torch.int32, device=device)
+        # [error x4 | flags x n | arrived (or sent) | started | producer: counters x n | targets x n]
+        self.signals = torch.zeros(dev.SIG_HEADER + n + 2 + (2 * n if producer else 0), dtype=torch.int32, device=device)
+        self.targets = [0] * n
         self.ctx = torch.zeros(dev.CTX_LEN, dtype=torch.int64, device=device)
         self.ctx[dev.CTX_RANK.value] = plan.rank
         self.ctx[dev.CTX_ROWS.value] = plan.rows_per_rank
@@ -82,7 +112,7 @@ class Context:
         self.ctx[dev.CTX_EPOCH.value] = self.epoch
         self.ctx[dev.CTX_SPIN_LIMIT.value] = spin_limit
         self.signals[: dev.SIG_HEADER] = 0
-        self.signals[dev.SIG_HEADER + self.n_chunks :] = 0
+        self.signals[dev.SIG_HEADER + self.n_chunks : dev.SIG_HEADER + self.n_chunks + 2] = 0
         self.t0 = time.perf_counter()
         self.t0_wall = time.time()
         return self.epoch
@@ -96,6 +126,26 @@ class Context:
             if self.trace is not None:
                 self.trace.arrivals[chunk] = time.perf_counter() - self.t0
 
+    def set_targets(self, tiles_per_chunk: list[int]) -> None:
+        """Producer: the counts that complete each chunk in the coming launch (counters never reset)."""
+        n = self.n_chunks
+        self.targets = [_wrap32(t + k) for t, k in zip(self.targets, tiles_per_chunk)]
+        at = dev.SIG_HEADER + n + 2 + n
+        self.signals[at : at + n] = torch.tensor(self.targets, dtype=torch.int32)
+
+    def ready(self, chunk: int) -> bool:
+        """Producer: has the kernel finished every tile that writes `chunk` in this launch?"""
+        return int(self.signals[dev.SIG_HEADER + chunk]) >= self.epoch
+
+    def count_sent(self) -> None:
+        with self.lock:
+            self.signals[dev.SIG_HEADER + self.n_chunks] += 1
+
     def error(self) -> tuple[int, int, int] | None:
         flag, rank, chunk, epoch = (int(x) for x in self.signals[: dev.SIG_HEADER].tolist())
         return (rank, chunk, epoch) if flag else None
+
+
+def _wrap32(x: int) -> int:
+    """`x` as the int32 the device holds after the same additions."""
+    return (x + 2**31) % 2**32 - 2**31

@@ -138,14 +138,222 @@ def _direct(plan: RankPlan, offsets: list[int]) -> None:
             plan.nodes.append(Node("send", g, (r + d) % w))
 
 
-def tile_order(ranges: list[tuple[int, int]], position: dict[int, int]) -> list[int]:
+def tile_order(ranges: list[tuple[int, int]], position: dict[int, int], producer: bool = False) -> list[int]:
     """Tiles sorted by the arrival position of the last chunk each needs (stable: ties keep grid order).
 
     `ranges[t]` is (first chunk, last chunk) of tile t; an empty range (last < first) needs nothing.
+    With `producer`, `position` is the send order and a tile goes by the earliest chunk it writes:
+    that chunk cannot leave before the tile is done.
     """
 
     def key(t: int) -> int:
         lo, hi = ranges[t]
+        if producer:
+            return min((position.get(g, 0) for g in range(lo, hi + 1)), default=len(position))
         return max((position.get(g, 0) for g in range(lo, hi + 1)), default=0)
 
     return sorted(range(len(ranges)), key=key)
+
+
+# --------------------------------------------------------------------------------------------------
+# Producer patterns: reduce_scatter and all_reduce
+# --------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Step:
+    """One instruction of a reduce plan on one rank, on chunk `chunk` (global id dst*C + i: rows of
+    rank dst's output shard), exchanged with group rank `peer`.
+
+    - ``send``: send `value` -- ``partial`` (this rank's own kernel output, once its flag is up),
+      ``sum`` (this rank's partial plus what it received for the chunk) or ``final`` (the reduced
+      chunk, once it is in the output);
+    - ``reduce``: receive a partial sum of the chunk and add it to this rank's partial;
+    - ``recv``: receive the reduced chunk straight into the output (all_reduce's gather half).
+    """
+
+    kind: str
+    chunk: int
+    peer: int
+    value: str = "partial"
+
+
+@dataclass
+class ReducePlan:
+    """What one rank does for a reduce_scatter / all_reduce launch.
+
+    `finish` lists chunk ids in the order the kernel should complete them (the first one sent goes
+    first); `owned` are the chunks whose reduced value ends in this rank's output.
+    """
+
+    rank: int
+    world: int
+    chunks_per_rank: int
+    rows_per_rank: int
+    pattern: str
+    algorithm: str  # ring | direct | one_shot
+    size: int = 0  # rows of the full output (all_reduce: may be less than world * rows_per_rank)
+    finish: list[int] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
+
+    def position(self) -> dict[int, int]:
+        return {g: k for k, g in enumerate(self.finish)}
+
+    def bounds(self, chunk: int) -> tuple[int, int]:
+        """Rows of chunk `chunk` in the full (unreduced) output."""
+        dst, i = divmod(chunk, self.chunks_per_rank)
+        lo, hi = chunk_bounds(self.rows_per_rank, self.chunks_per_rank)[i]
+        size = self.size or self.world * self.rows_per_rank
+        return min(dst * self.rows_per_rank + lo, size), min(dst * self.rows_per_rank + hi, size)
+
+    def empty(self, chunk: int) -> bool:
+        """A chunk past the end of a short last part: no rows, nothing to compute or move."""
+        lo, hi = self.bounds(chunk)
+        return hi <= lo
+
+    @property
+    def reduced_here(self) -> list[int]:
+        """Chunks whose complete sum is formed on this rank (a ring only passes partial sums on)."""
+        mine = range(self.world * self.chunks_per_rank) if self.algorithm == "one_shot" else _chunks_of(self.rank, self.chunks_per_rank)
+        return [g for g in mine if not self.empty(g)]
+
+    @property
+    def owned(self) -> list[int]:
+        """Chunks whose reduced value ends in this rank's output."""
+        mine = range(self.world * self.chunks_per_rank) if self.pattern == "all_reduce" else _chunks_of(self.rank, self.chunks_per_rank)
+        return [g for g in mine if not self.empty(g)]
+
+    def contributions(self, chunk: int) -> int:
+        """Partial sums this rank receives and adds for `chunk`."""
+        return sum(1 for s in self.steps if s.kind == "reduce" and s.chunk == chunk)
+
+
+#: all_reduce of at most this many bytes goes one-shot (every rank reduces everything itself): one
+#: exchange instead of a reduce-scatter and an all-gather, at W-1 times the bytes.
+ONE_SHOT_MAX_BYTES = 256 * 1024
+
+
+def reduce(schedule: Schedule, rank: int, world: int, rows_per_rank: int, nbytes: int = 0,
+           one_shot_max_bytes: int = ONE_SHOT_MAX_BYTES, size: int = 0) -> ReducePlan:
+    """The steps rank `rank` performs for a reduce_scatter or all_reduce under `schedule`.
+
+    reduce_scatter, ring (W=4, rank 1; chunk d = rows of rank d's shard):
+        step 0: send partial(0)             -> 2        chunk 0 travels 1 -> 2 -> 3 -> 0
+        step 1: reduce(3) from 0, send sum  -> 2
+        step 2: reduce(2) from 0, send sum  -> 2
+        step 3: reduce(1) from 0            = rank 1's reduced shard
+    reduce_scatter, direct (local_first, or an explicit list of peer offsets): send partial(r+d) to
+    r+d for each offset d, receive and add W-1 partials of the own chunk.
+    all_reduce: one_shot when the tensor has at most `one_shot_max_bytes`, else the reduce-scatter
+    above followed by an all-gather of the reduced chunks (ring or direct, like the schedule).
+    bidirectional_ring: even chunk indices go clockwise, odd ones counter-clockwise.
+    """
+    c = schedule.chunks_per_rank
+    if c > rows_per_rank:
+        raise LaunchError(
+            f"chunks_per_rank is {c} but each rank's part of '{schedule.tensor}' has only {rows_per_rank} rows along dim "
+            f"{schedule.dim}; use chunks_per_rank <= {rows_per_rank}"
+        )
+    order = schedule.order
+    if isinstance(order, list) and len(order) != world - 1:
+        raise LaunchError(
+            f"the explicit order {order} lists {len(order)} peer offsets but the world has {world} ranks; "
+            f"list each of the offsets 1..{world - 1} once"
+        )
+    if schedule.pattern == "all_reduce" and world > 1 and nbytes <= one_shot_max_bytes:
+        algorithm = "one_shot"
+    else:
+        algorithm = "ring" if order in ("ring", "bidirectional_ring") else "direct"
+    plan = ReducePlan(rank, world, c, rows_per_rank, schedule.pattern, algorithm, size)
+    if world == 1:
+        plan.finish = _chunks_of(rank, c)
+        return plan
+    _fill(plan, schedule, order, algorithm)
+    # Chunks past the end of a short last part move nothing (every rank drops the same ones).
+    plan.steps = [s for s in plan.steps if not plan.empty(s.chunk)]
+    plan.finish = [g for g in plan.finish if not plan.empty(g)]
+    return plan
+
+
+def _fill(plan: ReducePlan, schedule: Schedule, order, algorithm: str) -> None:
+    world, c = plan.world, plan.chunks_per_rank
+    if algorithm == "one_shot":
+        _one_shot(plan)
+    elif algorithm == "ring":
+        if order == "bidirectional_ring":
+            _ring_reduce(plan, +1, range(0, c, 2))
+            _ring_reduce(plan, -1, range(1, c, 2))
+            plan.finish = _interleave(*[[g for g in plan.finish if g % c % 2 == k] for k in (0, 1)])
+        else:
+            _ring_reduce(plan, +1, range(c))
+    else:
+        _direct_reduce(plan, list(range(1, world)) if order == "local_first" else list(order))
+    if schedule.pattern == "all_reduce" and algorithm != "one_shot":
+        if algorithm == "ring":
+            _ring_gather(plan)
+        else:
+            _direct_gather(plan, list(range(1, world)) if order == "local_first" else list(order))
+
+
+def _ring_reduce(plan: ReducePlan, direction: int, indices) -> None:
+    """Each chunk index in `indices` travels the ring against `direction`-ordered destinations:
+    rank r starts the chunk of rank r - direction, adds to what it receives, and holds its own last."""
+    r, w, c = plan.rank, plan.world, plan.chunks_per_rank
+    prev, nxt = (r - direction) % w, (r + direction) % w
+    indices = list(indices)
+    for k in range(w):
+        dst = (r - direction * (k + 1)) % w
+        for i in indices:
+            g = dst * c + i
+            if k > 0:
+                plan.steps.append(Step("reduce", g, prev))
+            if k < w - 1:
+                plan.steps.append(Step("send", g, nxt, "partial" if k == 0 else "sum"))
+            plan.finish.append(g)
+
+
+def _direct_reduce(plan: ReducePlan, offsets: list[int]) -> None:
+    r, w, c = plan.rank, plan.world, plan.chunks_per_rank
+    for d in offsets:
+        for g in _chunks_of((r + d) % w, c):
+            plan.steps.append(Step("send", g, (r + d) % w))
+            plan.finish.append(g)
+    # Partials of our chunks come from each peer in the order those peers send them to us.
+    for d in offsets:
+        for g in _chunks_of(r, c):
+            plan.steps.append(Step("reduce", g, (r - d) % w))
+    plan.finish += _chunks_of(r, c)
+
+
+def _one_shot(plan: ReducePlan) -> None:
+    r, w, c = plan.rank, plan.world, plan.chunks_per_rank
+    order = [(r + d) % w for d in range(1, w)] + [r]
+    plan.finish = [g for dst in order for g in _chunks_of(dst, c)]
+    for g in plan.finish:
+        for d in range(1, w):
+            plan.steps.append(Step("send", g, (r + d) % w))
+    for g in plan.finish:
+        for d in range(1, w):
+            plan.steps.append(Step("reduce", g, (r - d) % w))
+
+
+def _ring_gather(plan: ReducePlan) -> None:
+    """all_reduce's second half: the reduced chunks go around the ring once more."""
+    r, w, c = plan.rank, plan.world, plan.chunks_per_rank
+    nxt, prev = (r + 1) % w, (r - 1) % w
+    for g in _chunks_of(r, c):
+        plan.steps.append(Step("send", g, nxt, "final"))
+    for k in range(1, w):
+        src = (r - k) % w
+        for g in _chunks_of(src, c):
+            plan.steps.append(Step("recv", g, prev, "final"))
+            if k < w - 1:
+                plan.steps.append(Step("send", g, nxt, "final"))
+
+
+def _direct_gather(plan: ReducePlan, offsets: list[int]) -> None:
+    r, w, c = plan.rank, plan.world, plan.chunks_per_rank
+    for d in offsets:
+        for g in _chunks_of(r, c):
+            plan.steps.append(Step("send", g, (r + d) % w, "final"))
+    for d in offsets:
+        for g in _chunks_of((r - d) % w, c):
+            plan.steps.append(Step("recv", g, (r - d) % w, "final"))

@@ -111,8 +111,8 @@ TRANSFORM_ERRORS = [
         id="unknown-pattern",
     ),
     pytest.param(
-        {"s.yaml": SCHEDULE.replace("all_gather", "reduce_scatter")},
-        "kern.py:7:1: pattern 'reduce_scatter' is not implemented yet (implemented: all_gather); use pattern: all_gather",
+        {"s.yaml": SCHEDULE.replace("all_gather", "all_to_all")},
+        "kern.py:7:1: pattern 'all_to_all' is not implemented yet (implemented: all_gather, reduce_scatter, all_reduce); use pattern: all_gather",
         id="pattern-not-implemented",
     ),
     pytest.param(

@@ -867,6 +867,6 @@ def test_program_id_with_a_computed_axis_is_an_error():
 def test_unimplemented_pattern_is_refused_before_any_pass():
     text = _LINES
     with pytest.raises(KernelError) as info:
-        transform(find_kernel(text, "user.py", "lines"), Schedule(pattern="reduce_scatter", tensor="V"))
-    assert "pattern 'reduce_scatter' is not implemented yet" in str(info.value)
+        transform(find_kernel(text, "user.py", "lines"), Schedule(pattern="all_to_all", tensor="V"))
+    assert "pattern 'all_to_all' is not implemented yet" in str(info.value)
     assert not isinstance(info.value, InferenceError)

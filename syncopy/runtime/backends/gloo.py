@@ -13,6 +13,7 @@ from __future__ import annotations
 import random
 import sys
 import threading
+import time
 from datetime import timedelta
 
 import torch
@@ -116,6 +117,153 @@ class Transfer:
             t.join(self.timeout_s * 2 + 5)
 
 
+class ReduceTransfer:
+    """The threads of one reduce_scatter / all_reduce launch: as the kernel raises each chunk's flag,
+    send this rank's partial (or running sum) of it; receive and add the peers' partials; put reduced
+    chunks in the output (and, for all_reduce, pass them on).
+
+    main thread   |--------------- fused kernel: tiles store, count, raise flags ---------------|
+    send threads     one per peer: poll the flag of the next chunk in the plan, send it
+    recv thread      post every irecv; as partials land: add (rank order), write the output
+    """
+
+    POLL_S = 2e-4
+
+    def __init__(self, ctx: Context, out: torch.Tensor, group, timeout_s: float, link: Link, faults: Faults, seed: int):
+        self.ctx, self.out, self.group, self.timeout_s, self.link, self.faults = ctx, out, group, timeout_s, link, faults
+        self.global_ranks = dist.get_process_group_ranks(group)
+        n = ctx.n_chunks
+        self.sums: dict[int, torch.Tensor] = {}
+        self.summed = {g: threading.Event() for g in range(n)}
+        self.final = {g: threading.Event() for g in range(n)}
+        self.lost: list[tuple[int, int]] = []  # (chunk, peer whose data never came)
+        self.errors: list[BaseException] = []
+        self.rng = random.Random(seed)
+        self.threads: list[threading.Thread] = []
+        self.reduced_here = set(ctx.plan.reduced_here)
+
+    def out_view(self, chunk: int) -> torch.Tensor:
+        plan = self.ctx.plan
+        lo, hi = plan.bounds(chunk)
+        start = lo - plan.rank * plan.rows_per_rank if plan.pattern == "reduce_scatter" else lo
+        return self.out.narrow(self.ctx.dim, start, hi - lo)
+
+    def start(self) -> "ReduceTransfer":
+        plan = self.ctx.plan
+        self.threads.append(threading.Thread(target=self._guard, args=(self._receive,), daemon=True))
+        by_peer: dict[int, list] = {}
+        for step in plan.steps:
+            if step.kind == "send":
+                by_peer.setdefault(step.peer, []).append(step)
+        for nodes in by_peer.values():
+            self.threads.append(threading.Thread(target=self._guard, args=(self._send, nodes), daemon=True))
+        for t in self.threads:
+            t.start()
+        return self
+
+    def _guard(self, fn, *args):
+        try:
+            fn(*args)
+        except BaseException as exc:  # surfaced by join() on the main thread
+            self.errors.append(exc)
+
+    @staticmethod
+    def _tag(step) -> int:
+        # Unique per (sender, receiver, chunk, half) in one launch: a chunk crosses a link at most
+        # once while being reduced and once more as a final value.
+        return 2 * step.chunk + (step.value == "final")
+
+    def _wait_ready(self, chunk: int) -> None:
+        ctx = self.ctx
+        deadline = time.monotonic() + self.timeout_s
+        while not ctx.ready(chunk):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the kernel never finished chunk {chunk} (rows {ctx.plan.bounds(chunk)}) in {self.timeout_s:g}s")
+            time.sleep(self.POLL_S)
+        if ctx.trace is not None and chunk not in ctx.trace.ready:
+            ctx.trace.ready[chunk] = time.perf_counter() - ctx.t0
+
+    def _receive(self):
+        ctx, plan = self.ctx, self.ctx.plan
+        pending = []
+        for step in plan.steps:
+            if step.kind not in ("reduce", "recv"):
+                continue
+            view = ctx.chunk_view(step.chunk) if step.kind == "reduce" else self.out_view(step.chunk)
+            target = torch.empty_like(view, memory_format=torch.contiguous_format)
+            work = dist.irecv(target, src=self.global_ranks[step.peer], group=self.group, tag=self._tag(step))
+            pending.append((step, target, work))
+        parts: dict[int, list] = {}
+        for step, target, work in pending:
+            try:
+                ok = work.wait(timeout=timedelta(seconds=self.timeout_s))
+            except RuntimeError:
+                ok = False
+            if ok is False:
+                self.lost.append((step.chunk, step.peer))
+                return
+            if step.kind == "recv":
+                self.out_view(step.chunk).copy_(target)
+                self._landed(step.chunk)
+                continue
+            parts.setdefault(step.chunk, []).append((step.peer, target))
+            if len(parts[step.chunk]) == plan.contributions(step.chunk):
+                self._reduce(step.chunk, parts.pop(step.chunk))
+
+    def _reduce(self, chunk: int, parts: list) -> None:
+        """This rank's partial plus the received ones, added in rank order (so every rank that
+        reduces a chunk gets bit-identical results)."""
+        self._wait_ready(chunk)
+        terms = sorted([(self.ctx.plan.rank, self.ctx.chunk_view(chunk)), *parts], key=lambda p: p[0])
+        wide = torch.float32 if terms[0][1].dtype in (torch.float16, torch.bfloat16) else terms[0][1].dtype
+        acc = terms[0][1].to(wide, copy=True)
+        for _, t in terms[1:]:
+            acc += t
+        acc = acc.to(terms[0][1].dtype)
+        self.sums[chunk] = acc
+        self.summed[chunk].set()
+        if chunk in self.reduced_here:
+            self.out_view(chunk).copy_(acc)
+            self._landed(chunk)
+
+    def _landed(self, chunk: int) -> None:
+        ctx = self.ctx
+        if ctx.trace is not None:
+            ctx.trace.arrivals[chunk] = time.perf_counter() - ctx.t0
+        self.final[chunk].set()
+
+    def _send(self, steps):
+        ctx = self.ctx
+        works = []
+        for step in steps:
+            g = step.chunk
+            if step.value == "partial":
+                self._wait_ready(g)
+                data = ctx.chunk_view(g)
+            else:
+                event = self.summed[g] if step.value == "sum" else self.final[g]
+                if not event.wait(self.timeout_s):
+                    return  # what we pass on never came: the receive side reports it
+                data = self.sums[g] if step.value == "sum" else self.out_view(g)
+            if (ctx.plan.rank, g) in self.faults.drop:
+                continue
+            data = data if data.is_contiguous() else data.contiguous()
+            wait = self.link.delay(data.numel() * data.element_size(), self.rng)
+            if wait > 0:
+                threading.Event().wait(wait)
+            works.append(dist.isend(data, dst=self.global_ranks[step.peer], group=self.group, tag=self._tag(step)))
+            if step.value == "partial":
+                ctx.count_sent()
+            if ctx.trace is not None:
+                ctx.trace.sent.setdefault(g, time.perf_counter() - ctx.t0)
+        for w in works:
+            w.wait(timeout=timedelta(seconds=self.timeout_s))
+
+    def join(self) -> None:
+        for t in self.threads:
+            t.join(self.timeout_s * 2 + 5)
+
+
 class GlooBackend:
     name = "gloo"
     # The interpreter runs programs for x in grid0: for y in grid1: for z in grid2 (z fastest).
@@ -138,6 +286,10 @@ class GlooBackend:
         ctx.buffer.narrow(ctx.dim, lo, ctx.plan.rows_per_rank).copy_(shard)
         for i in range(c):
             ctx.land(rank * c + i)
+
+    def start_reduce(self, ctx: Context, out: torch.Tensor, epoch: int) -> ReduceTransfer:
+        """Producer patterns: reduce the kernel's partials into `out` as chunks are finished."""
+        return ReduceTransfer(ctx, out, self.group, self.timeout_s, self.link, self.faults, seed=epoch * 7919 + ctx.plan.rank).start()
 
     def start(self, ctx: Context, epoch: int) -> Transfer:
         return Transfer(ctx, self.group, self.timeout_s, self.link, self.faults, seed=epoch * 7919 + ctx.plan.rank).start()
