@@ -98,7 +98,7 @@ def _compile(args) -> int:
         env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
         return subprocess.call([sys.executable, "-m", "syncopy.cli", *sys.argv[1:]] if args.argv is None else
                                [sys.executable, "-m", "syncopy.cli", *args.argv], env=env)
-    from syncopy.emit.ptx import acquire_polls, compile_ptx, release_ops
+    from syncopy.emit.ptx import acquire_polls, compile_ptx, notifies, release_ops
 
     arch = int(args.arch.removeprefix("sm_"))
     if args.target.endswith(".py"):
@@ -135,7 +135,10 @@ def _compile(args) -> int:
         write_atomic(Path(args.output), ptx)
     else:
         sys.stdout.write(ptx)
-    print(f"{args.target} for sm_{arch}: {len(polls)} acquire polls inside loops, {len(releases)} release ops", file=sys.stderr)
+    what = f"{len(polls)} acquire polls inside loops, {len(releases)} release ops"
+    if fused.producer:
+        what += f", {len(notifies(ptx))} release notifies after the tile's stores"
+    print(f"{args.target} for sm_{arch}: {what}", file=sys.stderr)
     return 0
 
 

@@ -76,3 +76,23 @@ def acquire_polls(ptx: str) -> list[Op]:
 def release_ops(ptx: str) -> list[Op]:
     """Release stores/atomics (notifies)."""
     return [Op(i + 1, l.strip()) for i, l in enumerate(ptx.splitlines()) if ".release" in l and ("st." in l or "atom." in l or "red." in l)]
+
+
+def notifies(ptx: str) -> list[Op]:
+    """Producer notifies: release (or acq_rel) atomics at system scope, the tile counters and flags."""
+    return [Op(i + 1, l.strip()) for i, l in enumerate(ptx.splitlines())
+            if "atom." in l and ".sys" in l and (".release" in l or ".acq_rel" in l)]
+
+
+def stores_then_barrier_then_notify(ptx: str) -> bool:
+    """The producer's ordering: every global store before the first notify, and a block barrier
+    between the last store and that notify (so all threads' stores precede the count)."""
+    lines = ptx.splitlines()
+    found = notifies(ptx)
+    if not found:
+        return False
+    first = found[0].line - 1
+    stores = [i for i, l in enumerate(lines) if re.search(r"\bst\.global", l)]
+    if not stores or max(stores) > first:
+        return False
+    return any("bar.sync" in l or "barrier.sync" in l for l in lines[max(stores):first])

@@ -61,6 +61,8 @@ def test_every_case_is_present():
         "gemm_2d_launch",
         "grouped_gemm_1d",
         "masked_loads",
+        "producer_gemm_rs",
+        "producer_rownorm_allreduce",
         "program_id_axis_kw",
         "ptr_in_loop",
         "rownorm_reassign",
@@ -179,18 +181,34 @@ def test_reassigned_argument_gets_a_base_copy_first():
 def test_first_wait_reads_the_probe_table_when_tiles_are_remapped(case):
     # A kernel that asks for its program id gets its tiles reordered and a probe; its first wait
     # (only) reads the probed range from the table when SYNCOPY_TABLE is set.
+    # Producer kernels (reduce_scatter, all_reduce) read their write range the same way before the
+    # first store, and announce it after the last.
     name = _kernel_name(case)
+    schedule = load_schedule(HERE / case / "schedule.yaml")
+    producer = schedule.pattern in ("reduce_scatter", "all_reduce")
     remapped = "tl.program_id" in inside((HERE / case / "kernel.py").read_text(), name)
     body = inside(_expected(case), name)
     assert body.count("if SYNCOPY_TABLE:") == int(remapped)
     if remapped:
         lines = body.splitlines()
         at = next(i for i, line in enumerate(lines) if line == "    if SYNCOPY_TABLE:")
-        assert lines[at - 1] == f"    # syncopy: wait for the chunks of {load_schedule(HERE / case / 'schedule.yaml').tensor} this program reads"
+        what = "writes" if producer else "reads"
+        assert lines[at - 1] == f"    # syncopy: {'the' if producer else 'wait for the'} chunks of {schedule.tensor} this program {what}"
         assert lines[at + 1] == "        syncopy_lo, syncopy_hi = syncopy_device.table_range(syncopy_order)"
         assert lines[at + 2] == "    else:"
-        wait = next(i for i, line in enumerate(lines) if "syncopy_device.wait_chunks(" in line)
-        assert at + 3 < wait and all(line.startswith("        syncopy_") for line in lines[at + 3 : wait])
+        use = "syncopy_device.notify_chunks(" if producer else "syncopy_device.wait_chunks("
+        after = next(i for i, line in enumerate(lines) if use in line)
+        assert at + 3 < after
+        computed = []
+        for line in lines[at + 3 : after]:
+            if not line.startswith("        "):
+                break
+            computed.append(line)
+        assert computed and all(line.startswith("        syncopy_") for line in computed)
+        if producer:
+            assert "wait_chunks" not in body
+            assert lines[after] == "    syncopy_device.notify_chunks(syncopy_signals, syncopy_ctx, syncopy_lo, syncopy_hi)"
+            assert lines[after - 1] == "    # syncopy: announce the finished chunks"
 
 
 @pytest.mark.parametrize("case", CASES)
