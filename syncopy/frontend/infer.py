@@ -393,7 +393,9 @@ def infer(ks: KernelSource, tensor: str, dim: int, rows: str | None = None, writ
                 access = Access(p, m)
                 if access not in accesses:
                     accesses.append(access)
-        if accesses and not _covered(binding.groups, accesses, body, index):
+        # A read of rows already waited for needs no second wait; every write counts, because the
+        # announcement must follow the last one.
+        if accesses and (writes or not _covered(binding.groups, accesses, body, index)):
             binding.groups.append(ReadGroup(index, accesses, ks.location(reads[0][0]).line))
         before |= cu.assigned_in(stmt)
     if not binding.groups and writes:

@@ -38,3 +38,14 @@ def test_error_slot_publish_is_a_release(compiled):
     # On timeout the program publishes (rank, chunk, epoch) with a release exchange on the flag.
     for info in compiled.values():
         assert any("release" in op for op in info["releases"])
+
+
+def test_notify_order_check_rejects_a_notify_before_the_stores_or_without_a_barrier():
+    from syncopy.emit.ptx import stores_then_barrier_then_notify
+
+    good = "st.global.b32 [%rd1], %r1;\nbar.sync 0;\natom.global.sys.acq_rel.add.u32 %r2, [%rd2], 1;\n"
+    assert stores_then_barrier_then_notify(good)
+    assert not stores_then_barrier_then_notify(good.replace("bar.sync 0;\n", ""))
+    early = "bar.sync 0;\natom.global.sys.acq_rel.add.u32 %r2, [%rd2], 1;\nst.global.b32 [%rd1], %r1;\n"
+    assert not stores_then_barrier_then_notify(early)
+    assert not stores_then_barrier_then_notify("st.global.b32 [%rd1], %r1;\n")

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_every_template_folder_is_discovered_with_its_parts():
     found = templates.available()
-    assert {"ag_gemm", "ag_rmsnorm"} <= set(found)
+    assert {"ag_gemm", "ag_rmsnorm", "gemm_rs", "gemm_ar"} <= set(found)
     for name, t in found.items():
         assert t.description, name
         s = t.schedule()
@@ -32,7 +32,9 @@ def test_templates_command_lists_them(capsys):
 def test_unknown_template_is_a_one_line_error(capsys):
     assert main(["run", "nope", "--world", "2"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["unknown template 'nope'; the templates are ag_gemm, ag_rmsnorm; run `syncopy templates` to list them"]
+    names = ", ".join(templates.available())
+    assert err == [f"unknown template 'nope'; the templates are {names}; run `syncopy templates` to list them"]
+    assert "gemm_rs" in names and "gemm_ar" in names
 
 
 def test_bad_shape_is_a_one_line_error(capsys):
@@ -45,7 +47,9 @@ def test_bad_shape_is_a_one_line_error(capsys):
     ("ag_gemm", 2, ["--chunks", "3", "--shape", "45,32,32"]),
     ("ag_gemm", 3, ["--order", "bidirectional_ring", "--dtype", "fp16"]),
     ("ag_rmsnorm", 4, ["--chunks", "2", "--order", "local_first", "--shape", "37,48,0"]),
-], ids=["ag_gemm-w2-ragged", "ag_gemm-w3-bidir-fp16", "ag_rmsnorm-w4-direct"])
+    ("gemm_rs", 3, ["--chunks", "2", "--order", "ring"]),
+    ("gemm_ar", 4, ["--chunks", "1", "--order", "local_first", "--shape", "66,32,32", "--dtype", "fp16"]),
+], ids=["ag_gemm-w2-ragged", "ag_gemm-w3-bidir-fp16", "ag_rmsnorm-w4-direct", "gemm_rs-w3-ring", "gemm_ar-w4-direct-fp16"])
 def test_syncopy_run_verifies_against_torch(name, world, extra):
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT))
     proc = subprocess.run([sys.executable, "-m", "syncopy.cli", "run", name, "--world", str(world), *extra],
@@ -70,3 +74,24 @@ def test_compile_template_has_acquire_polls_in_loops(name, arch, tmp_path):
     polls = acquire_polls(out.read_text())
     assert polls and all(".acquire" in p.text and ".sys" in p.text for p in polls)
     assert f"{name} for {arch}:" in proc.stderr
+
+
+@pytest.mark.parametrize("name", ["gemm_rs", "gemm_ar"])
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_compile_producer_template_notifies_with_release_after_its_stores(name, arch, tmp_path):
+    out = tmp_path / f"{name}.ptx"
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = str(ROOT)
+    proc = subprocess.run([sys.executable, "-m", "syncopy.cli", "compile", name, "--arch", arch, "-o", str(out)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    from syncopy.emit.ptx import acquire_polls, notifies, stores_then_barrier_then_notify
+
+    ptx = out.read_text()
+    ops = notifies(ptx)
+    # The tile counter (acq_rel add) and the flag (release exchange), both at system scope.
+    assert any(".acq_rel" in o.text and ".add" in o.text for o in ops), ops
+    assert any(".release" in o.text and ".exch" in o.text for o in ops), ops
+    assert stores_then_barrier_then_notify(ptx), "a notify is not after the tile's stores and a block barrier"
+    assert not acquire_polls(ptx), "a producer kernel never waits"
+    assert f"{name} for {arch}:" in proc.stderr and "release notifies after the tile's stores" in proc.stderr

@@ -870,3 +870,53 @@ def test_unimplemented_pattern_is_refused_before_any_pass():
         transform(find_kernel(text, "user.py", "lines"), Schedule(pattern="all_to_all", tensor="V"))
     assert "pattern 'all_to_all' is not implemented yet" in str(info.value)
     assert not isinstance(info.value, InferenceError)
+
+
+# --------------------------------------------------------------------------------------------------
+# Producer notify (reduce_scatter, all_reduce)
+# --------------------------------------------------------------------------------------------------
+_SCALE = textwrap.dedent('''\
+    import triton
+    import triton.language as tl
+
+
+    @triton.jit
+    def scale(X, Y, n, BLOCK: tl.constexpr):
+        pid = tl.program_id(0)
+        offs = pid * BLOCK + tl.arange(0, BLOCK)
+        v = tl.load(X + offs, mask=offs < n)
+        tl.store(Y + offs, v * 2, mask=offs < n)
+        tl.store(Y + offs, v * 3, mask=offs < n)
+''')
+
+
+def test_producer_announces_once_after_the_last_store_with_the_union_of_the_write_ranges():
+    t = transform(find_kernel(_SCALE, "kern.py", "scale"), Schedule(pattern="reduce_scatter", tensor="Y"))
+    body = t.stages["fused"]
+    assert body.count("notify_chunks(") == 1 and "wait_chunks" not in body
+    assert body.index("notify_chunks(") > body.rindex("tl.store(Y + offs, v * 3")
+    assert "syncopy_lo_w1, syncopy_hi_w1 = syncopy_device.chunk_range_masked(Y + offs, offs < n, Y, syncopy_ctx, True)" in body
+    assert "syncopy_lo, syncopy_hi = syncopy_device.merge_ranges(syncopy_lo, syncopy_hi, syncopy_lo_w1, syncopy_hi_w1)" in body
+    # The probe computes the addresses only: no load of X, no store.
+    probe = t.stages["probe"]
+    assert "tl.load" not in probe and "tl.store" not in probe and "probe_store" in probe
+
+
+def test_producer_kernel_that_never_stores_into_the_tensor_names_the_key():
+    with pytest.raises(InferenceError) as info:
+        transform(find_kernel(_SCALE, "kern.py", "scale"), Schedule(pattern="all_reduce", tensor="X"))
+    assert str(info.value).startswith("kern.py:6:1: kernel 'scale' never stores into 'X', so no program would announce its chunks; "
+                                      "check `tensor:` (for reduce_scatter and all_reduce it is the output the kernel writes)")
+
+
+def test_producer_kernel_without_program_id_is_refused():
+    text = _SCALE.replace("pid = tl.program_id(0)", "pid = 0")
+    with pytest.raises(KernelError) as info:
+        transform(find_kernel(text, "kern.py", "scale"), Schedule(pattern="reduce_scatter", tensor="Y"))
+    assert str(info.value) == ("kern.py:6:1: kernel 'scale' never calls tl.program_id, so every program would write the same rows "
+                               "of 'Y'; a reduce_scatter kernel must split its output over programs")
+
+
+def test_consumer_store_into_gathered_input_is_still_refused():
+    with pytest.raises(KernelError, match="an all-gathered input is read-only"):
+        transform(find_kernel(_SCALE, "kern.py", "scale"), Schedule(pattern="all_gather", tensor="Y"))

@@ -395,3 +395,83 @@ def run_delay_and_launch_errors(rank: int, world: int, delay_s: float) -> dict:
         p.launch(fused)
         out["delay"].append({"seconds": time.perf_counter() - t, "err": p.error(), "trace": fused.last_trace})
     return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Producer patterns: reduce_scatter and all_reduce (the templates' kernels and a row kernel)
+# --------------------------------------------------------------------------------------------------
+def _producer_fused(case: dict, **options):
+    import syncopy
+    from syncopy import templates
+
+    t = templates.get(case["template"])
+    sched = t.schedule(chunks_per_rank=case["chunks"], order=case["order"])
+    return syncopy.overlap(sched, poison_receive=True, **options)(t.kernel())
+
+
+def run_producer_matrix(rank: int, world: int, cases: list[dict]) -> list[dict]:
+    """Each case: template (gemm_rs | gemm_ar), chunks, order, dtype, shape, one_shot; two launches
+    of one operator with fresh inputs (no reset in between), each against the torch reference."""
+    import torch
+
+    from syncopy import templates
+
+    out = []
+    for case in cases:
+        mod = templates.get(case["template"]).module
+        dtype = _dtype(case["dtype"])
+        fused = _producer_fused(case, trace=True, one_shot_max_bytes=10**12 if case.get("one_shot") else 0)
+        errs, algorithms = [], set()
+        for epoch in range(2):
+            inp = mod.inputs(rank, world, case["shape"], dtype, seed=epoch + 1)
+            got = mod.launch(fused, **inp)
+            ref = mod.reference(**inp)
+            scale = max(1.0, ref.float().abs().max().item())
+            errs.append((got.float() - ref.float()).abs().max().item() / scale)
+            ctx, _ = next(iter(fused._contexts.values()))
+            algorithms.add(ctx.plan.algorithm)
+        tol = mod.TOLERANCE[dtype]
+        out.append({"case": case, "errs": errs, "ok": all(e <= tol for e in errs), "algorithms": sorted(algorithms),
+                    "epochs": fused.last_trace.epoch, "shape": list(got.shape)})
+    return out
+
+
+def run_producer_overlap(rank: int, world: int, latency_s: float) -> list:
+    """gemm_rs with a slow link: traces of two launches (chunks sent while tiles still run)."""
+    from syncopy import templates
+    from syncopy.runtime.link import Link
+
+    import torch
+
+    case = {"template": "gemm_rs", "chunks": 2, "order": "ring"}
+    mod = templates.get("gemm_rs").module
+    fused = _producer_fused(case, trace=True, link=Link(latency_s=latency_s))
+    traces, errs = [], []
+    for epoch in range(2):
+        inp = mod.inputs(rank, world, (128, 32, 16), torch.float32, seed=epoch)
+        got = mod.launch(fused, **inp, BLOCK_M=16, BLOCK_N=16, BLOCK_K=16)
+        ref = mod.reference(**inp)
+        errs.append((got - ref).abs().max().item())
+        traces.append(fused.last_trace)
+    return {"traces": traces, "errs": errs}
+
+
+def run_producer_drop(rank: int, world: int, drop: tuple[int, int], timeout_s: float) -> dict:
+    """Rank drop[0] never sends its contribution to chunk drop[1]: its owner times out, naming it."""
+    import torch
+
+    from syncopy import templates
+    from syncopy.runtime.link import Faults
+
+    case = {"template": "gemm_rs", "chunks": 2, "order": "local_first"}
+    mod = templates.get("gemm_rs").module
+    fused = _producer_fused(case, faults=Faults.of(drop=[drop]), timeout_s=timeout_s)
+    inp = mod.inputs(rank, world, (48, 16, 16), torch.float32)
+    t = time.perf_counter()
+    try:
+        mod.launch(fused, **inp, BLOCK_M=16, BLOCK_N=16, BLOCK_K=16)
+        res = {"type": None}
+    except Exception as exc:
+        res = _exc_info(exc)
+    res["seconds"] = time.perf_counter() - t
+    return res
