@@ -191,6 +191,16 @@ class FusedKernel:
         rows = shard.shape[self.schedule.dim]
         if self.producer:
             ctx = self._producer_context(shard, rank, world)
+        elif self.schedule.pattern == "all_to_all":
+            if rows % world:
+                raise LaunchError(
+                    f"all_to_all sends {world} equal blocks of '{self.schedule.tensor}' along dim {self.schedule.dim}, but it "
+                    f"has {rows} rows; give every rank a multiple of {world} rows (pad the token blocks)"
+                )
+            p = planning.all_to_all(self.schedule, rank, world, rows // world)
+            block = list(shard.shape)
+            block[self.schedule.dim] //= world
+            ctx = Context(p, tuple(block), shard.dtype, shard.device, self.schedule.dim)
         else:
             p = planning.all_gather(self.schedule, rank, world, rows)
             ctx = Context(p, tuple(shard.shape), shard.dtype, shard.device, self.schedule.dim)
@@ -307,6 +317,8 @@ class FusedKernel:
                 ctx.land(g)
             transfer = None
         else:
+            if self.schedule.pattern == "all_to_all":
+                ctx.source = shard
             backend.local(ctx, shard)
             transfer = backend.start(ctx, epoch)
         k0 = time.perf_counter() - ctx.t0
@@ -400,6 +412,15 @@ class FusedKernel:
         bound, shard, options = self._bind(args, dict(kwargs))
         if self.producer:
             return self._reference_producer(grid, bound, shard, options, group)
+        if self.schedule.pattern == "all_to_all":
+            received = torch.empty_like(shard)
+            if self.schedule.dim != 0:
+                raise LaunchError("the all_to_all reference splits along dim 0; use dim: 0")
+            dist.all_to_all_single(received, shard.contiguous(), group=group)
+            call_args = dict(bound)
+            call_args[self.schedule.tensor] = received
+            self.local[grid](**call_args, **options)
+            return
         if self.schedule.dim == 0:
             from syncopy.templates import all_gather_rows
 

@@ -176,7 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--shape", metavar="M,N,K", help="M = rows per rank")
     r.add_argument("--dtype", choices=["fp32", "fp16", "bf16"], default="fp32")
     r.add_argument("--chunks", type=int, help="chunks per rank (default: the template's schedule)")
-    r.add_argument("--order", choices=["ring", "local_first", "bidirectional_ring"])
+    r.add_argument("--order", type=_order_arg, metavar="ring|local_first|bidirectional_ring|OFFSETS",
+                   help="arrival order; OFFSETS is an explicit comma-separated list of peer offsets, e.g. 3,1,2")
     r.add_argument("--iters", type=int, default=2)
     r.add_argument("--backend", default="auto")
     r.set_defaults(run=_run)
@@ -205,6 +206,15 @@ def build_parser() -> argparse.ArgumentParser:
         plan_command.add_arguments(pl)
         pl.set_defaults(run=plan_command.run)
     return p
+
+
+def _order_arg(text: str):
+    if text in ("ring", "local_first", "bidirectional_ring"):
+        return text
+    try:
+        return [int(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not ring, local_first, bidirectional_ring or a list of peer offsets like 3,1,2") from None
 
 
 def main(argv: list[str] | None = None) -> int:

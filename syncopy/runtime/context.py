@@ -100,12 +100,23 @@ class Context:
         self.broken: str | None = None
         self.lock = threading.Lock()
         self.trace: Trace | None = None
+        self.source: torch.Tensor | None = None  # all_to_all: the input whose blocks go to the peers
         self.t0 = 0.0
         self.t0_wall = 0.0
 
     def chunk_view(self, chunk: int) -> torch.Tensor:
         lo, hi = self.plan.bounds(chunk)
         return self.buffer.narrow(self.dim, lo, hi - lo)
+
+    def send_view(self, chunk: int, peer: int) -> torch.Tensor:
+        """What a send of `chunk` to `peer` carries. all_gather: the chunk itself (ours or relayed).
+        all_to_all: the same rows of `source` (this launch's input) in the block meant for `peer`,
+        which lands in the peer's receive buffer at block `rank` -- the chunk's own place there."""
+        if self.source is None:
+            return self.chunk_view(chunk)
+        lo, hi = self.plan.bounds(chunk)
+        shift = (peer - self.plan.rank) * self.plan.rows_per_rank
+        return self.source.narrow(self.dim, lo + shift, hi - lo)
 
     def begin(self, spin_limit: int) -> int:
         self.epoch += 1

@@ -93,6 +93,17 @@ def all_gather(schedule: Schedule, rank: int, world: int, rows_per_rank: int) ->
     return plan
 
 
+def all_to_all(schedule: Schedule, rank: int, world: int, rows_per_rank: int) -> RankPlan:
+    """all_to_all with equal splits: every rank sends block d of its input straight to rank d, and
+    receives block `rank` of every peer's input into block `src` of its receive buffer. The layout
+    of the receive buffer is all_gather's (chunk src*C + i), so waits and tile order are the same;
+    only direct sends make sense (nothing to relay): ring orders arrivals as local_first does."""
+    order = schedule.order
+    if order in ("ring", "bidirectional_ring"):
+        order = "local_first"
+    return all_gather(schedule.model_copy(update={"order": order}), rank, world, rows_per_rank)
+
+
 def _sources(rank: int, world: int, direction: int, distances) -> list[int]:
     return [(rank - direction * d) % world for d in distances]
 

@@ -20,7 +20,7 @@ Pattern = Literal["all_gather", "reduce_scatter", "all_reduce", "all_to_all"]
 NamedOrder = Literal["ring", "local_first", "bidirectional_ring"]
 
 #: Patterns the runtime can execute today; the others validate but are rejected at transform time.
-IMPLEMENTED_PATTERNS = ("all_gather", "reduce_scatter", "all_reduce")
+IMPLEMENTED_PATTERNS = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all")
 #: Patterns whose kernel produces the communicated tensor (it announces chunks; the runtime reduces).
 PRODUCER_PATTERNS = ("reduce_scatter", "all_reduce")
 

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_every_template_folder_is_discovered_with_its_parts():
     found = templates.available()
-    assert {"ag_gemm", "ag_rmsnorm", "gemm_rs", "gemm_ar"} <= set(found)
+    assert {"ag_gemm", "ag_rmsnorm", "gemm_rs", "gemm_ar", "a2a_gemm"} <= set(found)
     for name, t in found.items():
         assert t.description, name
         s = t.schedule()
@@ -49,7 +49,10 @@ def test_bad_shape_is_a_one_line_error(capsys):
     ("ag_rmsnorm", 4, ["--chunks", "2", "--order", "local_first", "--shape", "37,48,0"]),
     ("gemm_rs", 3, ["--chunks", "2", "--order", "ring"]),
     ("gemm_ar", 4, ["--chunks", "1", "--order", "local_first", "--shape", "66,32,32", "--dtype", "fp16"]),
-], ids=["ag_gemm-w2-ragged", "ag_gemm-w3-bidir-fp16", "ag_rmsnorm-w4-direct", "gemm_rs-w3-ring", "gemm_ar-w4-direct-fp16"])
+    ("a2a_gemm", 3, ["--chunks", "3", "--dtype", "fp16"]),
+    ("a2a_gemm", 4, ["--chunks", "2", "--order", "3,1,2"]),
+], ids=["ag_gemm-w2-ragged", "ag_gemm-w3-bidir-fp16", "ag_rmsnorm-w4-direct", "gemm_rs-w3-ring", "gemm_ar-w4-direct-fp16",
+        "a2a_gemm-w3-fp16", "a2a_gemm-w4-explicit"])
 def test_syncopy_run_verifies_against_torch(name, world, extra):
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT))
     proc = subprocess.run([sys.executable, "-m", "syncopy.cli", "run", name, "--world", str(world), *extra],
@@ -60,7 +63,7 @@ def test_syncopy_run_verifies_against_torch(name, world, extra):
     assert f"{name} on {world} rank(s): correct" in proc.stdout
 
 
-@pytest.mark.parametrize("name", ["ag_gemm", "ag_rmsnorm"])
+@pytest.mark.parametrize("name", ["ag_gemm", "ag_rmsnorm", "a2a_gemm"])
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_compile_template_has_acquire_polls_in_loops(name, arch, tmp_path):
     out = tmp_path / f"{name}.ptx"

@@ -157,3 +157,21 @@ def test_more_chunks_than_rows_and_wrong_explicit_order_are_launch_errors():
         planning.reduce(Schedule(pattern="reduce_scatter", tensor="C", chunks_per_rank=4), 0, 2, 3)
     with pytest.raises(LaunchError, match=r"lists 2 peer offsets but the world has 4 ranks"):
         planning.reduce(Schedule(pattern="all_reduce", tensor="C", order=[2, 1]), 0, 4, 3)
+
+
+def test_all_to_all_sends_the_peers_block_and_keeps_the_gather_layout():
+    import torch
+
+    from syncopy.runtime.context import Context
+
+    s = Schedule(pattern="all_to_all", tensor="X", chunks_per_rank=2, order="ring")
+    p = planning.all_to_all(s, 1, 3, 4)  # 3 ranks, blocks of 4 rows, 2 chunks per block
+    assert p.arrival == [0, 1, 4, 5]  # from rank 0 first, then rank 2: direct, like local_first
+    assert {(n.chunk, n.peer) for n in p.sends()} == {(2, 2), (3, 2), (2, 0), (3, 0)}
+    ctx = Context(p, (4, 2), torch.float32, torch.device("cpu"), 0)
+    ctx.source = torch.arange(24, dtype=torch.float32).reshape(12, 2)
+    # Chunk 3 is rows 6..8 of the receive buffer (block 1, second half); to rank 2 it carries rows
+    # 10..12 of our input (block 2, second half), which land in rank 2's block 1.
+    assert p.bounds(3) == (6, 8)
+    assert torch.equal(ctx.send_view(3, 2), ctx.source[10:12])
+    assert torch.equal(ctx.send_view(2, 0), ctx.source[0:2])

@@ -101,7 +101,7 @@ class Transfer:
             src, index = divmod(node.chunk, c)
             if src == ctx.plan.rank and (src, index) in self.faults.drop:
                 continue
-            view = ctx.chunk_view(node.chunk)
+            view = ctx.send_view(node.chunk, node.peer)
             data = view if view.is_contiguous() else view.contiguous()
             wait = self.link.delay(data.numel() * data.element_size(), self.rng)
             if src == ctx.plan.rank:
@@ -283,7 +283,10 @@ class GlooBackend:
         """Put this rank's shard in its slot of the gathered buffer and flag its chunks."""
         rank, c = ctx.plan.rank, ctx.plan.chunks_per_rank
         lo, _ = ctx.plan.bounds(rank * c)
-        ctx.buffer.narrow(ctx.dim, lo, ctx.plan.rows_per_rank).copy_(shard)
+        rows = ctx.plan.rows_per_rank
+        # all_to_all: our input's block `rank` is ours to keep; all_gather: the whole shard.
+        mine = shard.narrow(ctx.dim, lo, rows) if ctx.source is not None else shard
+        ctx.buffer.narrow(ctx.dim, lo, rows).copy_(mine)
         for i in range(c):
             ctx.land(rank * c + i)
 
