@@ -133,9 +133,8 @@ class GlooBackend:
 
     def local(self, ctx: Context, shard: torch.Tensor) -> None:
         """Put this rank's shard in its slot of the gathered buffer and flag its chunks."""
-        rank, c = ctx.plan.rank, ctx.plan.chunks_per_rank
-        lo, _ = ctx.plan.bounds(rank * c)
-        ctx.buffer.narrow(ctx.dim, lo, ctx.plan.rows_per_rank).copy_(shard)
+        rank, c, rows = ctx.plan.rank, ctx.plan.chunks_per_rank, ctx.plan.rows_per_rank
+        ctx.buffer.narrow(ctx.dim, rank * rows, rows).copy_(shard)
         for i in range(c):
             ctx.land(rank * c + i)
 
