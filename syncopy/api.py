@@ -334,7 +334,8 @@ class FusedKernel:
         err = ctx.error()
         c = ctx.plan.chunks_per_rank
         if err is not None:
-            rank, chunk, e = err
+            rank, flag, e = err
+            chunk = ctx.plan.chunk_of_flag(flag)  # the kernel waits per unit; name the chunk
             ctx.broken = f"chunk {chunk} timed out"
             raise SyncopyTimeout(rank, divmod(chunk, c), e, self.timeout_s)
         if transfer is not None and transfer.lost:

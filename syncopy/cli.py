@@ -6,7 +6,7 @@ import difflib
 import sys
 from pathlib import Path
 
-from syncopy.errors import SyncopyError
+from syncopy.errors import ScheduleError, ScheduleLocation, SyncopyError
 
 
 def _transform(args) -> int:
@@ -17,8 +17,6 @@ def _transform(args) -> int:
 
     schedule = load_schedule(Path(args.schedule))
     if schedule.kernel is None:
-        from syncopy.errors import ScheduleError, ScheduleLocation
-
         raise ScheduleError("missing required key for the CLI; add `kernel: NAME` (the @triton.jit function to transform)",
                             ScheduleLocation(args.schedule, "kernel"))
     if args.output and Path(args.output).resolve() == Path(args.kernel).resolve():
@@ -45,7 +43,21 @@ def _check(args) -> int:
     from syncopy.schedule import load_schedule
 
     s = load_schedule(Path(args.schedule))
-    print(f"{args.schedule}: ok ({s.pattern} of {s.tensor} along dim {s.dim}, {s.chunks_per_rank} chunks per rank, order {s.order})")
+    order = s.order if s.transfers is None else f"explicit: {len(s.transfers)} transfers for {s.world} ranks"
+    print(f"{args.schedule}: ok ({s.pattern} of {s.tensor} along dim {s.dim}, {s.chunks_per_rank} chunks per rank, order {order})")
+    return 0
+
+
+def _expand(args) -> int:
+    from syncopy.schedule import load_schedule
+    from syncopy.schedule.explicit import expand, to_yaml
+
+    schedule = load_schedule(Path(args.schedule))
+    try:
+        text = to_yaml(expand(schedule, args.world))
+    except ScheduleError as exc:  # name the file, as every schedule error does
+        raise ScheduleError(exc.message, ScheduleLocation(args.schedule, exc.location.key if exc.location else "")) from None
+    sys.stdout.write(text)
     return 0
 
 
@@ -163,6 +175,11 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("check", help="validate a schedule file")
     c.add_argument("schedule", metavar="S.yaml")
     c.set_defaults(run=_check)
+
+    e = sub.add_parser("expand", help="write a schedule's order out as explicit transfers (the full form) for a world size")
+    e.add_argument("schedule", metavar="S.yaml")
+    e.add_argument("--world", type=int, required=True)
+    e.set_defaults(run=_expand)
 
     s = sub.add_parser("schema", help="print the JSON Schema of schedules")
     s.set_defaults(run=_schema)

@@ -21,7 +21,7 @@ class Trace:
     epoch: int
     chunk_rows: dict[int, tuple[int, int]]
     arrivals: dict[int, float] = field(default_factory=dict)  # chunk -> time it landed (local: 0)
-    tile_ranges: list[tuple[int, int]] = field(default_factory=list)  # chunks each tile waits for
+    tile_ranges: list[tuple[int, int]] = field(default_factory=list)  # flags each tile waits for (chunks; units with explicit slices)
     tile_order: list[int] = field(default_factory=list)  # tile run by execution slot s
     tile_starts: list[tuple[int, int, int]] = field(default_factory=list)  # (tile, sequence, chunks arrived)
     kernel_s: tuple[float, float] = (0.0, 0.0)
@@ -83,15 +83,17 @@ class Context:
         if full_shape is not None:  # all_reduce of rows that do not split evenly: the last part is short
             full = list(full_shape)
         self.buffer = torch.empty(full, dtype=dtype, device=device)
-        n = plan.world * plan.chunks_per_rank
-        self.n_chunks = n
+        self.n_chunks = plan.world * plan.chunks_per_rank
+        # One flag per unit: a chunk per unit in the minimal form, several units per chunk with
+        # explicit slices (the kernel's chunk ranges count units; RankPlan.flags maps them).
+        n = self.n_flags = plan.world * plan.flags_per_rank
         # [error x4 | flags x n | arrived (or sent) | started | producer: counters x n | targets x n]
         self.signals = torch.zeros(dev.SIG_HEADER + n + 2 + (2 * n if producer else 0), dtype=torch.int32, device=device)
         self.targets = [0] * n
         self.ctx = torch.zeros(dev.CTX_LEN, dtype=torch.int64, device=device)
         self.ctx[dev.CTX_RANK.value] = plan.rank
         self.ctx[dev.CTX_ROWS.value] = plan.rows_per_rank
-        self.ctx[dev.CTX_CHUNKS.value] = plan.chunks_per_rank
+        self.ctx[dev.CTX_CHUNKS.value] = plan.flags_per_rank
         self.ctx[dev.CTX_STRIDE_BYTES.value] = self.buffer.stride(dim) * self.buffer.element_size()
         self.ctx[dev.CTX_SIZE.value] = full[dim]
         self.ctx[dev.CTX_WORLD.value] = plan.world
@@ -123,17 +125,18 @@ class Context:
         self.ctx[dev.CTX_EPOCH.value] = self.epoch
         self.ctx[dev.CTX_SPIN_LIMIT.value] = spin_limit
         self.signals[: dev.SIG_HEADER] = 0
-        self.signals[dev.SIG_HEADER + self.n_chunks : dev.SIG_HEADER + self.n_chunks + 2] = 0
+        self.signals[dev.SIG_HEADER + self.n_flags : dev.SIG_HEADER + self.n_flags + 2] = 0
         self.t0 = time.perf_counter()
         self.t0_wall = time.time()
         return self.epoch
 
     def land(self, chunk: int) -> None:
-        """Raise chunk `chunk`'s flag to this epoch (after its data is in place), count it as arrived."""
+        """Raise chunk `chunk`'s flags to this epoch (after its data is in place), count it as arrived."""
         with self.lock:
-            # Count first, then raise the flag: a tile released by the flag must see the count.
-            self.signals[dev.SIG_HEADER + self.n_chunks] += 1
-            self.signals[dev.SIG_HEADER + chunk] = self.epoch
+            # Count first, then raise the flags: a tile released by a flag must see the count.
+            self.signals[dev.SIG_HEADER + self.n_flags] += 1
+            for f in self.plan.flags(chunk):
+                self.signals[dev.SIG_HEADER + f] = self.epoch
             if self.trace is not None:
                 self.trace.arrivals[chunk] = time.perf_counter() - self.t0
 
@@ -150,7 +153,7 @@ class Context:
 
     def count_sent(self) -> None:
         with self.lock:
-            self.signals[dev.SIG_HEADER + self.n_chunks] += 1
+            self.signals[dev.SIG_HEADER + self.n_flags] += 1
 
     def error(self) -> tuple[int, int, int] | None:
         flag, rank, chunk, epoch = (int(x) for x in self.signals[: dev.SIG_HEADER].tolist())

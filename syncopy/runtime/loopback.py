@@ -52,16 +52,17 @@ class LoopbackWorld:
         order, _, _ = fk._order(ctx, grid, call, None)
         epoch = ctx.begin(_spin_limit(fk.timeout_s, "cuda"))
         c = ctx.plan.chunks_per_rank
-        lo, _ = ctx.plan.bounds(self.rank * c)
-        ctx.buffer.narrow(ctx.dim, lo, ctx.plan.rows_per_rank).copy_(shard)
-        flag = torch.full((1,), epoch, dtype=torch.int32).pin_memory()
+        rows = ctx.plan.rows_per_rank
+        ctx.buffer.narrow(ctx.dim, self.rank * rows, rows).copy_(shard)
+        widest = max(len(ctx.plan.flags(g)) for g in range(ctx.n_chunks))
+        flag = torch.full((widest,), epoch, dtype=torch.int32).pin_memory()
         remote = [g for g in range(ctx.n_chunks) if g // c != self.rank]
         for g in range(self.rank * c, (self.rank + 1) * c):
-            ctx.signals[dev.SIG_HEADER + g] = epoch
+            ctx.signals[self._flags(ctx, g)] = epoch
         if presignal:
             for g in remote:
                 self._copy_chunk(ctx, peers, g, c)
-                ctx.signals[dev.SIG_HEADER + g] = epoch
+                ctx.signals[self._flags(ctx, g)] = epoch
         torch.cuda.current_stream().wait_stream(self.side)
         dummy = torch.zeros(1, dtype=torch.int32, device=shard.device)
         fused[grid](**call, **fk._extra(ctx, order, dummy), **options)
@@ -73,14 +74,21 @@ class LoopbackWorld:
                     if delay_s:
                         time.sleep(delay_s)
                     self._copy_chunk(ctx, peers, g, c)
-                    ctx.signals[dev.SIG_HEADER + g : dev.SIG_HEADER + g + 1].copy_(flag, non_blocking=True)
+                    flags = self._flags(ctx, g)
+                    ctx.signals[flags].copy_(flag[: flags.stop - flags.start], non_blocking=True)
         if sync:
             torch.cuda.synchronize()
             err = ctx.error()
             if err is not None:
-                raise SyncopyTimeout(err[0], divmod(err[1], c), err[2], fk.timeout_s)
+                raise SyncopyTimeout(err[0], divmod(ctx.plan.chunk_of_flag(err[1]), c), err[2], fk.timeout_s)
         ctx._keep = flag  # pinned source must outlive the async copy
         return ctx
+
+    @staticmethod
+    def _flags(ctx: Context, g: int) -> slice:
+        """Chunk g's flags in the signal pad (one per unit it covers)."""
+        f = ctx.plan.flags(g)
+        return slice(dev.SIG_HEADER + f.start, dev.SIG_HEADER + f.stop)
 
     @staticmethod
     def _copy_chunk(ctx: Context, peers, g: int, c: int) -> None:

@@ -6,12 +6,19 @@ All-gather, rank r of W, C chunks per rank; chunk g = src*C + i holds rows
     ring (W=4, rank 1):   step 1      step 2      step 3
       receive from 0:     (0, 0..C)   (3, 0..C)   (2, 0..C)      relayed around the ring
       send to 2:          (1, 0..C)   (0, 0..C)   (3, 0..C)      a chunk leaves as soon as it landed
+
+An explicit schedule (`order: explicit`, syncopy.schedule.explicit) lowers transfer by transfer:
+each rank receives what is sent to it, in (step, list position) order, and sends what it sends in
+that order, a relay after its chunk landed here and after the `after` transfers landed here.
+With explicit slices (`units_per_rank` + `chunks`) the kernel's flags are per unit: chunk i covers
+units [lo, hi) of its shard and its landing raises all of their flags.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from syncopy.errors import LaunchError
+from syncopy.schedule import explicit
 from syncopy.schedule.chunks import chunk_bounds
 from syncopy.schedule.model import Schedule
 
@@ -37,18 +44,43 @@ class RankPlan:
     rows_per_rank: int
     arrival: list[int]  # remote chunk ids in the order they are expected to land
     nodes: list[Node] = field(default_factory=list)
+    # Explicit slices: chunk i of a shard is units slices[i] = [lo, hi) of units_per_rank equal
+    # units. Empty: chunk i is unit i (units_per_rank == chunks_per_rank), the minimal form.
+    slices: tuple[tuple[int, int], ...] = ()
+    units_per_rank: int = 0
+
+    @property
+    def flags_per_rank(self) -> int:
+        """Signal flags (units) per source rank: what the kernel's chunk ranges count."""
+        return self.units_per_rank or self.chunks_per_rank
+
+    def flags(self, chunk: int) -> range:
+        """Global flag ids of chunk `chunk` (one per unit it covers)."""
+        src, i = divmod(chunk, self.chunks_per_rank)
+        lo, hi = self.slices[i] if self.slices else (i, i + 1)
+        base = src * self.flags_per_rank
+        return range(base + lo, base + hi)
+
+    def chunk_of_flag(self, flag: int) -> int:
+        """The chunk whose landing raises flag `flag`."""
+        if not self.slices:
+            return flag
+        src, unit = divmod(flag, self.flags_per_rank)
+        return src * self.chunks_per_rank + next(i for i, (lo, hi) in enumerate(self.slices) if lo <= unit < hi)
 
     def position(self) -> dict[int, int]:
-        """Arrival position of each chunk: 0 for local chunks, k for the k-th remote chunk to land."""
-        pos = {self.rank * self.chunks_per_rank + i: 0 for i in range(self.chunks_per_rank)}
-        pos.update({g: k + 1 for k, g in enumerate(self.arrival)})
+        """Arrival position of each flag (the kernel's unit of waiting): 0 for local chunks, k for the
+        flags of the k-th remote chunk to land."""
+        pos = {f: 0 for i in range(self.chunks_per_rank) for f in self.flags(self.rank * self.chunks_per_rank + i)}
+        pos.update({f: k + 1 for k, g in enumerate(self.arrival) for f in self.flags(g)})
         return pos
 
     def bounds(self, chunk: int) -> tuple[int, int]:
         """Rows of chunk `chunk` in the gathered tensor."""
         src, i = divmod(chunk, self.chunks_per_rank)
-        lo, hi = chunk_bounds(self.rows_per_rank, self.chunks_per_rank)[i]
-        return src * self.rows_per_rank + lo, src * self.rows_per_rank + hi
+        lo, hi = self.slices[i] if self.slices else (i, i + 1)
+        units = chunk_bounds(self.rows_per_rank, self.flags_per_rank)
+        return src * self.rows_per_rank + units[lo][0], src * self.rows_per_rank + units[hi - 1][1]
 
     def sends(self) -> list[Node]:
         return [n for n in self.nodes if n.kind == "send"]
@@ -64,7 +96,13 @@ def _chunks_of(src: int, c: int) -> list[int]:
 def all_gather(schedule: Schedule, rank: int, world: int, rows_per_rank: int) -> RankPlan:
     """The transfers rank `rank` performs for an all-gather under `schedule`."""
     c = schedule.chunks_per_rank
-    if c > rows_per_rank:
+    if schedule.world is not None and schedule.world != world:
+        written = "its transfers are written" if schedule.transfers is not None else "it is written"
+        raise LaunchError(
+            f"the schedule says `world: {schedule.world}` ({written} for {schedule.world} ranks) but the group has {world} "
+            f"ranks; launch on {schedule.world} ranks or write the schedule for {world} (`syncopy expand` writes a named order for any world)"
+        )
+    if schedule.chunks is None and c > rows_per_rank:
         raise LaunchError(
             f"chunks_per_rank is {c} but each shard of '{schedule.tensor}' has only {rows_per_rank} rows along dim "
             f"{schedule.dim}; use chunks_per_rank <= {rows_per_rank}"
@@ -76,9 +114,22 @@ def all_gather(schedule: Schedule, rank: int, world: int, rows_per_rank: int) ->
             f"list each of the offsets 1..{world - 1} once"
         )
     plan = RankPlan(rank, world, c, rows_per_rank, [])
+    if schedule.chunks is not None:
+        plan.slices = tuple((lo, hi) for lo, hi in schedule.chunks)
+        plan.units_per_rank = schedule.units_per_rank
+        for i in range(c):
+            lo, hi = plan.bounds(i)
+            if lo == hi:
+                raise LaunchError(
+                    f"chunks[{i}] (units [{plan.slices[i][0]}, {plan.slices[i][1]}) of {plan.units_per_rank}) holds no rows when a "
+                    f"shard of '{schedule.tensor}' has {rows_per_rank} rows along dim {schedule.dim}; use at most {rows_per_rank} "
+                    "units_per_rank or wider slices"
+                )
     if world == 1:
         return plan
-    if order == "ring":
+    if order == "explicit":
+        _explicit(plan, schedule)
+    elif order == "ring":
         _ring(plan, direction=+1, distances=range(1, world))
     elif order == "bidirectional_ring":
         # Peers at distance 1..ceil((W-1)/2) arrive clockwise, the rest counter-clockwise.
@@ -149,6 +200,27 @@ def _direct(plan: RankPlan, offsets: list[int]) -> None:
             plan.nodes.append(Node("send", g, (r + d) % w))
 
 
+def _explicit(plan: RankPlan, schedule: Schedule) -> None:
+    """This rank's part of an explicit transfer list (already validated against itself and the world)."""
+    r, c = plan.rank, plan.chunks_per_rank
+    transfers = schedule.transfers
+    ordered = explicit.ordered(schedule)
+
+    def gid(i: int) -> int:
+        block, index = transfers[i].chunk
+        return block * c + index
+
+    for i, _, _ in ordered:
+        if transfers[i].dst == r:
+            plan.nodes.append(Node("recv", gid(i), transfers[i].src))
+            plan.arrival.append(gid(i))
+    for i, _, waits in ordered:
+        if transfers[i].src == r:
+            # Every wait is a landing on this rank (validated), named by the chunk it lands.
+            after = tuple(dict.fromkeys(gid(j) for j in waits))
+            plan.nodes.append(Node("send", gid(i), transfers[i].dst, after))
+
+
 def tile_order(ranges: list[tuple[int, int]], position: dict[int, int], producer: bool = False) -> list[int]:
     """Tiles sorted by the arrival position of the last chunk each needs (stable: ties keep grid order).
 
@@ -207,6 +279,13 @@ class ReducePlan:
 
     def position(self) -> dict[int, int]:
         return {g: k for k, g in enumerate(self.finish)}
+
+    @property
+    def flags_per_rank(self) -> int:
+        return self.chunks_per_rank  # producer chunks are never split into units
+
+    def flags(self, chunk: int) -> range:
+        return range(chunk, chunk + 1)
 
     def bounds(self, chunk: int) -> tuple[int, int]:
         """Rows of chunk `chunk` in the full (unreduced) output."""

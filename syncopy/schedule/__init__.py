@@ -1,6 +1,8 @@
-"""Chunk schedules: the pydantic model, loading with located errors, chunk geometry."""
+"""Chunk schedules: the pydantic model, loading with located errors, chunk geometry, the full form."""
 from syncopy.schedule.chunks import chunk_bounds, chunk_of_row
+from syncopy.schedule.explicit import expand, to_yaml
 from syncopy.schedule.load import from_dict, json_schema, load_schedule, loads
-from syncopy.schedule.model import IMPLEMENTED_PATTERNS, Binding, Schedule
+from syncopy.schedule.model import IMPLEMENTED_PATTERNS, Binding, Schedule, Transfer
 
-__all__ = ["Schedule", "Binding", "load_schedule", "loads", "from_dict", "json_schema", "chunk_bounds", "chunk_of_row", "IMPLEMENTED_PATTERNS"]
+__all__ = ["Schedule", "Binding", "Transfer", "load_schedule", "loads", "from_dict", "json_schema", "chunk_bounds", "chunk_of_row",
+           "expand", "to_yaml", "IMPLEMENTED_PATTERNS"]

@@ -9,7 +9,8 @@ import yaml
 from pydantic import ValidationError
 
 from syncopy.errors import ScheduleError, ScheduleLocation
-from syncopy.schedule.model import Schedule
+from syncopy.schedule.explicit import PlanError, key_path
+from syncopy.schedule.model import Binding, Schedule, Transfer
 
 _KEY_HINTS = {
     "version": "write `version: 1`",
@@ -18,10 +19,33 @@ _KEY_HINTS = {
     "tensor": "name the kernel argument that is communicated",
     "dim": "give the sharded dimension of the tensor as a non-negative integer",
     "chunks_per_rank": "use a positive integer no larger than the rows of one shard",
-    "order": "use ring, local_first, bidirectional_ring or a list of peer offsets",
+    "order": "use ring, local_first, bidirectional_ring, a list of peer offsets, or explicit (with `transfers:`)",
     "binding": "give `binding: {rows: <expression>}`",
+    "units_per_rank": "give the number of equal units each shard is cut into, a positive integer",
+    "chunks": "list each chunk's slice of a shard as [lo, hi] in units (units_per_rank)",
+    "world": "give the number of ranks the transfers are written for, a positive integer",
+    "transfers": "list transfers as {chunk: [block, index], from: RANK, to: RANK, step: N}",
+    # Keys of one transfer, looked up as 'transfers.<key>'.
+    "transfers.id": "give the transfer a name (a string) that `after` lists can use",
+    "transfers.chunk": "name the chunk as [block, index]: block = the rank it comes from, index < chunks_per_rank",
+    "transfers.into": "name the destination region as [block, index]",
+    "transfers.from": "give the sending rank, an integer in 0..world-1",
+    "transfers.to": "give the receiving rank, an integer in 0..world-1",
+    "transfers.step": "give the step as a non-negative integer",
+    "transfers.after": "list the ids (or list indices) of transfers that must land on the sending rank first",
+    "transfers.mode": "use push or pull",
+    "transfers.reduce": "use sum, prod, max, min or avg",
+    "transfers.signal": "write true or false",
 }
-_KNOWN_KEYS = ", ".join(Schedule.model_fields)
+
+
+def _aliases(model) -> str:
+    return ", ".join(f.alias or n for n, f in model.model_fields.items())
+
+
+# Unknown-key messages list the keys allowed where the unknown one stands.
+_KNOWN_KEYS = {"": f"the schedule keys are {_aliases(Schedule)}", "binding": f"the keys of binding are {_aliases(Binding)}",
+               "transfers": f"the keys of a transfer are {_aliases(Transfer)}"}
 
 
 def _compose_with_lines(text: str, file: str | None) -> tuple[Any, dict[tuple, int]]:
@@ -56,12 +80,15 @@ def _compose_with_lines(text: str, file: str | None) -> tuple[Any, dict[tuple, i
     return walk(node, ()), lines
 
 
-def _explain(err: dict) -> str:
-    kind, loc, got = err["type"], err["loc"], err.get("input")
-    key = str(loc[0]) if loc else ""
-    hint = _KEY_HINTS.get(key, "")
+def _explain(err: dict, loc: tuple) -> str:
+    kind, got = err["type"], err.get("input")
+    names = [str(p) for p in loc if not isinstance(p, int)]
+    key = ".".join(names)
+    hint = _KEY_HINTS.get(key) or _KEY_HINTS.get(".".join(names[:2])) or _KEY_HINTS.get(names[0] if names else "", "")
     if kind == "extra_forbidden":
-        return f"unknown key; the schedule keys are {_KNOWN_KEYS}"
+        return f"unknown key; {_KNOWN_KEYS.get(names[0] if len(names) > 1 else '', _KNOWN_KEYS[''])}"
+    if kind in ("too_short", "too_long", "tuple_type") and key in ("chunks", "transfers.chunk", "transfers.into"):
+        return f"{got!r} is not a pair; {hint}"
     if kind == "missing":
         return f"missing required key; {hint}" if hint else "missing required key"
     if kind in ("greater_than_equal", "greater_than"):
@@ -69,16 +96,29 @@ def _explain(err: dict) -> str:
         return f"must be at least {limit} (got {got!r}); {hint}"
     if kind in ("literal_error",):
         return f"{got!r} is not allowed; {hint}"
-    if kind.startswith("int") or kind.startswith("string"):
+    if kind.startswith(("int", "string", "bool", "list", "tuple", "model")):
         return f"{got!r} has the wrong type; {hint}"
     msg = err["msg"].removeprefix("Value error, ")
     return msg if msg.endswith(hint) or not hint else f"{msg}; {hint}" if "; " not in msg else msg
 
 
-def _error_key(loc: tuple) -> str:
-    # pydantic reports union branches as extra loc parts ('order', 'literal[...]'); keep user keys.
-    parts = [str(p) for p in loc if not (isinstance(p, str) and ("[" in p or p in ("list[int]", "int")))]
-    return ".".join(parts)
+_BRANCHES = {"int", "str", "bool", "list", "tuple"}
+
+
+def _user_loc(loc: tuple, kind: str) -> tuple:
+    # pydantic reports union branches as extra loc parts ('order', 'literal[...]', 'list[int]', 'int');
+    # keep the user's keys and list indices (an unknown key is the user's even if it reads 'int').
+    return tuple(p for i, p in enumerate(loc)
+                 if not (isinstance(p, str) and ("[" in p or (p in _BRANCHES and not (kind == "extra_forbidden" and i == len(loc) - 1)))))
+
+
+def _line(lines: dict[tuple, int] | None, path: tuple) -> int | None:
+    """Line of the deepest prefix of `path` that the file spells out."""
+    if not lines:
+        return None
+    while path and path not in lines:
+        path = path[:-1]
+    return lines.get(path) if path else None
 
 
 def from_dict(data: Any, *, file: str | None = None, lines: dict[tuple, int] | None = None) -> Schedule:
@@ -89,15 +129,10 @@ def from_dict(data: Any, *, file: str | None = None, lines: dict[tuple, int] | N
         return Schedule.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
-        loc = tuple(err["loc"])
-        key = _error_key(loc)
-        line = None
-        if lines:
-            probe = tuple(p for p in loc if (p in data) or isinstance(p, int) or key.startswith(str(p)))
-            while probe and probe not in lines:
-                probe = probe[:-1]
-            line = lines.get(probe) if probe else None
-        raise ScheduleError(_explain(err), ScheduleLocation(file, key, line)) from None
+        loc = _user_loc(tuple(err["loc"]), err["type"])
+        raise ScheduleError(_explain(err, loc), ScheduleLocation(file, key_path(loc), _line(lines, loc))) from None
+    except PlanError as exc:  # the full form contradicts itself: the key path is known, add file and line
+        raise ScheduleError(exc.message, ScheduleLocation(file, key_path(exc.path), _line(lines, exc.path))) from None
 
 
 def loads(text: str, *, file: str | None = None) -> Schedule:

@@ -6,18 +6,23 @@
     tensor: A                  # the kernel argument that is communicated
     dim: 0                     # the sharded dimension of that tensor
     chunks_per_rank: 3         # granularity
-    order: ring                # ring | local_first | bidirectional_ring | [explicit list of peer offsets]
+    order: ring                # ring | local_first | bidirectional_ring | [peer offsets] | explicit
 
 `binding` is optional and overrides inference where it cannot see how programs map to rows.
+
+The full form (see `syncopy.schedule.explicit`) adds `units_per_rank` + `chunks` (explicit slices of
+every shard) and `order: explicit` + `world` + `transfers` (every transfer written out), so that a
+plan from another system is written down verbatim.
 """
 from __future__ import annotations
 
-from typing import Literal, Union
+from typing import Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator, model_validator
 
 Pattern = Literal["all_gather", "reduce_scatter", "all_reduce", "all_to_all"]
 NamedOrder = Literal["ring", "local_first", "bidirectional_ring"]
+ReduceOp = Literal["sum", "prod", "max", "min", "avg"]
 
 #: Patterns the runtime can execute today; the others validate but are rejected at transform time.
 IMPLEMENTED_PATTERNS = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all")
@@ -39,6 +44,33 @@ class Binding(BaseModel):
     before_line: int | None = Field(default=None, ge=1)
 
 
+class Transfer(BaseModel):
+    """One transfer of the full form: chunk `chunk` = [block, index] moves from rank `from` to rank `to`.
+
+    Block b is the b-th of `world` equal blocks of the communicated tensor along `dim` (for
+    all_gather: rank b's shard), index i its i-th chunk. `into` names the destination region when it
+    differs from the source region (all_to_all); `reduce` combines into the destination instead of
+    overwriting (reduce_scatter, all_reduce); `signal: false` lands the data without raising the
+    destination's flag (an intermediate partial sum). `step` orders arrivals and sends (default: one
+    after the latest transfer it waits for); `after` names transfers, by `id` or by list index,
+    that must have landed on this transfer's sending rank first. `mode` says who drives the copy
+    (push: the sender, pull: the receiver); the gloo backend moves both the same way.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    id: str | None = Field(default=None, min_length=1)
+    chunk: tuple[StrictInt, StrictInt]
+    src: StrictInt = Field(alias="from", ge=0)
+    dst: StrictInt = Field(alias="to", ge=0)
+    step: StrictInt | None = Field(default=None, ge=0)
+    after: tuple[Union[StrictInt, str], ...] = ()
+    mode: Literal["push", "pull"] = "push"
+    into: tuple[StrictInt, StrictInt] | None = None
+    reduce: ReduceOp | None = None
+    signal: StrictBool = True
+
+
 class Schedule(BaseModel):
     """A version-1 chunk schedule. Load one with `syncopy.load_schedule` or build it in Python."""
 
@@ -50,8 +82,23 @@ class Schedule(BaseModel):
     tensor: str = Field(min_length=1)
     dim: StrictInt = Field(default=0, ge=0)
     chunks_per_rank: StrictInt = Field(default=1, ge=1)
-    order: Union[NamedOrder, list[int]] = "ring"
+    order: Union[NamedOrder, Literal["explicit"], list[int]] = "ring"
     binding: Binding | None = None
+    units_per_rank: StrictInt | None = Field(default=None, ge=1)
+    chunks: list[tuple[StrictInt, StrictInt]] | None = None
+    world: StrictInt | None = Field(default=None, ge=1)
+    transfers: list[Transfer] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _full_form_defaults(cls, data: Any):
+        # Listing the slices gives the chunk count; listing the transfers gives the order.
+        if isinstance(data, dict):
+            if isinstance(data.get("chunks"), list) and data["chunks"] and "chunks_per_rank" not in data:
+                data = {**data, "chunks_per_rank": len(data["chunks"])}
+            if data.get("transfers") is not None and "order" not in data:
+                data = {**data, "order": "explicit"}
+        return data
 
     @field_validator("order")
     @classmethod
@@ -65,6 +112,14 @@ class Schedule(BaseModel):
                     "list every peer offset exactly once"
                 )
         return order
+
+    @model_validator(mode="after")
+    def _full_form_is_consistent(self):
+        # Raises ScheduleError with the key path (not ValueError: pydantic would drop the path).
+        from syncopy.schedule.explicit import validate
+
+        validate(self)
+        return self
 
     def key(self) -> str:
         """A stable text form, used in cache keys."""

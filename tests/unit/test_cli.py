@@ -111,9 +111,11 @@ TRANSFORM_ERRORS = [
         id="unknown-pattern",
     ),
     pytest.param(
-        {"s.yaml": SCHEDULE.replace("all_gather", "all_to_all")},
-        "kern.py:7:1: pattern 'all_to_all' is not implemented yet (implemented: all_gather, reduce_scatter, all_reduce); use pattern: all_gather",
-        id="pattern-not-implemented",
+        {"s.yaml": SCHEDULE.replace("all_gather", "reduce_scatter")},
+        "kern.py:7:1: kernel 'scale_blocks' never stores into 'src', so no program would announce its chunks; check `tensor:` (for "
+        "reduce_scatter and all_reduce it is the output the kernel writes) or add `binding: {rows: <expression>}` to the schedule, "
+        "giving in the kernel's names the indices along dim 0 of 'src' that one program writes (e.g. pid_m * BLOCK_M + tl.arange(0, BLOCK_M))",
+        id="producer-on-an-input",
     ),
     pytest.param(
         {"s.yaml": SCHEDULE.replace("dim: 0", "dim: [0")},

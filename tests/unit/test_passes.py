@@ -864,14 +864,6 @@ def test_program_id_with_a_computed_axis_is_an_error():
     assert str(info.value).startswith("user.py:8:9: tl.program_id needs a literal axis 0, 1 or 2")
 
 
-def test_unimplemented_pattern_is_refused_before_any_pass():
-    text = _LINES
-    with pytest.raises(KernelError) as info:
-        transform(find_kernel(text, "user.py", "lines"), Schedule(pattern="all_to_all", tensor="V"))
-    assert "pattern 'all_to_all' is not implemented yet" in str(info.value)
-    assert not isinstance(info.value, InferenceError)
-
-
 # --------------------------------------------------------------------------------------------------
 # Producer notify (reduce_scatter, all_reduce)
 # --------------------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ GOOD = textwrap.dedent(
     order: ring
     """
 )
-KEYS = ["version", "pattern", "kernel", "tensor", "dim", "chunks_per_rank", "order", "binding"]
+KEYS = ["version", "pattern", "kernel", "tensor", "dim", "chunks_per_rank", "order", "binding", "units_per_rank", "chunks", "world", "transfers"]
 
 
 def _error(text: str, file: str | None = "s.yaml") -> ScheduleError:
@@ -120,13 +120,15 @@ ERRORS = [
     pytest.param(
         GOOD + "chunk_per_rank: 2\n",
         ("chunk_per_rank", 8),
-        "unknown key; the schedule keys are version, pattern, kernel, tensor, dim, chunks_per_rank, order, binding",
+        "unknown key; the schedule keys are version, pattern, kernel, tensor, dim, chunks_per_rank, order, binding, "
+        "units_per_rank, chunks, world, transfers",
         id="unknown-key-at-end",
     ),
     pytest.param(
         GOOD.replace("dim: 0\n", "dim: 0\nstreams: 2\n"),
         ("streams", 6),
-        "unknown key; the schedule keys are version, pattern, kernel, tensor, dim, chunks_per_rank, order, binding",
+        "unknown key; the schedule keys are version, pattern, kernel, tensor, dim, chunks_per_rank, order, binding, "
+        "units_per_rank, chunks, world, transfers",
         id="unknown-key-in-the-middle",
     ),
     pytest.param(
@@ -150,7 +152,7 @@ ERRORS = [
     pytest.param(
         GOOD.replace("order: ring", "order: tree"),
         ("order", 7),
-        "'tree' is not allowed; use ring, local_first, bidirectional_ring or a list of peer offsets",
+        "'tree' is not allowed; use ring, local_first, bidirectional_ring, a list of peer offsets, or explicit (with `transfers:`)",
         id="unknown-named-order",
     ),
     pytest.param(
@@ -161,7 +163,7 @@ ERRORS = [
     ),
     pytest.param(
         GOOD + "binding:\n  rows: r\n  before_line: 0\n",
-        ("binding.before_line", 8),
+        ("binding.before_line", 10),  # the line of the nested key itself
         "must be at least 1 (got 0); give `binding: {rows: <expression>}`",
         id="binding-subkey",
     ),

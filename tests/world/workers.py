@@ -475,3 +475,38 @@ def run_producer_drop(rank: int, world: int, drop: tuple[int, int], timeout_s: f
         res = _exc_info(exc)
     res["seconds"] = time.perf_counter() - t
     return res
+
+
+# --------------------------------------------------------------------------------------------------
+# 6. The full schedule form: an explicit chunk list, written verbatim
+# --------------------------------------------------------------------------------------------------
+def run_explicit(rank: int, world: int, example: str, rows: int) -> dict:
+    """Run gemm2d under the explicit schedule in `example` (a YAML file), under the ring written out
+    by `expand`, and launch a plan written for another world size. Two epochs each, traced; returns
+    per label the errors, traces and the plan's arrival order, flags per chunk and flag positions."""
+    import syncopy
+    from syncopy.schedule import load_schedule
+    from syncopy.schedule.explicit import expand
+
+    out: dict = {}
+    schedules = {"example": load_schedule(example),
+                 "expanded-ring": expand(load_schedule(schedule("gemm2d", 2, "ring")), world)}
+    for label, sched in schedules.items():
+        fused = syncopy.overlap(sched, trace=True, poison_receive=True, timeout_s=60)(_kernel("gemm2d"))
+        errors, traces = [], []
+        for epoch in (1, 2):
+            p = Problem("gemm2d", rank, world, rows, "float32", seed=70 + epoch)
+            p.launch(fused)
+            errors.append((f"{label} epoch{epoch}", p.error(), TOL["float32"]))
+            traces.append(fused.last_trace)
+        (ctx, _), = fused._contexts.values()
+        out[label] = {"errors": errors, "traces": traces, "arrival": list(ctx.plan.arrival),
+                      "flags": {g: list(ctx.plan.flags(g)) for g in range(ctx.n_chunks)},
+                      "position": ctx.plan.position(), "problems": _order_problems(fused, label)}
+    wrong = syncopy.overlap(expand(load_schedule(schedule("gemm2d", 1, "ring")), world + 1))(_kernel("gemm2d"))
+    try:
+        Problem("gemm2d", rank, world, rows, "float32", seed=1).launch(wrong)
+        out["wrong_world"] = {"type": None}
+    except Exception as exc:
+        out["wrong_world"] = _exc_info(exc)
+    return out

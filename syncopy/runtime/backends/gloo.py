@@ -281,12 +281,10 @@ class GlooBackend:
 
     def local(self, ctx: Context, shard: torch.Tensor) -> None:
         """Put this rank's shard in its slot of the gathered buffer and flag its chunks."""
-        rank, c = ctx.plan.rank, ctx.plan.chunks_per_rank
-        lo, _ = ctx.plan.bounds(rank * c)
-        rows = ctx.plan.rows_per_rank
+        rank, c, rows = ctx.plan.rank, ctx.plan.chunks_per_rank, ctx.plan.rows_per_rank
         # all_to_all: our input's block `rank` is ours to keep; all_gather: the whole shard.
-        mine = shard.narrow(ctx.dim, lo, rows) if ctx.source is not None else shard
-        ctx.buffer.narrow(ctx.dim, lo, rows).copy_(mine)
+        mine = shard.narrow(ctx.dim, rank * rows, rows) if ctx.source is not None else shard
+        ctx.buffer.narrow(ctx.dim, rank * rows, rows).copy_(mine)
         for i in range(c):
             ctx.land(rank * c + i)
 

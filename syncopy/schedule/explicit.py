@@ -1,0 +1,457 @@
+"""The full (explicit) schedule form: every chunk slice and every transfer written out.
+
+The minimal form names an order (`ring`, `local_first`, `bidirectional_ring`, a list of peer
+offsets) and syncopy derives the transfers. The full form writes them down, so that a plan from
+another system (Syncopate's plan descriptors, a hand-tuned swizzle) is ported verbatim:
+
+    pattern: all_gather
+    tensor: A
+    units_per_rank: 5              # each shard is cut into 5 equal units (boundaries floor(u*S/5))
+    chunks: [[2, 5], [0, 2]]       # chunk i of every shard = units [lo, hi): chunk 0 is the bottom 3/5
+    order: explicit
+    world: 3                       # the plan is written for 3 ranks (checked at launch)
+    transfers:                     # chunk [block, index] moves from -> to, in step `step`
+      - {id: a, chunk: [0, 1], from: 0, to: 1, step: 1}
+      - {chunk: [0, 1], from: 1, to: 2, step: 2}              # a relay: rank 1 forwards what `a` brought
+      - {chunk: [1, 0], from: 1, to: 0, step: 2, after: [a]}  # rank 1 sends only once `a` landed on it
+      ...                          # the whole plan: examples/explicit_all_gather.yaml
+
+Meaning (what the runtime does with it):
+- **Slices.** `units_per_rank: U` cuts every shard into U units with the same floor(u*S/U)
+  boundaries as the minimal form; `chunks` lists each chunk's units [lo, hi). Units keep a plan
+  independent of the shard size (a row-exact plan for one shape takes U = rows per rank) and keep
+  the kernel side unchanged: the kernel waits on one flag per *unit*, and a chunk landing raises
+  the flags of all its units. Slices may be listed in any order but must tile [0, U) exactly.
+  Without `chunks`, chunk i is unit i of `chunks_per_rank` units (the minimal form).
+- **Transfers.** `chunk: [b, i]` is chunk i of block b (for all_gather: of rank b's shard). A
+  transfer sent from a rank other than b is a relay: it waits until the chunk landed on that rank.
+  `after: [id or index, ...]` adds waits for other transfers landing on the *sending* rank (the
+  only signals a rank can see). `step` orders things: each rank expects its chunks in (step, list
+  position) order and issues its sends in that order; a transfer's step must come after the steps
+  of the transfers it waits for (by default it is one more than the latest of them, or 1).
+  `mode` (push | pull), `into` (a destination region other than `chunk`), `reduce` (sum, ...) and
+  `signal: false` are there so that all-to-all, reduce-scatter and all-reduce plans can be written
+  down; only all_gather plans run today, and they copy, land where they come from, and signal.
+
+Validation that needs neither the world nor the shard shape runs when the schedule loads (errors
+name the key path, e.g. `transfers[3].from`, and the file's line): slices that overlap, leave gaps
+or fall outside the units; ranks outside `world`; unknown `after` names; a chunk that reaches a rank
+twice or reaches the rank it came from (its signal would be produced twice in one epoch); a relay of
+a chunk its rank never receives, a rank that never receives a chunk (waits on signals nobody
+produces); dependency cycles (named in order); steps that run before what they wait for. At launch
+the plan's `world` must equal the group's size and no chunk may be empty for the shard's row count.
+
+`expand(schedule, world)` writes a named order as this form (`syncopy expand S.yaml --world N`);
+its plans equal the named order's node for node, which is how the form is tested to be faithful.
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import TYPE_CHECKING
+
+from syncopy.errors import ScheduleError, ScheduleLocation
+
+if TYPE_CHECKING:
+    from syncopy.schedule.model import Schedule, Transfer
+
+
+def key_path(path: tuple) -> str:
+    """('transfers', 3, 'from') -> 'transfers[3].from'."""
+    out = ""
+    for p in path:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out
+
+
+class PlanError(ScheduleError):
+    """A full-form schedule that contradicts itself; `path` is the key path it points at (the loader
+    adds the file and line)."""
+
+    def __init__(self, path: tuple, message: str):
+        self.path = path
+        super().__init__(message, ScheduleLocation(None, key_path(path)))
+
+
+# --------------------------------------------------------------------------------------------------
+# Validation (at load: needs neither the launch world nor the shard shape)
+# --------------------------------------------------------------------------------------------------
+def validate(s: "Schedule") -> None:
+    """Raise `PlanError` at the first contradiction in the full-form keys of `s`."""
+    _check_slices(s)
+    if s.transfers is None:
+        if s.order == "explicit":
+            raise PlanError(("order",), "`order: explicit` needs a `transfers:` list; write the transfers or use a named order")
+        return
+    if s.order != "explicit":
+        raise PlanError(("order",), f"order {s.order!r} contradicts the explicit `transfers:`; write `order: explicit` (or drop `order`)")
+    if s.world is None:
+        raise PlanError(("transfers",), "explicit transfers need `world: N`, the number of ranks they are written for; add it")
+    after = _check_transfers(s)
+    if s.pattern == "all_gather":
+        _check_all_gather_flow(s, after)
+    edges = _waits_for(s, after)
+    _check_acyclic(s, edges)
+    _steps(s, edges, check=True)
+
+
+def _check_slices(s: "Schedule") -> None:
+    if s.chunks is None:
+        if s.units_per_rank is not None:
+            raise PlanError(("units_per_rank",), "units_per_rank only applies to an explicit `chunks:` list of slices; add the slices or remove it")
+        return
+    units = s.units_per_rank
+    if units is None:
+        raise PlanError(("chunks",), "explicit chunk slices need `units_per_rank: U` (each shard is cut into U equal units and "
+                                     "a slice [lo, hi] takes units lo..hi-1); add it")
+    if not s.chunks:
+        raise PlanError(("chunks",), "the list of chunk slices is empty; list at least one slice [lo, hi]")
+    if s.chunks_per_rank != len(s.chunks):
+        raise PlanError(("chunks_per_rank",), f"chunks_per_rank is {s.chunks_per_rank} but `chunks` lists {len(s.chunks)} slices; "
+                                              f"drop chunks_per_rank or make it {len(s.chunks)}")
+    for i, (lo, hi) in enumerate(s.chunks):
+        if not 0 <= lo < hi:
+            raise PlanError(("chunks", i), f"slice [{lo}, {hi}] is empty or negative; a slice [lo, hi] takes units lo..hi-1 with 0 <= lo < hi")
+        if hi > units:
+            raise PlanError(("chunks", i), f"slice [{lo}, {hi}] ends past the {units} units of a shard (units_per_rank); "
+                                           f"end it at {units} or raise units_per_rank")
+    by_start = sorted(range(len(s.chunks)), key=lambda i: s.chunks[i])
+    covered = 0
+    for i in by_start:
+        lo, hi = s.chunks[i]
+        if lo < covered:
+            j = next(j for j in by_start if s.chunks[j][0] < hi and lo < s.chunks[j][1] and j != i)
+            a, b = sorted((i, j))
+            raise PlanError(("chunks", b), f"slice {list(s.chunks[b])} overlaps chunks[{a}] {list(s.chunks[a])}; "
+                                           "every unit must belong to exactly one chunk")
+        if lo > covered:
+            raise PlanError(("chunks",), f"units [{covered}, {lo}) of each shard are in no chunk (a gap); "
+                                         "extend a slice over them or add the slice " + f"[{covered}, {lo}]")
+        covered = hi
+    if covered < units:
+        raise PlanError(("chunks",), f"units [{covered}, {units}) of each shard are in no chunk (a gap; units_per_rank is {units}); "
+                                     f"extend a slice over them, add the slice [{covered}, {units}] or lower units_per_rank")
+
+
+def name(s: "Schedule", i: int) -> str:
+    """How errors call transfer i: its id, else its place in the list."""
+    t = s.transfers[i]
+    return repr(t.id) if t.id is not None else f"transfers[{i}]"
+
+
+def _describe(s: "Schedule", i: int) -> str:
+    t = s.transfers[i]
+    return f"{name(s, i)} ({t.src}->{t.dst} chunk {_chunk(t.chunk)})"
+
+
+def _chunk(c) -> str:
+    return f"({c[0]}, {c[1]})"
+
+
+def _check_transfers(s: "Schedule") -> list[list[int]]:
+    """Per-transfer checks; returns each transfer's `after` as list indices."""
+    world, c, transfers = s.world, s.chunks_per_rank, s.transfers
+    ids: dict[str, int] = {}
+    for i, t in enumerate(transfers):
+        if t.id is not None:
+            if t.id in ids:
+                raise PlanError(("transfers", i, "id"), f"id {t.id!r} is already used by transfers[{ids[t.id]}]; give every transfer its own id")
+            ids[t.id] = i
+    after: list[list[int]] = []
+    for i, t in enumerate(transfers):
+        for key, rank in (("from", t.src), ("to", t.dst)):
+            if rank >= world:
+                raise PlanError(("transfers", i, key), f"rank {rank} is outside the world of {world} ranks (`world: {world}`); use a rank in 0..{world - 1}")
+        if t.src == t.dst:
+            raise PlanError(("transfers", i, "to"), f"the transfer goes from rank {t.src} to itself; a transfer moves a chunk between two ranks")
+        for key, region in (("chunk", t.chunk), ("into", t.into)):
+            if region is None:
+                continue
+            block, index = region
+            if not 0 <= block < world:
+                raise PlanError(("transfers", i, key), f"[{block}, {index}] names block {block} but the world has {world} ranks; "
+                                                       f"use a block (the chunk's home rank) in 0..{world - 1}")
+            if not 0 <= index < c:
+                raise PlanError(("transfers", i, key), f"[{block}, {index}] names chunk {index} but a shard has {c} chunks; use an index in 0..{c - 1}")
+        if s.pattern == "all_gather":
+            if t.into is not None and tuple(t.into) != tuple(t.chunk):
+                raise PlanError(("transfers", i, "into"), "an all_gather chunk lands where it comes from in the gathered tensor; drop `into`")
+            if t.reduce is not None:
+                raise PlanError(("transfers", i, "reduce"), "an all_gather transfer copies; `reduce` is for reduce_scatter and all_reduce plans, drop it")
+            if not t.signal:
+                raise PlanError(("transfers", i, "signal"), f"the kernel on rank {t.dst} reads chunk {_chunk(t.chunk)}, so its landing must raise "
+                                                            "the signal; drop `signal: false`")
+        elif s.pattern == "all_to_all" and t.reduce is not None:
+            raise PlanError(("transfers", i, "reduce"), "an all_to_all transfer copies; `reduce` is for reduce_scatter and all_reduce plans, drop it")
+        deps = []
+        for k, ref in enumerate(t.after):
+            where = ("transfers", i, "after", k)
+            if isinstance(ref, int):
+                if not 0 <= ref < len(transfers):
+                    raise PlanError(where, f"there is no transfers[{ref}] (the list has {len(transfers)}); name a transfer by its id or its index")
+                j = ref
+            elif ref in ids:
+                j = ids[ref]
+            else:
+                raise PlanError(where, f"no transfer has id {ref!r}; name a transfer by its id or its index in the list")
+            if j == i:
+                raise PlanError(where, "a transfer cannot wait for itself; remove this entry")
+            if transfers[j].dst != t.src:
+                raise PlanError(where, f"{_describe(s, j)} lands on rank {transfers[j].dst}, but this transfer starts on rank {t.src}, "
+                                       f"which never sees that signal (a wait on a signal nobody produces there); "
+                                       f"wait only for transfers that land on rank {t.src}")
+            deps.append(j)
+        after.append(deps)
+    # A region signalled twice on one rank (any pattern): its flag would be raised twice in one epoch.
+    signalled: dict[tuple, int] = {}
+    for i, t in enumerate(transfers):
+        if not t.signal:
+            continue
+        region = tuple(t.into if t.into is not None else t.chunk)
+        if (t.dst, region) in signalled:
+            j = signalled[(t.dst, region)]
+            raise PlanError(("transfers", i), f"chunk {_chunk(region)} reaches rank {t.dst} twice (also {_describe(s, j)}), so its signal would "
+                                              "be produced twice in one epoch; remove one of the two")
+        signalled[(t.dst, region)] = i
+    return after
+
+
+def _delivery(s: "Schedule") -> dict[tuple[int, tuple[int, int]], int]:
+    """(rank, chunk) -> the transfer that lands it there (all_gather: at most one, checked)."""
+    return {(t.dst, tuple(t.chunk)): i for i, t in enumerate(s.transfers)}
+
+
+def _check_all_gather_flow(s: "Schedule", after: list[list[int]]) -> None:
+    world, c = s.world, s.chunks_per_rank
+    delivered = _delivery(s)
+    for i, t in enumerate(s.transfers):
+        block = t.chunk[0]
+        if t.dst == block:
+            raise PlanError(("transfers", i), f"chunk {_chunk(t.chunk)} comes from rank {block}, which holds it from the start, so its signal "
+                                              "would be produced twice in one epoch; remove this transfer")
+        if t.src != block and (t.src, tuple(t.chunk)) not in delivered:
+            raise PlanError(("transfers", i), f"rank {t.src} forwards chunk {_chunk(t.chunk)} but no transfer brings it to rank {t.src}, so this "
+                                              f"send would wait on a signal nobody produces; add a transfer of chunk {list(t.chunk)} to "
+                                              f"rank {t.src}, or send it from rank {block}")
+    for rank in range(world):
+        for block in range(world):
+            if block == rank:
+                continue
+            for index in range(c):
+                if (rank, (block, index)) not in delivered:
+                    raise PlanError(("transfers",), f"rank {rank} never receives chunk ({block}, {index}), so its kernel would wait on a signal "
+                                                    f"nobody produces; add a transfer of chunk [{block}, {index}] to rank {rank}")
+
+
+def _waits_for(s: "Schedule", after: list[list[int]]) -> list[list[tuple[int, str]]]:
+    """Edges i -> j (transfer i waits for transfer j), with why: 'after' or 'relay'."""
+    delivered = _delivery(s) if s.pattern == "all_gather" else {}
+    edges = []
+    for i, t in enumerate(s.transfers):
+        out = [(j, "after") for j in after[i]]
+        relay = delivered.get((t.src, tuple(t.chunk)))
+        if relay is not None and t.src != t.chunk[0] and relay not in after[i]:
+            out.append((relay, "relay"))
+        edges.append(out)
+    return edges
+
+
+def _check_acyclic(s: "Schedule", edges) -> None:
+    white, grey, black = 0, 1, 2
+    color = [white] * len(edges)
+    for root in range(len(edges)):
+        if color[root] != white:
+            continue
+        stack, path = [(root, iter(edges[root]))], [root]
+        color[root] = grey
+        while stack:
+            node, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                color[node] = black
+                stack.pop()
+                path.pop()
+                continue
+            j = nxt[0]
+            if color[j] == grey:
+                cycle = path[path.index(j):]
+                k = cycle.index(min(cycle))  # start at the first-listed transfer: stable messages
+                cycle = cycle[k:] + cycle[:k]
+                chain = " -> ".join(_describe(s, x) for x in cycle) + f" -> {name(s, cycle[0])}"
+                raise PlanError(("transfers", cycle[0]), f"transfers form a cycle, a deadlock: {chain} (each waits for the next, "
+                                                         "by `after` or because it forwards what the next brings); remove an `after` "
+                                                         "entry or re-route a relay on this cycle")
+            if color[j] == white:
+                color[j] = grey
+                stack.append((j, iter(edges[j])))
+                path.append(j)
+
+
+def _topological(edges) -> list[int]:
+    done, out = [False] * len(edges), []
+
+    def visit(i):
+        stack = [(i, iter(edges[i]))]
+        done[i] = True
+        while stack:
+            node, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                out.append(node)
+                stack.pop()
+            elif not done[nxt[0]]:
+                done[nxt[0]] = True
+                stack.append((nxt[0], iter(edges[nxt[0]])))
+
+    for i in range(len(edges)):
+        if not done[i]:
+            visit(i)
+    return out
+
+
+def _steps(s: "Schedule", edges, check: bool) -> list[int]:
+    """Each transfer's step: as written, or one after the latest step it waits for (1 with no waits)."""
+    steps = [0] * len(edges)
+    for i in _topological(edges):
+        t = s.transfers[i]
+        latest = max((steps[j] for j, _ in edges[i]), default=0)
+        if t.step is None:
+            steps[i] = latest + 1
+            continue
+        steps[i] = t.step
+        if check and edges[i] and t.step <= latest:
+            j, why = max(edges[i], key=lambda e: steps[e[0]])
+            reason = f"it forwards chunk {_chunk(t.chunk)}, which {name(s, j)} brings to rank {t.src}" if why == "relay" else "listed in `after`"
+            raise PlanError(("transfers", i, "step"), f"step {t.step} is not after step {steps[j]} of {name(s, j)}, which this transfer "
+                                                      f"waits for ({reason}); give it a step of at least {steps[j] + 1}")
+    return steps
+
+
+# --------------------------------------------------------------------------------------------------
+# For the runtime: the transfers in execution order, with their waits
+# --------------------------------------------------------------------------------------------------
+def ordered(s: "Schedule") -> list[tuple[int, int, list[int]]]:
+    """[(index, step, waits-for indices)] of every transfer, in (step, list position) order: the order
+    in which each rank expects its chunks and issues its sends. Waits list relays first, then `after`."""
+    after = [[_resolve(s, ref) for ref in t.after] for t in s.transfers]
+    edges = _waits_for(s, after)
+    steps = _steps(s, edges, check=False)
+    waits = [[j for j, why in e if why == "relay"] + [j for j, why in e if why == "after"] for e in edges]
+    return sorted(((i, steps[i], waits[i]) for i in range(len(edges))), key=lambda x: (x[1], x[0]))
+
+
+def _resolve(s: "Schedule", ref) -> int:
+    if isinstance(ref, int):
+        return ref
+    return next(i for i, t in enumerate(s.transfers) if t.id == ref)
+
+
+# --------------------------------------------------------------------------------------------------
+# Named orders written out
+# --------------------------------------------------------------------------------------------------
+def expand(s: "Schedule", world: int) -> "Schedule":
+    """`s` with its named order written out as explicit transfers for `world` ranks.
+
+        ring, W=3, one chunk:     step 1: 0->1 (0,0)  1->2 (1,0)  2->0 (2,0)
+                                  step 2: 0->1 (2,0)  1->2 (0,0)  2->0 (1,0)   relays
+
+    The runtime lowers the result to the same per-rank plans as the named order.
+    """
+    from syncopy.schedule.model import Schedule
+
+    if world < 1:
+        raise ScheduleError(f"a world has at least one rank, got {world}; pass --world N with N >= 1")
+    if s.transfers is not None:
+        if s.world != world:
+            raise ScheduleError(f"the transfers are written for {s.world} ranks, not {world}; expand a named order instead",
+                                ScheduleLocation(None, "world"))
+        return s
+    if isinstance(s.order, list) and len(s.order) != world - 1:
+        raise ScheduleError(f"the explicit order {s.order} lists {len(s.order)} peer offsets but the world has {world} ranks; "
+                            f"list each of the offsets 1..{world - 1} once", ScheduleLocation(None, "order"))
+    data = s.model_dump(by_alias=True, exclude_none=True)
+    data.update(order="explicit", world=world, transfers=_named_transfers(s.order, world, s.chunks_per_rank))
+    return Schedule.model_validate(data)
+
+
+def _named_transfers(order, world: int, c: int) -> list[dict]:
+    out: list[dict] = []
+
+    def move(step, block, src, dst):
+        out.extend({"chunk": [block, i], "from": src, "to": dst, "step": step} for i in range(c))
+
+    if world == 1:
+        return out
+    if order == "ring" or order == "bidirectional_ring":
+        # Clockwise peers at distance 1..ceil((W-1)/2) (all of them for a plain ring), the rest
+        # counter-clockwise; in step d each rank forwards the block it got in step d-1 (its own in step 1).
+        cw = world - 1 if order == "ring" else world // 2
+        ccw = world - 1 - cw
+        for d in range(1, cw + 1):
+            for r in range(world):
+                move(d, (r - d + 1) % world, r, (r + 1) % world)
+            if d <= ccw:
+                for r in range(world):
+                    move(d, (r + d - 1) % world, r, (r - 1) % world)
+    else:
+        offsets = list(range(1, world)) if order == "local_first" else list(order)
+        for step, d in enumerate(offsets, start=1):
+            for r in range(world):
+                move(step, r, r, (r + d) % world)
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Writing the form back as YAML
+# --------------------------------------------------------------------------------------------------
+_PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*\Z")
+_YAML_WORDS = {"y", "n", "yes", "no", "on", "off", "true", "false", "null", "none", "~"}
+
+
+def _scalar(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return v if _PLAIN.match(v) and v.lower() not in _YAML_WORDS else json.dumps(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_scalar(x) for x in v) + "]"
+    return str(v)
+
+
+def _transfer_line(t: "Transfer") -> str:
+    parts = ([f"id: {_scalar(t.id)}"] if t.id is not None else []) + [
+        f"chunk: {_scalar(t.chunk)}", f"from: {t.src}", f"to: {t.dst}"]
+    if t.step is not None:
+        parts.append(f"step: {t.step}")
+    if t.after:
+        parts.append(f"after: {_scalar(t.after)}")
+    if t.mode != "push":
+        parts.append(f"mode: {t.mode}")
+    if t.into is not None:
+        parts.append(f"into: {_scalar(t.into)}")
+    if t.reduce is not None:
+        parts.append(f"reduce: {t.reduce}")
+    if not t.signal:
+        parts.append("signal: false")
+    return "  - {" + ", ".join(parts) + "}"
+
+
+def to_yaml(s: "Schedule") -> str:
+    """The schedule as YAML that loads back to an equal `Schedule`, one transfer per line."""
+    lines = [f"version: {s.version}", f"pattern: {s.pattern}"]
+    if s.kernel is not None:
+        lines.append(f"kernel: {_scalar(s.kernel)}")
+    lines += [f"tensor: {_scalar(s.tensor)}", f"dim: {s.dim}", f"chunks_per_rank: {s.chunks_per_rank}"]
+    if s.chunks is not None:
+        lines += [f"units_per_rank: {s.units_per_rank}", f"chunks: {_scalar(s.chunks)}"]
+    lines.append(f"order: {_scalar(s.order)}")
+    if s.binding is not None:
+        lines += ["binding:", f"  rows: {json.dumps(s.binding.rows)}"]
+        if s.binding.before_line is not None:
+            lines.append(f"  before_line: {s.binding.before_line}")
+    if s.world is not None:
+        lines.append(f"world: {s.world}")
+    if s.transfers is not None:
+        lines.append("transfers:" if s.transfers else "transfers: []")
+        lines += [_transfer_line(t) for t in s.transfers]
+    return "\n".join(lines) + "\n"
