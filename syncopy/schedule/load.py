@@ -17,8 +17,8 @@ _KEY_HINTS = {
     "kernel": "name the @triton.jit function to transform",
     "tensor": "name the kernel argument that is communicated",
     "dim": "give the sharded dimension of the tensor as a non-negative integer",
-    "chunks_per_rank": "use a positive integer no larger than the rows of one shard",
-    "order": "use ring, local_first, bidirectional_ring or a list of peer offsets",
+    "chunks_per_rank": "write a chunk count no larger than the rows of one shard, or auto to let the planner choose",
+    "order": "use ring, local_first, bidirectional_ring, auto or a list of peer offsets",
     "binding": "give `binding: {rows: <expression>}`",
 }
 _KNOWN_KEYS = ", ".join(Schedule.model_fields)
