@@ -389,6 +389,14 @@ def main(argv: list[str] | None = None) -> int:
     errors = _print_prediction(f"planner, cpu-gloo + emulated link (latency {res['link']['latency_s']:g} s, "
                                f"bandwidth {res['link']['bandwidth_Bps'] / 1e6:.3f} MB/s)", predicted, medians)
     worst = max(abs(e) for e in errors.values())
+    # What `chunks_per_rank: auto` would run with here (the same resolution the fused operator does).
+    from syncopy.planner.auto import resolve
+    from syncopy.runtime.link import Link
+
+    auto = resolve("all_gather", "auto", "auto", world=args.world, shard_shape=(m // args.world, k), dim=0, dtype="float32",
+                   others=[(k, n), (m, n)], hardware=profile, link=Link(**res["link"]))
+    print(f"  chunks_per_rank/order auto would run {auto.chunks_per_rank} chunks per rank, order {auto.order} "
+          f"(predicted fused {auto.fused_s:.3f} s)")
     # Calibrated in memory only: the profile files are never written.
     compute_only = [Measurement.model_validate(r) for r in compute_records]
     fitted = fit(profile, compute_only)
@@ -412,7 +420,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         out = {**record, "hardware": "cpu-gloo", "records": [record, *compute_records], "others_cpu_share": others,
                "repetitions": res["times"], "ratios": ratios, "balance": balance,
-               "chunk_compute_s": res["t_chunk"], "kernel_compute_s": res["t_full"],
+               "chunk_compute_s": res["t_chunk"], "kernel_compute_s": res["t_full"], "present_compute_s": res["t_present"],
+               "auto": {"chunks_per_rank": auto.chunks_per_rank, "order": auto.order, "fused_s": auto.fused_s},
                "prediction": {"profile": "cpu-gloo", "predicted": predicted, "errors": errors, "calibrated": calibrated}}
         with open(args.json, "w") as f:
             json.dump(out, f, indent=2)
