@@ -195,18 +195,22 @@ class FusedKernel:
                     f"rank {r} passed '{self.schedule.tensor}' with shape {list(other[0])} {other[1]} but rank {rank} passed "
                     f"{list(mine[0])} {mine[1]}; all_gather needs the same shard shape on every rank"
                 )
-        schedule, resolution = self.schedule, None
-        if schedule.planned:
-            status, resolution = theirs[0][3]
-            if status == "error":
-                raise LaunchError(resolution)
-            schedule = schedule.model_copy(update={"chunks_per_rank": resolution.chunks_per_rank, "order": resolution.order})
+        schedule, resolution = self._lowered(theirs[0][3])
         rows = shard.shape[self.schedule.dim]
         p = planning.all_gather(schedule, rank, world, rows)
         ctx = Context(p, tuple(shard.shape), shard.dtype, shard.device, self.schedule.dim)
         ctx.schedule, ctx.resolution = schedule, resolution
         self._contexts[key] = (ctx, backend)
         return ctx, backend
+
+    def _lowered(self, choice) -> tuple[Schedule, object]:
+        """The schedule to lower, with `choice` (a `_resolve` answer, or None) applied, and the Resolution."""
+        if not self.schedule.planned:
+            return self.schedule, None
+        status, resolution = choice
+        if status == "error":
+            raise LaunchError(resolution)
+        return self.schedule.model_copy(update={"chunks_per_rank": resolution.chunks_per_rank, "order": resolution.order}), resolution
 
     def _resolve(self, shard: torch.Tensor, world: int, args: dict) -> tuple[str, object]:
         """("ok", Resolution) with the planner's chunk count and order for this launch, or ("error", text)."""
@@ -221,8 +225,9 @@ class FusedKernel:
                 self.schedule.pattern, self.schedule.chunks_per_rank, self.schedule.order, world=world,
                 shard_shape=tuple(shard.shape), dim=self.schedule.dim, dtype=str(shard.dtype), others=others,
                 hardware=hardware, workload=self.workload, link=self.link if shard.device.type == "cpu" else None)
-        except ValueError as exc:
-            return "error", f"{what} is auto but the planner cannot plan this launch: {exc}"
+        except Exception as exc:  # every rank must hear of it, not only rank 0 (see _context)
+            detail = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
+            return "error", f"{what} is auto but the planner cannot plan this launch: {detail}"
         return "ok", resolution
 
     def _extra(self, ctx: Context, order: torch.Tensor, trace_buf: torch.Tensor, table: bool | None = None) -> dict:
