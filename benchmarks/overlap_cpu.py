@@ -43,16 +43,20 @@ as the kernel, the "both halves equal" case whose limit is 0.5 (plus the fill/ta
 
 The default shape (M,N,K = 512,128,256 fp32, 32x32 tiles: 64 programs per rank) keeps a run to
 about half a minute. Under the interpreter every program of the fused kernel pays a fixed ~2 ms
-(on the 2-core development machine) for its tile remap and wait check, whatever K is, against
-~10 ms for the tile's own work at K=256; at smaller K that overhead, not the link, bounds the fused
-run (e.g. K=128 gives fused/sequential ~0.63 where stream-level overlap gets ~0.56).
+(1.5-2.2 ms measured on the 2-core development machine) for its tile remap, chunk-range lookup and
+wait check, whatever K is, against ~10 ms for the tile's own work at K=256; at smaller K that
+overhead, not the link, bounds the fused run (K=128 gives fused/sequential ~0.67 where stream-level
+overlap gets ~0.57).
 
 `--json OUT` writes the three medians (`sequential_s`, `stream_overlap_s`, `fused_s`) and the setting
 as a calibration record (see `syncopy/planner/calibrate.py`), plus, under `records`, that record and
-two world-1 compute-only records (the kernel on one chunk and on all of A) measured in the same run,
-so that `python -m syncopy.planner.calibrate OUT.json` fits the cpu-gloo profile to this machine.
+two world-1 records measured in the same run with nothing moving: the local kernel on one chunk's
+rows, and all of A through the local kernel (`sequential_s`) and through the fused kernel with
+every chunk already present (`fused_s`, each rank its own group of one; the difference is the
+per-program cost the planner calls tile_sync_s), so that `python -m syncopy.planner.calibrate
+OUT.json` fits the cpu-gloo profile to this machine.
 Besides the shipped profile's prediction the script prints that of the profile fitted (in memory)
-to those compute-only records, measured before and apart from the overlap runs; when the shipped
+to those world-1 records, measured before and apart from the overlap runs; when the shipped
 profile is off by more than 25% it also prints the profile fitted to every record (this measurement
 included, so in sample). Profile files are never written.
 """
@@ -107,6 +111,19 @@ def _median_time(fn, reps: int) -> float:
     return statistics.median(times)
 
 
+def _median_times(fns, reps: int) -> list[float]:
+    """Median time of each of `fns`, run in turn `reps` times after one warm-up round."""
+    for fn in fns:
+        fn()
+    times = [[] for _ in fns]
+    for _ in range(reps):
+        for fn, out in zip(fns, times):
+            t = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - t)
+    return [statistics.median(x) for x in times]
+
+
 def _rank(rank: int, world: int, cfg: dict) -> dict:
     """One rank of the benchmark (run by syncopy.runtime.world.spawn)."""
     import torch
@@ -136,21 +153,36 @@ def _rank(rank: int, world: int, cfg: dict) -> dict:
     c = torch.empty(m, n)
     spin = 10**9  # only the fused kernel spins; its own launch sets its limit from timeout_s
 
-    # -- compute alone: one chunk's rows (sets the link), and all of A (a compute-only record) --
+    # -- nothing moving: one chunk's rows (sets the link), then all of A (world-1 records) --
     sched = {"pattern": "all_gather", "kernel": "ag_gemm_kernel", "tensor": "A", "dim": 0, "order": cfg["order"]}
     plan_c = planning.all_gather(load_schedule({**sched, "chunks_per_rank": chunks}), rank, world, rows)
     lo, hi = plan_c.bounds(rank * chunks)
     chunk_rows = hi - lo
     a_chunk, c_chunk = a_shard[:chunk_rows], torch.empty(chunk_rows, n)
-    say(f"[rank 0] timing the local kernel alone: {chunk_rows} rows (one chunk), then {m} rows (all of A)")
+    say(f"[rank 0] timing the local kernel alone on {chunk_rows} rows (one chunk)")
     t_chunk = _median_time(
         lambda: ag_gemm_kernel[_grid(chunk_rows, n)](*_args(a_chunk, b, c_chunk, chunk_rows, n, k), **BLOCK), cfg["calib_reps"])
     _check(c_chunk, a_chunk @ b, "the local kernel on one chunk", rank)
-    t_full = _median_time(lambda: ag_gemm_kernel[_grid(m, n)](*_args(gathered, b, c, m, n, k), **BLOCK), max(1, cfg["calib_reps"] // 2))
+    # All of A through the local kernel and through the fused kernel with every chunk already there
+    # (a world of one: each rank its own group): the difference is what the fused kernel's programs
+    # pay for their tile remap, chunk-range lookup and wait check, the planner's tile_sync_s.
+    # Timed in alternation so that drift in the machine's load hits both alike.
+    solo = [dist.new_group([r]) for r in range(world)][rank]  # every rank takes part in creating every group
+    present = syncopy.overlap({**sched, "chunks_per_rank": chunks}, timeout_s=cfg["timeout_s"])(ag_gemm_kernel)
+    say(f"[rank 0] timing all of A ({m} rows) through the local kernel and through the fused kernel with every chunk present")
+    t_full, t_present = _median_times(
+        [lambda: ag_gemm_kernel[_grid(m, n)](*_args(gathered, b, c, m, n, k), **BLOCK),
+         lambda: present[_grid(m, n)](*_args(gathered, b, c, m, n, k), **BLOCK, group=solo)],
+        max(2, cfg["calib_reps"] // 2))
+    _check(c, ref, "the fused kernel with every chunk present", rank)
+    ag_gemm_kernel[_grid(m, n)](*_args(gathered, b, c, m, n, k), **BLOCK)
     _check(c, ref, "the local kernel on the gathered A", rank)
-    t = torch.tensor([t_chunk, t_full], dtype=torch.float64)
+    t = torch.tensor([t_chunk, t_full, t_present], dtype=torch.float64)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    t_chunk, t_full = t.tolist()
+    t_chunk, t_full, t_present = t.tolist()
+    programs = _grid(m, n)[0]
+    say(f"[rank 0] all of A: local kernel {t_full * 1e3:.1f} ms, fused with every chunk present {t_present * 1e3:.1f} ms: "
+        f"{(t_present - t_full) / programs * 1e3:.2f} ms more per program ({programs} programs)")
     chunk_bytes = chunk_rows * k * a_shard.element_size()
     link = Link(latency_s=0.0, bandwidth_Bps=chunk_bytes / (cfg["balance"] * t_chunk))
     say(f"[rank 0] one chunk computes in {t_chunk * 1e3:.1f} ms, all of A in {t_full * 1e3:.1f} ms; emulated link "
@@ -219,7 +251,7 @@ def _rank(rank: int, world: int, cfg: dict) -> dict:
             times[key].append(value)
         say(f"[rank 0] rep {rep + 1}/{reps}: " + "  ".join(f"{LABELS[key]} {times[key][-1]:.3f} s" for key in EXECUTIONS)
             + f"  (fused/sequential {times['fused_s'][-1] / times['sequential_s'][-1]:.2f}; results checked)")
-    return {"times": times, "t_chunk": t_chunk, "t_full": t_full, "chunk_rows": chunk_rows,
+    return {"times": times, "t_chunk": t_chunk, "t_full": t_full, "t_present": t_present, "chunk_rows": chunk_rows,
             "link": {"latency_s": link.latency_s, "bandwidth_Bps": link.bandwidth_Bps, "jitter_s": link.jitter_s}}
 
 
@@ -328,11 +360,12 @@ def main(argv: list[str] | None = None) -> int:
     setting = {"template": "ag_gemm", "world": args.world, "shape": [m, n, k], "dtype": "fp32",
                "chunks_per_rank": args.chunks, "order": args.order, "backend": "gloo", "link": res["link"]}
     record = {**setting, **medians}
-    compute_records = [  # the kernel alone, world 1: what the compute terms are fitted on
+    compute_records = [  # world 1, nothing moves: what the compute and per-program terms are fitted on
         {"template": "ag_gemm", "world": 1, "shape": [res["chunk_rows"], n, k], "dtype": "fp32", "chunks_per_rank": 1,
          "backend": "gloo", "sequential_s": res["t_chunk"], "note": "local kernel alone on one chunk's rows"},
-        {"template": "ag_gemm", "world": 1, "shape": [m, n, k], "dtype": "fp32", "chunks_per_rank": 1,
-         "backend": "gloo", "sequential_s": res["t_full"], "note": "local kernel alone on all of A"},
+        {"template": "ag_gemm", "world": 1, "shape": [m, n, k], "dtype": "fp32", "chunks_per_rank": args.chunks,
+         "backend": "gloo", "sequential_s": res["t_full"], "fused_s": res["t_present"],
+         "note": "all of A: local kernel (sequential_s) and fused kernel with every chunk present (fused_s)"},
     ]
 
     print()
@@ -356,12 +389,20 @@ def main(argv: list[str] | None = None) -> int:
     errors = _print_prediction(f"planner, cpu-gloo + emulated link (latency {res['link']['latency_s']:g} s, "
                                f"bandwidth {res['link']['bandwidth_Bps'] / 1e6:.3f} MB/s)", predicted, medians)
     worst = max(abs(e) for e in errors.values())
+    # What `chunks_per_rank: auto` would run with here (the same resolution the fused operator does).
+    from syncopy.planner.auto import resolve
+    from syncopy.runtime.link import Link
+
+    auto = resolve("all_gather", "auto", "auto", world=args.world, shard_shape=(m // args.world, k), dim=0, dtype="float32",
+                   others=[(k, n), (m, n)], hardware=profile, link=Link(**res["link"]))
+    print(f"  chunks_per_rank/order auto would run {auto.chunks_per_rank} chunks per rank, order {auto.order} "
+          f"(predicted fused {auto.fused_s:.3f} s)")
     # Calibrated in memory only: the profile files are never written.
     compute_only = [Measurement.model_validate(r) for r in compute_records]
     fitted = fit(profile, compute_only)
     calibrated = {"compute_only": {"predicted": _predictions(fitted, measurement)}}
     calibrated["compute_only"]["errors"] = _print_prediction(
-        "planner, cpu-gloo fitted in memory to this run's compute-only timings (the kernel alone; out of sample "
+        "planner, cpu-gloo fitted in memory to this run's world-1 timings (nothing moving; out of sample "
         "for the overlap runs)", calibrated["compute_only"]["predicted"], medians)
     if worst > TARGET_ERROR:
         print(f"  the shipped profile is off by up to {worst:.0%} (> {TARGET_ERROR:.0%}); fitting it to every record as well:")
@@ -379,7 +420,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         out = {**record, "hardware": "cpu-gloo", "records": [record, *compute_records], "others_cpu_share": others,
                "repetitions": res["times"], "ratios": ratios, "balance": balance,
-               "chunk_compute_s": res["t_chunk"], "kernel_compute_s": res["t_full"],
+               "chunk_compute_s": res["t_chunk"], "kernel_compute_s": res["t_full"], "present_compute_s": res["t_present"],
+               "auto": {"chunks_per_rank": auto.chunks_per_rank, "order": auto.order, "fused_s": auto.fused_s},
                "prediction": {"profile": "cpu-gloo", "predicted": predicted, "errors": errors, "calibrated": calibrated}}
         with open(args.json, "w") as f:
             json.dump(out, f, indent=2)

@@ -33,7 +33,7 @@ from syncopy.runtime.backends import select
 from syncopy.runtime.context import Context, Trace
 from syncopy.runtime.link import Faults, Link
 from syncopy.schedule import Schedule, load_schedule
-from syncopy.schedule.model import PRODUCER_PATTERNS
+from syncopy.schedule.model import AUTO, PRODUCER_PATTERNS
 
 _LAUNCH_OPTIONS = {"num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion", "warmup"}
 _poll_cost_s: float | None = None
@@ -84,11 +84,12 @@ class FusedKernel:
     def __init__(self, jit_fn, schedule: Schedule, *, backend: str = "auto", timeout_s: float = 60.0,
                  link: Link | None = None, faults: Faults | None = None, trace: bool = False,
                  poison_receive: bool = False, dump_dir: str | Path | None = None,
-                 one_shot_max_bytes: int = planning.ONE_SHOT_MAX_BYTES):
+                 one_shot_max_bytes: int = planning.ONE_SHOT_MAX_BYTES, hardware: str | None = None, workload=None):
         self.local = jit_fn
         self.producer = schedule.pattern in PRODUCER_PATTERNS
         self.one_shot_max_bytes = one_shot_max_bytes
         self.schedule = schedule
+        self.hardware, self.workload = hardware, workload
         self.backend_name = backend
         self.timeout_s = timeout_s
         self.link, self.faults = link, faults
@@ -109,6 +110,10 @@ class FusedKernel:
         self._built: tuple[Transformed, object, object, Path] | None = None
         self._contexts: dict[tuple, tuple[Context, object]] = {}
         self.last_trace: Trace | None = None
+        # What the last launch ran with; for `auto` schedules, the planner's choice and its reason.
+        self.resolved_chunks_per_rank: int | None = None
+        self.resolved_order: str | list[int] | None = None
+        self.last_resolution = None  # syncopy.planner.auto.Resolution, for `auto` schedules
 
     # -- compile --------------------------------------------------------------------------------
     def build(self) -> Transformed:
@@ -166,15 +171,19 @@ class FusedKernel:
             raise LaunchError(f"'{self.schedule.tensor}' must be contiguous; pass {self.schedule.tensor}.contiguous()")
         return bound.arguments, shard, options
 
-    def _context(self, shard: torch.Tensor, group) -> tuple[Context, object]:
+    def _context(self, shard: torch.Tensor, group, args: dict) -> tuple[Context, object]:
         world, rank = dist.get_world_size(group), dist.get_rank(group)
         key = (id(group), tuple(shard.shape), shard.dtype, shard.device.type)
         if key in self._contexts:
             return self._contexts[key]
         # A world of one moves nothing: its "backend" is the local copy in _launch.
         backend = select(self.backend_name, shard.device.type)(group, self.timeout_s, self.link, self.faults) if world > 1 else None
+        # `auto` is resolved by rank 0 alone and travels with the shape check below, so that every
+        # rank lowers the same plan even where their environments (SYNCOPY_HARDWARE, GPU names) differ.
+        # A failure is carried as text, so that every rank raises it instead of rank 0 alone.
+        choice = self._resolve(shard, world, args) if self.schedule.planned and rank == 0 else None
         # Every rank must bring the same shard shape: check once, collectively, and fail everywhere.
-        mine = (tuple(shard.shape), str(shard.dtype), self.schedule.key())
+        mine = (tuple(shard.shape), str(shard.dtype), self.schedule.key(), choice)
         theirs: list = [None] * world
         if world > 1:
             dist.all_gather_object(theirs, mine, group=backend.group)
@@ -188,26 +197,55 @@ class FusedKernel:
                     f"rank {r} passed '{self.schedule.tensor}' with shape {list(other[0])} {other[1]} but rank {rank} passed "
                     f"{list(mine[0])} {mine[1]}; {self.schedule.pattern} needs the same shape on every rank"
                 )
+        schedule, resolution = self._lowered(theirs[0][3])
         rows = shard.shape[self.schedule.dim]
         if self.producer:
-            ctx = self._producer_context(shard, rank, world)
+            ctx = self._producer_context(shard, rank, world, schedule)
         elif self.schedule.pattern == "all_to_all":
             if rows % world:
                 raise LaunchError(
                     f"all_to_all sends {world} equal blocks of '{self.schedule.tensor}' along dim {self.schedule.dim}, but it "
                     f"has {rows} rows; give every rank a multiple of {world} rows (pad the token blocks)"
                 )
-            p = planning.all_to_all(self.schedule, rank, world, rows // world)
+            p = planning.all_to_all(schedule, rank, world, rows // world)
             block = list(shard.shape)
             block[self.schedule.dim] //= world
             ctx = Context(p, tuple(block), shard.dtype, shard.device, self.schedule.dim)
         else:
-            p = planning.all_gather(self.schedule, rank, world, rows)
+            p = planning.all_gather(schedule, rank, world, rows)
             ctx = Context(p, tuple(shard.shape), shard.dtype, shard.device, self.schedule.dim)
+        ctx.schedule, ctx.resolution = schedule, resolution
         self._contexts[key] = (ctx, backend)
         return ctx, backend
 
-    def _producer_context(self, out: torch.Tensor, rank: int, world: int) -> Context:
+    def _lowered(self, choice) -> tuple[Schedule, object]:
+        """The schedule to lower, with `choice` (a `_resolve` answer, or None) applied, and the Resolution."""
+        if not self.schedule.planned:
+            return self.schedule, None
+        status, resolution = choice
+        if status == "error":
+            raise LaunchError(resolution)
+        return self.schedule.model_copy(update={"chunks_per_rank": resolution.chunks_per_rank, "order": resolution.order}), resolution
+
+    def _resolve(self, shard: torch.Tensor, world: int, args: dict) -> tuple[str, object]:
+        """("ok", Resolution) with the planner's chunk count and order for this launch, or ("error", text)."""
+        from syncopy.planner import auto
+
+        what = " and ".join(k for k in ("chunks_per_rank", "order") if getattr(self.schedule, k) == AUTO)
+        try:
+            device_name = torch.cuda.get_device_name(shard.device) if shard.device.type == "cuda" else None
+            hardware = auto.hardware_name(self.hardware, shard.device.type, device_name)
+            others = [tuple(v.shape) for k, v in args.items() if isinstance(v, torch.Tensor) and k != self.schedule.tensor]
+            resolution = auto.resolve(
+                self.schedule.pattern, self.schedule.chunks_per_rank, self.schedule.order, world=world,
+                shard_shape=tuple(shard.shape), dim=self.schedule.dim, dtype=str(shard.dtype), others=others,
+                hardware=hardware, workload=self.workload, link=self.link if shard.device.type == "cpu" else None)
+        except Exception as exc:  # every rank must hear of it, not only rank 0 (see _context)
+            detail = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
+            return "error", f"{what} is auto but the planner cannot plan this launch: {detail}"
+        return "ok", resolution
+
+    def _producer_context(self, out: torch.Tensor, rank: int, world: int, schedule: Schedule) -> Context:
         """reduce_scatter: `out` is this rank's shard of the result, the kernel writes the full
         partial into our buffer. all_reduce: `out` is the full result, split into world parts."""
         dim = self.schedule.dim
@@ -219,7 +257,7 @@ class FusedKernel:
             shape[dim] = -(-shape[dim] // world)
         nbytes = out.numel() * out.element_size() * (world if self.schedule.pattern == "reduce_scatter" else 1)
         size = full[dim] if full is not None else shape[dim] * world
-        p = planning.reduce(self.schedule, rank, world, shape[dim], nbytes, self.one_shot_max_bytes, size=size)
+        p = planning.reduce(schedule, rank, world, shape[dim], nbytes, self.one_shot_max_bytes, size=size)
         return Context(p, tuple(shape), out.dtype, out.device, dim, producer=True, full_shape=full)
 
     def _extra(self, ctx: Context, order: torch.Tensor, trace_buf: torch.Tensor, table: bool | None = None) -> dict:
@@ -294,7 +332,9 @@ class FusedKernel:
         self.build()
         t, fused, probe, _ = self._built
         bound, shard, options = self._bind(args, dict(kwargs))
-        ctx, backend = self._context(shard, group)
+        ctx, backend = self._context(shard, group, bound)
+        self.resolved_chunks_per_rank, self.resolved_order = ctx.schedule.chunks_per_rank, ctx.schedule.order
+        self.last_resolution = ctx.resolution
         if ctx.broken:
             raise LaunchError(f"this operator's transfers broke in an earlier launch ({ctx.broken}); re-create the process group")
         if self.producer:
@@ -306,6 +346,7 @@ class FusedKernel:
         trace = Trace(ctx.plan.rank, epoch, {g: ctx.plan.bounds(g) for g in range(ctx.n_chunks)}, total_chunks=ctx.n_chunks) if self.trace else None
         if trace is not None:
             trace.started_at = ctx.t0_wall
+            trace.planned = ctx.resolution.describe() if ctx.resolution is not None else ""
         ctx.trace = trace
         n_tiles = len(ranges)
         trace_buf = torch.zeros(2 * n_tiles if self.trace else 1, dtype=torch.int32, device=shard.device)
@@ -454,12 +495,17 @@ class FusedKernel:
         out.copy_(full.narrow(self.schedule.dim, dist.get_rank(group) * rows, rows))
 
 
-def overlap(schedule, *, backend: str = "auto", timeout_s: float = 60.0, link: Link | None = None,
-            faults: Faults | None = None, trace: bool = False, poison_receive: bool = False,
+def overlap(schedule, *, chunks_per_rank: int | str | None = None, order: str | list[int] | None = None,
+            hardware: str | None = None, workload=None, backend: str = "auto", timeout_s: float = 60.0,
+            link: Link | None = None, faults: Faults | None = None, trace: bool = False, poison_receive: bool = False,
             dump_dir: str | Path | None = None, one_shot_max_bytes: int = planning.ONE_SHOT_MAX_BYTES):
     """Decorator factory: `overlap(schedule)(jit_fn) -> FusedKernel`.
 
     schedule: a path to a YAML/JSON file, a dict, or a `Schedule`.
+    chunks_per_rank, order: override the schedule's keys (same values, "auto" included).
+    hardware: the planner's profile for `auto` (a name or a YAML path; default $SYNCOPY_HARDWARE,
+    else cpu-gloo on CPU and the GPU's own profile on CUDA). workload: what the planner takes the
+    kernel for (a template name, an (M, N, K) tuple or a Workload; see syncopy.planner.auto).
     backend: 'auto' (gloo for CPU tensors), 'gloo'. timeout_s bounds every wait (SyncopyTimeout).
     link/faults: emulated link and injected faults (CPU backend). trace: record arrivals and tile
     starts in `fused.last_trace`. poison_receive: fill the receive buffer with NaN before each launch.
@@ -471,11 +517,26 @@ def overlap(schedule, *, backend: str = "auto", timeout_s: float = 60.0, link: L
     writes its full partial result, and the argument receives the sum over ranks of this rank's
     rows. all_reduce: pass it at full size; it receives the sum over ranks.
     """
-    sched = load_schedule(schedule)
+    sched = _override(load_schedule(schedule), chunks_per_rank=chunks_per_rank, order=order)
 
     def wrap(jit_fn) -> FusedKernel:
         return FusedKernel(jit_fn, sched, backend=backend, timeout_s=timeout_s, link=link, faults=faults,
-                           trace=trace, poison_receive=poison_receive, dump_dir=dump_dir,
-                           one_shot_max_bytes=one_shot_max_bytes)
+                           trace=trace, poison_receive=poison_receive, dump_dir=dump_dir, hardware=hardware,
+                           workload=workload, one_shot_max_bytes=one_shot_max_bytes)
 
     return wrap
+
+
+def _override(schedule: Schedule, **keys) -> Schedule:
+    """`schedule` with the given keys replaced (None: keep), validated like the schedule itself."""
+    from syncopy.errors import ScheduleError, ScheduleLocation
+    from syncopy.schedule import from_dict
+
+    update = {k: v for k, v in keys.items() if v is not None}
+    if not update:
+        return schedule
+    try:
+        return from_dict({**schedule.model_dump(exclude_none=True), **update})
+    except ScheduleError as exc:
+        # Point at the argument the value came from, not at the schedule file.
+        raise ScheduleError(exc.message, ScheduleLocation("syncopy.overlap", exc.location.key if exc.location else "")) from None

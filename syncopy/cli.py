@@ -43,8 +43,12 @@ def _check(args) -> int:
     from syncopy.schedule import load_schedule
 
     s = load_schedule(Path(args.schedule))
-    order = s.order if s.transfers is None else f"explicit: {len(s.transfers)} transfers for {s.world} ranks"
-    print(f"{args.schedule}: ok ({s.pattern} of {s.tensor} along dim {s.dim}, {s.chunks_per_rank} chunks per rank, order {order})")
+    chunks = "chunks per rank chosen at launch" if s.chunks_per_rank == "auto" else f"{s.chunks_per_rank} chunks per rank"
+    if s.transfers is not None:
+        order = f"order explicit: {len(s.transfers)} transfers for {s.world} ranks"
+    else:
+        order = "order chosen at launch" if s.order == "auto" else f"order {s.order}"
+    print(f"{args.schedule}: ok ({s.pattern} of {s.tensor} along dim {s.dim}, {chunks}, {order})")
     return 0
 
 
@@ -87,6 +91,15 @@ def _shape(text: str | None):
     if len(parts) != 3 or min(parts) < 0:
         raise SyncopyError(f"--shape {text!r}: give three non-negative integers M,N,K (M = rows per rank)")
     return parts
+
+
+def _chunks(text: str):
+    """--chunks: a positive integer or auto."""
+    if text == "auto":
+        return text
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer or auto (got {text!r})")
+    return int(text)
 
 
 def _run(args) -> int:
@@ -192,8 +205,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--world", type=int, default=2)
     r.add_argument("--shape", metavar="M,N,K", help="M = rows per rank")
     r.add_argument("--dtype", choices=["fp32", "fp16", "bf16"], default="fp32")
-    r.add_argument("--chunks", type=int, help="chunks per rank (default: the template's schedule)")
-    r.add_argument("--order", type=_order_arg, metavar="ring|local_first|bidirectional_ring|OFFSETS",
+    r.add_argument("--chunks", type=_chunks, help="chunks per rank or auto (default: the template's schedule)")
+    r.add_argument("--order", type=_order_arg, metavar="ring|local_first|bidirectional_ring|auto|OFFSETS",
                    help="arrival order; OFFSETS is an explicit comma-separated list of peer offsets, e.g. 3,1,2")
     r.add_argument("--iters", type=int, default=2)
     r.add_argument("--backend", default="auto")
@@ -226,7 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _order_arg(text: str):
-    if text in ("ring", "local_first", "bidirectional_ring"):
+    if text in ("ring", "local_first", "bidirectional_ring", "auto"):
         return text
     try:
         return [int(x) for x in text.split(",")]

@@ -3,7 +3,7 @@
 Rendered on one line, the way compilers do it:
 
     kernel.py:12:5: tensor 'A' is read, but ... ; add `binding.rows: <expr>` to the schedule
-    schedule.yaml:6: chunks_per_rank: must be at least 1 (got 0); ...
+    schedule.yaml:6: chunks_per_rank: must be a positive integer or auto (got 0); ...
 """
 from __future__ import annotations
 

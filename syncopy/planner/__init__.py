@@ -5,11 +5,13 @@
 - `model`     roofline per tile, waves; alpha-beta per message
 - `simulate`  discrete-event simulation of sequential, stream-level and fused execution
 - `optimize`  `choose`: the chunk count and order with the best predicted fused time
+- `auto`      `resolve`: `chunks_per_rank: auto` / `order: auto` for one launch (shape, hardware)
 - `calibrate` fit the efficiency and overhead terms to measured runs
 - `command`   `syncopy plan`
 
 Pure Python + pydantic + PyYAML: importing it never loads torch or triton.
 """
+from syncopy.planner.auto import Resolution, resolve
 from syncopy.planner.hardware import HardwareProfile, load_profile, profile_names, save_profile
 from syncopy.planner.optimize import CHUNK_CHOICES, Plan, choose, choose_for
 from syncopy.planner.simulate import ORDERS, Execution, Prediction, Simulator, simulate
@@ -34,6 +36,7 @@ __all__ = [
     "Measurement",
     "Plan",
     "Prediction",
+    "Resolution",
     "Simulator",
     "Workload",
     "choose",
@@ -43,6 +46,7 @@ __all__ = [
     "load_profile",
     "make_workload",
     "profile_names",
+    "resolve",
     "save_profile",
     "simulate",
 ]

@@ -35,7 +35,7 @@ the link's alpha_s and efficiency, and the four overheads, to minimise the squar
 every measured time, with a weak pull towards the starting profile so that a term no record
 depends on stays where it was. Vendor peaks are never changed.
 
-    python -m syncopy.planner.calibrate results.json --hardware cpu-gloo -o cpu-gloo-calibrated.yaml
+    python -m syncopy.planner.calibrate results.json [more.json ...] --hardware cpu-gloo -o cpu-gloo-calibrated.yaml
 """
 from __future__ import annotations
 
@@ -268,12 +268,16 @@ def _are_records(value) -> bool:
 def main(argv: list[str] | None = None) -> int:
     """Fit a profile to a benchmark JSON and write it as YAML."""
     parser = argparse.ArgumentParser(prog="python -m syncopy.planner.calibrate", description="Fit a hardware profile to benchmark results.")
-    parser.add_argument("results", help="benchmark JSON (see this module's docstring)")
+    parser.add_argument("results", nargs="+", help="benchmark JSON files (see this module's docstring); their records are pooled")
     parser.add_argument("--hardware", default=None, help="profile to start from (default: the JSON's 'hardware', else cpu-gloo)")
     parser.add_argument("-o", "--output", default=None, help="where to write the fitted profile (default <hardware>-calibrated.yaml)")
     args = parser.parse_args(argv)
     try:
-        records, named = load_measurements(args.results)
+        records, named = [], None
+        for path in args.results:
+            more, hardware = load_measurements(path)
+            records += more
+            named = named or hardware
         profile = load_profile(args.hardware or named or "cpu-gloo")
         before = rms_log_error(profile, records)
         fitted = fit(profile, records)
@@ -282,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"syncopy calibrate: {exc}", file=sys.stderr)
         return 2
     out = Path(args.output or f"{fitted.name}.yaml")
-    save_profile(fitted, out, header=f"Fitted by syncopy.planner.calibrate to {len(records)} records of {args.results}.\n"
+    save_profile(fitted, out, header=f"Fitted by syncopy.planner.calibrate to {len(records)} records of {' '.join(args.results)}.\n"
                  f"RMS log error: {before:.3f} before, {after:.3f} after.")
     for term in fit_terms(profile):
         print(f"  {'.'.join(term):32s} {profile.get(term):.4g} -> {fitted.get(term):.4g}")

@@ -32,6 +32,7 @@ class Trace:
     ready: dict[int, float] = field(default_factory=dict)
     sent: dict[int, float] = field(default_factory=dict)
     producer: bool = False
+    planned: str = ""  # for `auto` schedules: the planner's choice (Resolution.describe())
 
     def overlapped_tiles(self) -> int:
         """Tiles that started while some chunk of this launch had not landed yet."""
@@ -47,6 +48,8 @@ class Trace:
             return self._producer_summary()
         lines = [f"rank {self.rank} epoch {self.epoch}: kernel {self.kernel_s[0] * 1e3:.1f}..{self.kernel_s[1] * 1e3:.1f} ms, "
                  f"{self.overlapped_tiles()}/{len(self.tile_starts)} tiles started before the last chunk landed"]
+        if self.planned:
+            lines.append(f"  {self.planned}")
         for k, g in enumerate(sorted(self.arrivals, key=self.arrivals.__getitem__), start=1):
             lo, hi = self.chunk_rows.get(g, (0, 0))
             waiting = sum(1 for r in self.tile_ranges if r[0] <= g <= r[1])
@@ -100,6 +103,9 @@ class Context:
         self.epoch = 0
         self.orders: dict[tuple, tuple[torch.Tensor, list[tuple[int, int]], list[int]]] = {}
         self.broken: str | None = None
+        # Set by the launcher: the schedule as lowered (auto resolved) and the planner's choice, if any.
+        self.schedule = None
+        self.resolution = None
         self.lock = threading.Lock()
         self.trace: Trace | None = None
         self.source: torch.Tensor | None = None  # all_to_all: the input whose blocks go to the peers

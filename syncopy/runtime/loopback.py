@@ -32,11 +32,16 @@ class LoopbackWorld:
         self.side = torch.cuda.Stream(priority=-1)
         self.contexts: dict[tuple, Context] = {}
 
-    def _context(self, shard: torch.Tensor) -> Context:
+    def _context(self, shard: torch.Tensor, args: dict) -> Context:
         key = (tuple(shard.shape), shard.dtype)
         if key not in self.contexts:
-            p = planning.all_gather(self.fk.schedule, self.rank, self.world, shard.shape[self.fk.schedule.dim])
-            self.contexts[key] = Context(p, tuple(shard.shape), shard.dtype, shard.device, self.fk.schedule.dim)
+            # One process plays every rank here: the planner's choice needs no exchange.
+            choice = self.fk._resolve(shard, self.world, args) if self.fk.schedule.planned else None
+            schedule, resolution = self.fk._lowered(choice)
+            p = planning.all_gather(schedule, self.rank, self.world, shard.shape[schedule.dim])
+            ctx = Context(p, tuple(shard.shape), shard.dtype, shard.device, schedule.dim)
+            ctx.schedule, ctx.resolution = schedule, resolution
+            self.contexts[key] = ctx
         return self.contexts[key]
 
     def launch(self, grid, args: tuple, kwargs: dict, peers: list[torch.Tensor], delay_s: float = 0.0,
@@ -46,7 +51,7 @@ class LoopbackWorld:
         fk.build()
         _, fused, _, _ = fk._built
         bound, shard, options = fk._bind(args, dict(kwargs))
-        ctx = self._context(shard)
+        ctx = self._context(shard, bound)
         call = dict(bound)
         call[fk.schedule.tensor] = ctx.buffer
         order, _, _ = fk._order(ctx, grid, call, None)

@@ -94,7 +94,10 @@ def _chunks_of(src: int, c: int) -> list[int]:
 
 
 def all_gather(schedule: Schedule, rank: int, world: int, rows_per_rank: int) -> RankPlan:
-    """The transfers rank `rank` performs for an all-gather under `schedule`."""
+    """The transfers rank `rank` performs for an all-gather under `schedule` (auto already resolved)."""
+    if schedule.planned:
+        raise LaunchError("chunks_per_rank or order is auto; resolve it with syncopy.planner.auto before lowering "
+                          "(syncopy.overlap does at the first launch)")
     c = schedule.chunks_per_rank
     if schedule.world is not None and schedule.world != world:
         written = "its transfers are written" if schedule.transfers is not None else "it is written"

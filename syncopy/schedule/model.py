@@ -5,10 +5,13 @@
     kernel: mm2d               # the @triton.jit function to transform
     tensor: A                  # the kernel argument that is communicated
     dim: 0                     # the sharded dimension of that tensor
-    chunks_per_rank: 3         # granularity
-    order: ring                # ring | local_first | bidirectional_ring | [peer offsets] | explicit
+    chunks_per_rank: 3         # granularity, or auto
+    order: ring                # ring | local_first | bidirectional_ring | auto | [peer offsets] | explicit
 
-`binding` is optional and overrides inference where it cannot see how programs map to rows.
+`chunks_per_rank: auto` and `order: auto` are chosen by the planner (syncopy.planner) at the first
+launch for each shard shape: the rewritten kernel does not depend on either, it reads the chunk
+count from the runtime's context. `binding` is optional and overrides inference where it cannot
+see how programs map to rows.
 
 The full form (see `syncopy.schedule.explicit`) adds `units_per_rank` + `chunks` (explicit slices of
 every shard) and `order: explicit` + `world` + `transfers` (every transfer written out), so that a
@@ -16,13 +19,17 @@ plan from another system is written down verbatim.
 """
 from __future__ import annotations
 
-from typing import Any, Literal, Union
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator, model_validator
 
 Pattern = Literal["all_gather", "reduce_scatter", "all_reduce", "all_to_all"]
 NamedOrder = Literal["ring", "local_first", "bidirectional_ring"]
 ReduceOp = Literal["sum", "prod", "max", "min", "avg"]
+
+#: The value of `chunks_per_rank` and `order` that asks the planner to choose at launch.
+AUTO = "auto"
+Auto = Literal["auto"]
 
 #: Patterns the runtime can execute today; the others validate but are rejected at transform time.
 IMPLEMENTED_PATTERNS = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all")
@@ -81,8 +88,12 @@ class Schedule(BaseModel):
     kernel: str | None = Field(default=None, min_length=1)
     tensor: str = Field(min_length=1)
     dim: StrictInt = Field(default=0, ge=0)
-    chunks_per_rank: StrictInt = Field(default=1, ge=1)
-    order: Union[NamedOrder, Literal["explicit"], list[int]] = "ring"
+    chunks_per_rank: Union[Annotated[StrictInt, Field(ge=1)], Auto] = Field(
+        default=1, description="chunks each rank's shard is cut into, or auto: the planner chooses at the first launch"
+    )
+    order: Union[NamedOrder, Auto, Literal["explicit"], list[int]] = Field(
+        default="ring", description="arrival order: a named order, a list of peer offsets, explicit (with transfers), or auto"
+    )
     binding: Binding | None = None
     units_per_rank: StrictInt | None = Field(default=None, ge=1)
     chunks: list[tuple[StrictInt, StrictInt]] | None = None
@@ -99,6 +110,15 @@ class Schedule(BaseModel):
             if data.get("transfers") is not None and "order" not in data:
                 data = {**data, "order": "explicit"}
         return data
+
+    @field_validator("chunks_per_rank", mode="before")
+    @classmethod
+    def _chunk_count_or_auto(cls, value):
+        # One sentence for every wrong value (0, -2, 2.5, "many", true), instead of pydantic's
+        # separate complaints about each branch of the union.
+        if value == AUTO or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+            return value
+        raise ValueError(f"must be a positive integer or auto (got {value!r})")
 
     @field_validator("order")
     @classmethod
@@ -120,6 +140,11 @@ class Schedule(BaseModel):
 
         validate(self)
         return self
+
+    @property
+    def planned(self) -> bool:
+        """True when the planner chooses `chunks_per_rank` or `order` at launch."""
+        return self.chunks_per_rank == AUTO or self.order == AUTO
 
     def key(self) -> str:
         """A stable text form, used in cache keys."""

@@ -24,10 +24,12 @@ class Template:
         return importlib.import_module(f"syncopy.templates.{self.name}.template")
 
     def schedule(self, **overrides):
-        from syncopy.schedule import load_schedule
+        """The template's schedule, with `overrides` (None: keep) validated like the file's own keys."""
+        from syncopy.schedule import from_dict, load_schedule
 
         s = load_schedule(str(resources.files("syncopy.templates") / self.name / "schedule.yaml"))
-        return s.model_copy(update={k: v for k, v in overrides.items() if v is not None}) if overrides else s
+        update = {k: v for k, v in overrides.items() if v is not None}
+        return from_dict({**s.model_dump(exclude_none=True), **update}) if update else s
 
     def kernel(self):
         s = self.schedule()

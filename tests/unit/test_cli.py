@@ -97,12 +97,12 @@ TRANSFORM_ERRORS = [
     ),
     pytest.param(
         {"s.yaml": SCHEDULE.replace("chunks_per_rank: 2", "chunks_per_rank: 0")},
-        "s.yaml:6: chunks_per_rank: must be at least 1 (got 0); use a positive integer no larger than the rows of one shard",
+        "s.yaml:6: chunks_per_rank: must be a positive integer or auto (got 0); write a chunk count no larger than the rows of one shard, or auto to let the planner choose",
         id="chunks-zero",
     ),
     pytest.param(
         {"s.yaml": SCHEDULE.replace("chunks_per_rank: 2", "chunks_per_rank: -1")},
-        "s.yaml:6: chunks_per_rank: must be at least 1 (got -1); use a positive integer no larger than the rows of one shard",
+        "s.yaml:6: chunks_per_rank: must be a positive integer or auto (got -1); write a chunk count no larger than the rows of one shard, or auto to let the planner choose",
         id="chunks-negative",
     ),
     pytest.param(
@@ -307,10 +307,28 @@ def test_check_accepts_a_good_schedule(work, capsys):
     assert captured.err == ""
 
 
+def test_check_accepts_auto(work, capsys):
+    (work / "s.yaml").write_text(SCHEDULE.replace("chunks_per_rank: 2", "chunks_per_rank: auto").replace("order: ring", "order: auto"))
+    assert main(["check", "s.yaml"]) == 0
+    assert capsys.readouterr().out == "s.yaml: ok (all_gather of src along dim 0, chunks per rank chosen at launch, order chosen at launch)\n"
+
+
+def test_transform_of_an_auto_schedule_is_the_transform_of_any_chunk_count(work, capsys):
+    # The rewritten kernel reads the chunk count and order from the runtime's context, so the planner
+    # can choose them at launch without a second transform.
+    outputs = []
+    for chunks, order in (("auto", "auto"), ("2", "ring"), ("5", "local_first")):
+        (work / "s.yaml").write_text(SCHEDULE.replace("chunks_per_rank: 2", f"chunks_per_rank: {chunks}").replace("order: ring", f"order: {order}"))
+        assert main(["transform", "kern.py", "--schedule", "s.yaml"]) == 0
+        outputs.append(capsys.readouterr().out)
+    assert "syncopy_device" in outputs[0]
+    assert outputs[0] == outputs[1] == outputs[2]
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        (SCHEDULE.replace("chunks_per_rank: 2", "chunks_per_rank: 0"), "s.yaml:6: chunks_per_rank: must be at least 1 (got 0)"),
+        (SCHEDULE.replace("chunks_per_rank: 2", "chunks_per_rank: 0"), "s.yaml:6: chunks_per_rank: must be a positive integer or auto (got 0)"),
         (SCHEDULE.replace("ring", "[2, 2]"), "s.yaml:7: order: explicit order [2, 2] is not a permutation"),
         (SCHEDULE + "extra: 1\n", "s.yaml:8: extra: unknown key"),
         ("pattern: [all_gather\n", "s.yaml:2: YAML syntax error"),

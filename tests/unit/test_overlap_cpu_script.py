@@ -44,3 +44,9 @@ def test_smoke_run_writes_a_calibration_record(tmp_path):
     records, hardware = load_measurements(path)
     assert hardware == "cpu-gloo"
     assert records[0].fused_s == data["fused_s"] and records[0].link is not None
+    # The world-1 record that tile_sync_s is fitted on: all of A through the local kernel and through
+    # the fused kernel with every chunk present, at the run's chunk count.
+    present = [r for r in records if r.world == 1 and r.fused_s is not None]
+    assert len(present) == 1
+    assert (present[0].shape, present[0].chunks_per_rank) == ((64, 32, 32), 2)
+    assert present[0].sequential_s > 0

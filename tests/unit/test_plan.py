@@ -218,3 +218,12 @@ def test_tile_order_from_real_plans_is_a_permutation_with_local_tiles_first(orde
         local = [t for t in range(len(ranges)) if needs[t] == 0]
         assert got[: len(local)] == local
         assert [needs[t] for t in got] == sorted(needs)
+
+
+@pytest.mark.parametrize("keys", [{"chunks_per_rank": "auto"}, {"order": "auto"}], ids=["chunks", "order"])
+def test_an_unresolved_auto_schedule_is_not_lowered(keys):
+    sched = Schedule(pattern="all_gather", tensor="A", **keys)
+    with pytest.raises(LaunchError) as info:
+        all_gather(sched, 0, 2, 8)
+    assert str(info.value) == ("chunks_per_rank or order is auto; resolve it with syncopy.planner.auto before lowering "
+                               "(syncopy.overlap does at the first launch)")

@@ -97,6 +97,17 @@ def test_main_writes_a_loadable_profile(tmp_path, capsys):
     assert out.read_text().startswith("# Fitted by syncopy.planner.calibrate")
 
 
+def test_main_pools_the_records_of_several_files(tmp_path, capsys):
+    records = [r.model_dump() for r in measured(truth())]
+    assert len(records) > 1
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    first.write_text(json.dumps({"hardware": "cpu-gloo", "records": records[:1]}))
+    second.write_text(json.dumps(records[1:]))
+    out = tmp_path / "fitted.yaml"
+    assert main([str(first), str(second), "-o", str(out)]) == 0
+    assert out.read_text().startswith(f"# Fitted by syncopy.planner.calibrate to {len(records)} records of {first} {second}.")
+
+
 def test_main_reports_bad_input_in_one_line(tmp_path, capsys):
     assert main([str(tmp_path / "missing.json")]) == 2
     err = capsys.readouterr().err

@@ -57,6 +57,26 @@ def test_named_orders(order):
     assert loads(GOOD.replace("order: ring", f"order: {order}")).order == order
 
 
+def test_auto_chunks_and_order_load_from_yaml_json_and_dicts():
+    text = GOOD.replace("chunks_per_rank: 3", "chunks_per_rank: auto").replace("order: ring", "order: auto")
+    s = loads(text, file="s.yaml")
+    assert (s.chunks_per_rank, s.order, s.planned) == ("auto", "auto", True)
+    assert loads(json.dumps(s.model_dump()), file="s.json") == s
+    assert load_schedule({"pattern": "all_gather", "tensor": "lhs", "chunks_per_rank": "auto"}).chunks_per_rank == "auto"
+    # Either key alone asks the planner; neither does not.
+    assert loads(GOOD.replace("order: ring", "order: auto")).planned
+    assert loads(GOOD.replace("chunks_per_rank: 3", "chunks_per_rank: auto")).planned
+    assert not loads(GOOD).planned
+    # The cache key tells auto from a number.
+    assert s.key() != loads(GOOD).key()
+
+
+def test_auto_is_spelt_in_lower_case():
+    err = _error(GOOD.replace("chunks_per_rank: 3", "chunks_per_rank: Auto"))
+    assert (err.location.key, err.location.line) == ("chunks_per_rank", 6)
+    assert err.message.startswith("must be a positive integer or auto (got 'Auto')")
+
+
 def test_load_schedule_from_every_kind_of_source(tmp_path):
     path = tmp_path / "s.yaml"
     path.write_text(GOOD)
@@ -90,25 +110,31 @@ ERRORS = [
     pytest.param(
         GOOD.replace("chunks_per_rank: 3", "chunks_per_rank: 0"),
         ("chunks_per_rank", 6),
-        "must be at least 1 (got 0); use a positive integer no larger than the rows of one shard",
+        "must be a positive integer or auto (got 0); write a chunk count no larger than the rows of one shard, or auto to let the planner choose",
         id="chunks-zero",
     ),
     pytest.param(
         GOOD.replace("chunks_per_rank: 3", "chunks_per_rank: -2"),
         ("chunks_per_rank", 6),
-        "must be at least 1 (got -2); use a positive integer no larger than the rows of one shard",
+        "must be a positive integer or auto (got -2); write a chunk count no larger than the rows of one shard, or auto to let the planner choose",
         id="chunks-negative",
     ),
     pytest.param(
         GOOD.replace("chunks_per_rank: 3", "chunks_per_rank: three"),
         ("chunks_per_rank", 6),
-        "'three' has the wrong type; use a positive integer no larger than the rows of one shard",
+        "must be a positive integer or auto (got 'three'); write a chunk count no larger than the rows of one shard, or auto to let the planner choose",
         id="chunks-not-a-number",
+    ),
+    pytest.param(
+        GOOD.replace("chunks_per_rank: 3", "chunks_per_rank: many"),
+        ("chunks_per_rank", 6),
+        "must be a positive integer or auto (got 'many'); " + "write a chunk count no larger than the rows of one shard, or auto to let the planner choose",
+        id="chunks-a-word-other-than-auto",
     ),
     pytest.param(
         GOOD.replace("chunks_per_rank: 3", "chunks_per_rank: 2.5"),
         ("chunks_per_rank", 6),
-        "2.5 has the wrong type; use a positive integer no larger than the rows of one shard",
+        "must be a positive integer or auto (got 2.5); write a chunk count no larger than the rows of one shard, or auto to let the planner choose",
         id="chunks-fractional",
     ),
     pytest.param(
@@ -152,7 +178,7 @@ ERRORS = [
     pytest.param(
         GOOD.replace("order: ring", "order: tree"),
         ("order", 7),
-        "'tree' is not allowed; use ring, local_first, bidirectional_ring, a list of peer offsets, or explicit (with `transfers:`)",
+        "'tree' is not allowed; use ring, local_first, bidirectional_ring, auto, a list of peer offsets, or explicit (with `transfers:`)",
         id="unknown-named-order",
     ),
     pytest.param(
@@ -213,7 +239,7 @@ def test_a_schedule_must_be_a_mapping(text):
 def test_errors_without_a_file_name_the_key_only():
     with pytest.raises(ScheduleError) as info:
         from_dict({"pattern": "all_gather", "tensor": "A", "chunks_per_rank": 0})
-    assert str(info.value) == "schedule: chunks_per_rank: must be at least 1 (got 0); use a positive integer no larger than the rows of one shard"
+    assert str(info.value) == "schedule: chunks_per_rank: must be a positive integer or auto (got 0); write a chunk count no larger than the rows of one shard, or auto to let the planner choose"
 
 
 def test_unreadable_schedule_file(tmp_path):
@@ -243,6 +269,14 @@ def test_json_schema_describes_exactly_the_schedule_keys():
     assert sorted(schema["required"]) == ["pattern", "tensor"]
     assert schema["$schema"].startswith("https://json-schema.org/")
     assert schema["properties"]["pattern"]["enum"] == ["all_gather", "reduce_scatter", "all_reduce", "all_to_all"]
+
+
+def test_json_schema_offers_auto_for_chunks_and_order():
+    props = json.loads(json_schema())["properties"]
+    assert props["chunks_per_rank"]["anyOf"] == [{"minimum": 1, "type": "integer"}, {"const": "auto", "type": "string"}]
+    assert props["chunks_per_rank"]["default"] == 1
+    assert {"const": "auto", "type": "string"} in props["order"]["anyOf"]
+    assert "planner" in props["chunks_per_rank"]["description"]
 
 
 def test_the_json_schema_accepts_what_loads_accepts():

@@ -509,4 +509,38 @@ def run_explicit(rank: int, world: int, example: str, rows: int) -> dict:
         out["wrong_world"] = {"type": None}
     except Exception as exc:
         out["wrong_world"] = _exc_info(exc)
+
+
+# --------------------------------------------------------------------------------------------------
+# 6. chunks_per_rank: auto
+# --------------------------------------------------------------------------------------------------
+def run_auto(rank: int, world: int, rows_list: list[int], bandwidth_Bps: float) -> dict:
+    """One operator whose schedule fixes `chunks_per_rank: 1` and says `order: auto`, built with
+    `overlap(..., chunks_per_rank="auto")` and an emulated link: launched (twice, traced) for each
+    shard row count in `rows_list`. Returns per row count what the planner chose, the errors against
+    the torch reference and the trace's planner line. Rank 1 names another hardware profile in
+    its environment: rank 0's choice must win everywhere."""
+    import os
+
+    import syncopy
+    from syncopy.planner.auto import HARDWARE_ENV
+    from syncopy.runtime.link import Link
+
+    if rank == 1:
+        os.environ[HARDWARE_ENV] = "h100-nvlink"
+
+    sched = {**schedule("grouped", 1, "ring"), "order": "auto"}
+    fused = syncopy.overlap(sched, chunks_per_rank="auto", trace=True, poison_receive=True,
+                            link=Link(bandwidth_Bps=bandwidth_Bps))(_kernel("grouped"))
+    out = {}
+    for rows in rows_list:
+        errors = []
+        for epoch in (1, 2):
+            p = Problem("grouped", rank, world, rows, "float32", seed=70 + epoch)
+            p.launch(fused)
+            errors.append((f"auto rows={rows} epoch{epoch}", p.error(), TOL["float32"]))
+        out[rows] = {"errors": errors, "chunks": fused.resolved_chunks_per_rank, "order": fused.resolved_order,
+                     "resolution": fused.last_resolution, "planned": fused.last_trace.planned,
+                     "summary": fused.last_trace.summary(),
+                     "plan_chunks": next(ctx.plan.chunks_per_rank for key, (ctx, _) in fused._contexts.items() if key[1][0] == rows)}
     return out
