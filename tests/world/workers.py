@@ -509,6 +509,7 @@ def run_explicit(rank: int, world: int, example: str, rows: int) -> dict:
         out["wrong_world"] = {"type": None}
     except Exception as exc:
         out["wrong_world"] = _exc_info(exc)
+    return out
 
 
 # --------------------------------------------------------------------------------------------------
