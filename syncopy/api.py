@@ -53,6 +53,13 @@ def _spin_limit(timeout_s: float, device_type: str) -> int:
     return max(100, int(timeout_s / _poll_cost_s))
 
 
+def _ensure_allocator(device) -> None:
+    """Kernels that make tensor descriptors need `triton.set_allocator`; set one if the program has not."""
+    from syncopy.runtime.persistent import ensure_allocator
+
+    ensure_allocator(device)
+
+
 def _measure_poll_cost() -> float:
     import triton
     import triton.language as tl
@@ -199,6 +206,12 @@ class FusedKernel:
     def _order(self, ctx: Context, grid, args: dict, backend) -> tuple[torch.Tensor, list, list]:
         """Tile order for this launch shape: probe each program's chunk range, sort by arrival."""
         t, fused, probe, _ = self._built
+        z_fastest = getattr(backend, "z_fastest", False) if backend is not None else _interpreting()
+        if t.persistent is not None:
+            # Tiles come from the kernel's own loop: the table is per tile id (runtime/persistent.py).
+            from syncopy.runtime import persistent
+
+            return persistent.order(self, ctx, grid, args, backend, sequential=z_fastest)
         dims = self._grid(grid, args)
         n = dims[0] * dims[1] * dims[2]
         scalars = tuple((k, v) for k, v in sorted(args.items()) if not isinstance(v, torch.Tensor))
@@ -216,7 +229,6 @@ class FusedKernel:
         # The table is indexed by hardware linear id; place tiles so that the backend's execution
         # order (z fastest under the interpreter, x fastest on GPUs) runs them in sorted order.
         g0, g1, g2 = dims
-        z_fastest = getattr(backend, "z_fastest", False) if backend is not None else _interpreting()
         if z_fastest:
             slots = [x + g0 * (y + g1 * z) for x in range(g0) for y in range(g1) for z in range(g2)]
         else:
@@ -243,6 +255,7 @@ class FusedKernel:
         self.build()
         t, fused, probe, _ = self._built
         bound, shard, options = self._bind(args, dict(kwargs))
+        _ensure_allocator(shard.device)
         ctx, backend = self._context(shard, group)
         if ctx.broken:
             raise LaunchError(f"this operator's transfers broke in an earlier launch ({ctx.broken}); re-create the process group")
@@ -287,7 +300,7 @@ class FusedKernel:
             raise SyncopyTimeout(ctx.plan.rank, divmod(transfer.lost[0], c), epoch, self.timeout_s, "the transfer never completed")
         if trace is not None:
             flat = trace_buf.tolist()
-            slot_tiles = order[:n_tiles].tolist()
+            slot_tiles = list(range(n_tiles)) if t.persistent is not None else order[:n_tiles].tolist()
             trace.tile_ranges = ranges
             trace.tile_order = exec_order
             trace.tile_starts = sorted(
@@ -300,6 +313,7 @@ class FusedKernel:
     def _reference(self, grid, args, kwargs, group):
         group = group if group is not None else dist.group.WORLD
         bound, shard, options = self._bind(args, dict(kwargs))
+        _ensure_allocator(shard.device)
         if self.schedule.dim == 0:
             from syncopy.templates import all_gather_rows
 
