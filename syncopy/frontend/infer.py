@@ -562,6 +562,26 @@ def _infer_loop(ks: KernelSource, binding: TensorBinding, loop: persistent.Persi
     return groups
 
 
+def _decide_remap(loop: persistent.PersistentLoop, stmt, tainted: set[str]) -> None:
+    carried = persistent.carried_state(loop, stmt, tainted) if loop.tile_start else []
+    hidden = sorted(n for n, paths in persistent.step_paths(loop, stmt).items() if paths is None)
+    loop.remap = loop.tile_start and not carried and not hidden
+    if not loop.tile_start:
+        loop.why_not = "the rows of the first read in the loop are not a function of the tile id alone"
+    elif carried:
+        loop.why_not = f"{', '.join(carried)} carried from tile to tile"
+    elif hidden:
+        loop.why_not = f"{', '.join(hidden)} stepped inside a nested loop or else branch"
+
+
+def _hoistable(ks, stmt, reads_of, before, tensor, dim) -> bool:
+    try:
+        _hoist(ks, [stmt], reads_of(stmt), before, tensor, dim)
+    except InferenceError:
+        return False
+    return True
+
+
 def infer(ks: KernelSource, tensor: str, dim: int, rows: str | None = None) -> TensorBinding:
     """Find every read of `tensor` and express its pointer at the point a wait can be placed."""
     if tensor not in ks.params:
@@ -593,22 +613,17 @@ def infer(ks: KernelSource, tensor: str, dim: int, rows: str | None = None) -> T
     for index, stmt in enumerate(body):
         if loop is not None and index == loop.index:
             groups = _infer_loop(ks, binding, loop, stmt, before, reads_of, tainted, rows)
-            binding.groups += groups
-            binding.persistent = loop
             loop.tile_start = any(g.tile_start for g in groups)
-            carried = persistent.carried_state(loop, stmt, tainted) if loop.tile_start else []
-            hidden = sorted(n for n, paths in persistent.step_paths(loop, stmt).items() if paths is None)
-            loop.remap = loop.tile_start and not carried and not hidden
-            if not loop.tile_start:
-                loop.why_not = "the rows of the first read in the loop are not a function of the tile id alone"
-            elif carried:
-                loop.why_not = f"{', '.join(carried)} carried from tile to tile"
-            elif hidden:
-                loop.why_not = f"{', '.join(hidden)} stepped inside a nested loop or else branch"
-            if rows is not None:
-                break
-            before |= cu.assigned_in(stmt)
-            continue
+            if rows is not None or loop.tile_start or not _hoistable(ks, stmt, reads_of, before, tensor, dim):
+                binding.groups += groups
+                binding.persistent = loop
+                _decide_remap(loop, stmt, tainted)
+                if rows is not None:
+                    break
+                before |= cu.assigned_in(stmt)
+                continue
+            # Not a loop over tiles after all (split-K style: its start comes from a program id
+            # but its rows are no function of it): one wait before the loop, as for any loop.
         reads = reads_of(stmt)
         if reads and rows is not None:
             binding.groups.append(ReadGroup(index, [], ks.location(reads[0][0]).line))
