@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_every_template_folder_is_discovered_with_its_parts():
     found = templates.available()
-    assert {"ag_gemm", "ag_rmsnorm"} <= set(found)
+    assert {"ag_gemm", "ag_gemm_persistent", "ag_rmsnorm"} <= set(found)
     for name, t in found.items():
         assert t.description, name
         s = t.schedule()
@@ -32,7 +32,7 @@ def test_templates_command_lists_them(capsys):
 def test_unknown_template_is_a_one_line_error(capsys):
     assert main(["run", "nope", "--world", "2"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["unknown template 'nope'; the templates are ag_gemm, ag_rmsnorm; run `syncopy templates` to list them"]
+    assert err == ["unknown template 'nope'; the templates are ag_gemm, ag_gemm_persistent, ag_rmsnorm; run `syncopy templates` to list them"]
 
 
 def test_bad_shape_is_a_one_line_error(capsys):
@@ -45,7 +45,10 @@ def test_bad_shape_is_a_one_line_error(capsys):
     ("ag_gemm", 2, ["--chunks", "3", "--shape", "45,32,32"]),
     ("ag_gemm", 3, ["--order", "bidirectional_ring", "--dtype", "fp16"]),
     ("ag_rmsnorm", 4, ["--chunks", "2", "--order", "local_first", "--shape", "37,48,0"]),
-], ids=["ag_gemm-w2-ragged", "ag_gemm-w3-bidir-fp16", "ag_rmsnorm-w4-direct"])
+    ("ag_gemm_persistent", 3, []),
+    ("ag_gemm_persistent", 2, ["--chunks", "3", "--shape", "45,32,32", "--dtype", "fp16"]),
+], ids=["ag_gemm-w2-ragged", "ag_gemm-w3-bidir-fp16", "ag_rmsnorm-w4-direct", "ag_gemm_persistent-w3",
+        "ag_gemm_persistent-w2-ragged-fp16"])
 def test_syncopy_run_verifies_against_torch(name, world, extra):
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT))
     proc = subprocess.run([sys.executable, "-m", "syncopy.cli", "run", name, "--world", str(world), *extra],
@@ -56,7 +59,7 @@ def test_syncopy_run_verifies_against_torch(name, world, extra):
     assert f"{name} on {world} rank(s): correct" in proc.stdout
 
 
-@pytest.mark.parametrize("name", ["ag_gemm", "ag_rmsnorm"])
+@pytest.mark.parametrize("name", ["ag_gemm", "ag_gemm_persistent", "ag_rmsnorm"])
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_compile_template_has_acquire_polls_in_loops(name, arch, tmp_path):
     out = tmp_path / f"{name}.ptx"
@@ -64,9 +67,16 @@ def test_compile_template_has_acquire_polls_in_loops(name, arch, tmp_path):
     env["PYTHONPATH"] = str(ROOT)
     proc = subprocess.run([sys.executable, "-m", "syncopy.cli", "compile", name, "--arch", arch, "-o", str(out)],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0 and name == "ag_gemm_persistent" and arch == "sm_80" and "descriptor" in proc.stderr.lower():
+        # Tensor descriptors are TMA, an sm_90 unit; triton 3.9 lowers them to plain loads for
+        # sm_80, an older triton may refuse: then only sm_90 is checked for this template.
+        pytest.skip(f"this triton does not lower tensor descriptors for sm_80: {proc.stderr.strip().splitlines()[-1]}")
     assert proc.returncode == 0, proc.stderr[-2000:]
     from syncopy.emit.ptx import acquire_polls
 
-    polls = acquire_polls(out.read_text())
+    ptx = out.read_text()
+    polls = acquire_polls(ptx)
     assert polls and all(".acquire" in p.text and ".sys" in p.text for p in polls)
     assert f"{name} for {arch}:" in proc.stderr
+    if name == "ag_gemm_persistent" and arch == "sm_90":
+        assert "cp.async.bulk.tensor" in ptx  # the descriptor loads really are TMA copies
