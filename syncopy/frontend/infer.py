@@ -177,6 +177,14 @@ def _reads(ks: KernelSource, stmt: cst.CSTNode, derived: set[str], tensor: str, 
         name = cu.call_name(call) or ""
         leaf = name.rsplit(".", 1)[-1]
         method, desc, coords = _descriptor_of(call, descs)
+        if isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name) and call.func.value.value == tensor \
+                and call.func.attr.value in ("load", "gather", "store", "scatter"):
+            raise InferenceError(
+                f"'{tensor}' is used as a tensor descriptor made on the host ({name}); syncopy gathers tensors, so pass "
+                f"the tensor and make its descriptor in the kernel with tl.make_tensor_descriptor({tensor}, shape=[...], "
+                f"strides=[...], block_shape=[...])",
+                ks.location(call),
+            )
         if desc is not None:
             if method in cu.WRITE_CALLS or method == "scatter":
                 raise KernelError(

@@ -239,3 +239,20 @@ def test_writing_through_a_descriptor_of_the_communicated_tensor_is_a_kernel_err
     assert type(info.value) is KernelError
     line, col = _where(text, "qd.store(")
     assert str(info.value).startswith(f"{path}:{line}:{col}: the kernel writes into 'Q' through its tensor descriptor 'qd'")
+
+
+def test_a_descriptor_made_on_the_host_is_named_as_such(tmp_path):
+    text = HEADER + textwrap.dedent('''
+        @triton.jit
+        def zeta(qd, Out, m, TM: tl.constexpr, P: tl.constexpr):
+            me = tl.program_id(0)
+            for t in range(me, tl.cdiv(m, TM), P):
+                tl.store(Out + t, tl.sum(tl.sum(qd.load([t * TM, 0]), axis=1), axis=0))
+        ''')
+    path = tmp_path / "host.py"
+    path.write_text(text)
+    with pytest.raises(InferenceError) as info:
+        infer(from_file(path, "zeta"), "qd", 0)
+    line, col = _where(text, "qd.load(")
+    assert str(info.value).startswith(f"{path}:{line}:{col}: 'qd' is used as a tensor descriptor made on the host")
+    assert "tl.make_tensor_descriptor(qd, shape=[...]" in info.value.message
