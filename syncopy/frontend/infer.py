@@ -570,16 +570,19 @@ def _infer_loop(ks: KernelSource, binding: TensorBinding, loop: persistent.Persi
     return groups
 
 
-def _decide_remap(loop: persistent.PersistentLoop, stmt, tainted: set[str]) -> None:
+def _decide_remap(ks, loop: persistent.PersistentLoop, stmt, tainted: set[str]) -> None:
     carried = persistent.carried_state(loop, stmt, tainted) if loop.tile_start else []
     hidden = sorted(n for n, paths in persistent.step_paths(loop, stmt).items() if paths is None)
-    loop.remap = loop.tile_start and not carried and not hidden
+    test = persistent.loop_test_problem(loop, stmt, ks)
+    loop.remap = loop.tile_start and not carried and not hidden and not test
     if not loop.tile_start:
         loop.why_not = "the rows of the first read in the loop are not a function of the tile id alone"
     elif carried:
         loop.why_not = f"{', '.join(carried)} carried from tile to tile"
     elif hidden:
         loop.why_not = f"{', '.join(hidden)} stepped inside a nested loop or else branch"
+    elif test:
+        loop.why_not = test
 
 
 def _hoistable(ks, stmt, reads_of, before, tensor, dim) -> bool:
@@ -625,7 +628,7 @@ def infer(ks: KernelSource, tensor: str, dim: int, rows: str | None = None) -> T
             if rows is not None or loop.tile_start or not _hoistable(ks, stmt, reads_of, before, tensor, dim):
                 binding.groups += groups
                 binding.persistent = loop
-                _decide_remap(loop, stmt, tainted)
+                _decide_remap(ks, loop, stmt, tainted)
                 if rows is not None:
                     break
                 before |= cu.assigned_in(stmt)

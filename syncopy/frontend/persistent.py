@@ -331,3 +331,21 @@ def step_paths(loop: PersistentLoop, stmt: cst.CSTNode) -> dict[str, list[tuple[
         paths = [p for p, _ in _assignments(stmt, name)]
         out[name] = None if any(-1 in p for p in paths) else paths
     return out
+
+
+def loop_test_problem(loop: PersistentLoop, stmt: cst.CSTNode, ks) -> str:
+    """Why a while loop's test would see remapped tile ids instead of slots ('' when it cannot).
+
+    `while T < E:` with `T += step` as the last statement of the body is safe: the remap is a
+    permutation of 0..n-1 and the identity elsewhere, and such a loop visits slots 0..E-1, so
+    `tile < E` holds exactly when `slot < E` does. Any other test on a counter is not.
+    """
+    if not isinstance(stmt, cst.While) or not (cu.names_in(stmt.test) & set(loop.counters)):
+        return ""
+    t = stmt.test
+    body = list(stmt.body.body)
+    ok = (isinstance(t, cst.Comparison) and len(t.comparisons) == 1 and isinstance(t.comparisons[0].operator, cst.LessThan)
+          and isinstance(t.left, cst.Name) and t.left.value in loop.counters
+          and not (cu.names_in(t.comparisons[0].comparator) & cu.assigned_in(stmt.body))
+          and isinstance(body[-1], cst.SimpleStatementLine) and step_of(body[-1].body[-1], t.left.value) is not None)
+    return "" if ok else f"the while test `{ks.code(t)}` compares the tile id itself"

@@ -6,6 +6,7 @@ users' own (none of them is what syncopy looks for). C = A @ B, A is M x K, B is
     tutorial_ws      triton's 09-persistent-matmul (descriptor version): tl.range(..., flatten=True),
                      B given as N x K, and a second counter `tile_id_c` for the epilogue
     rolling_tiles    while loop with the counter stepped at the end, pointer loads
+    stepping_first   while loop that steps its counter first and tests it: waits per tile, not remapped
     flat_k_steps     one flat loop of K steps x tiles, the tile starts inside `if ki == 0:`, pointers
     flat_k_desc      the same flat loop reading A through a descriptor
 """
@@ -112,6 +113,23 @@ def rolling_tiles(P, Q, R, m, n, k, sp0, sp1, sq0, sq1, sr0, sr1,
         tl.store(R + ri[:, None] * sr0 + rj[None, :] * sr1, acc.to(R.dtype.element_ty),
                  mask=(ri[:, None] < m) & (rj[None, :] < n))
         cur += LANES
+
+
+@triton.jit
+def stepping_first(P, Q, R, m, n, k, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, LANES: tl.constexpr):
+    across = tl.cdiv(n, BN)
+    cur = tl.program_id(0) - LANES
+    while cur < tl.cdiv(m, BM) * across - LANES:
+        cur += LANES
+        ri = (cur // across) * BM + tl.arange(0, BM)
+        rj = (cur % across) * BN + tl.arange(0, BN)
+        rk = tl.arange(0, BK)
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for kk in range(0, tl.cdiv(k, BK)):
+            p = tl.load(P + ri[:, None] * k + kk * BK + rk[None, :], mask=(ri[:, None] < m) & (kk * BK + rk[None, :] < k), other=0.0)
+            q = tl.load(Q + (kk * BK + rk[:, None]) * n + rj[None, :], mask=(kk * BK + rk[:, None] < k) & (rj[None, :] < n), other=0.0)
+            acc = tl.dot(p, q, acc)
+        tl.store(R + ri[:, None] * n + rj[None, :], acc.to(R.dtype.element_ty), mask=(ri[:, None] < m) & (rj[None, :] < n))
 
 
 @triton.jit

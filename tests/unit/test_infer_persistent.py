@@ -94,6 +94,20 @@ def test_while_loop_with_a_counter_stepped_at_the_end():
     assert [(g.inner, g.tile_start) for g in b.groups] == [((1,), True)]
 
 
+def test_while_test_on_a_counter_stepped_first_turns_the_remap_off():
+    b = infer(_kernel('''
+        @triton.jit
+        def zeta(Q, Out, m, B: tl.constexpr, LANES: tl.constexpr):
+            cur = tl.program_id(0) - LANES
+            while cur < tl.cdiv(m, B) - LANES:
+                cur += LANES
+                v = tl.load(Q + cur * B + tl.arange(0, B))
+                tl.store(Out + cur * B + tl.arange(0, B), v)
+        '''), "Q", 0)
+    assert b.persistent.kind == "while" and b.persistent.tile_start and not b.persistent.remap
+    assert b.persistent.why_not == "the while test `cur < tl.cdiv(m, B) - LANES` compares the tile id itself"
+
+
 FLAT = '''
 @triton.jit
 def zeta(Q, Wt, Out, m, n, k, TM: tl.constexpr, TN: tl.constexpr, TK: tl.constexpr, SMS: tl.constexpr):

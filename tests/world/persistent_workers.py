@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 import traceback
 
-TENSOR = {"sweep_tiles": "X", "tutorial_ws": "a_ptr", "rolling_tiles": "P", "flat_k_steps": "a_ptr", "flat_k_desc": "A"}
+TENSOR = {"sweep_tiles": "X", "tutorial_ws": "a_ptr", "rolling_tiles": "P", "stepping_first": "P", "flat_k_steps": "a_ptr", "flat_k_desc": "A"}
 N, K, TILE = 32, 24, 16
 TOL = {"float32": 1e-4, "float16": 1e-2}
 
@@ -33,6 +33,8 @@ def launch(name: str, fn, a, b, c, programs: int, **extra) -> None:
     elif name == "rolling_tiles":
         fn[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
                  BM=TILE, BN=TILE, BK=TILE, LANES=programs, **extra)
+    elif name == "stepping_first":
+        fn[grid](a, b, c, m, n, k, BM=TILE, BN=TILE, BK=TILE, LANES=programs, **extra)
     elif name == "flat_k_steps":
         fn[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
                  BLOCK_SIZE_M=TILE, BLOCK_SIZE_N=TILE, BLOCK_SIZE_K=TILE, GROUP_SIZE_M=2, NUM_SMS=programs, **extra)

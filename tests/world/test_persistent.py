@@ -23,6 +23,7 @@ CASES = {
         _case("tutorial-c2", "tutorial_ws", 2, 40, 3),
         _case("rolling-c2", "rolling_tiles", 2, 37, 3),
         _case("flat-ptr-c2", "flat_k_steps", 2, 37, 3),
+        _case("step-first-c2", "stepping_first", 2, 37, 3),
         _case("flat-desc-c3", "flat_k_desc", 3, 37, 3),
         _case("sweep-latency", "sweep_tiles", 2, 64, 2, latency_s=0.15),
     ],
@@ -35,6 +36,7 @@ CASES = {
     ],
 }
 TILE_START = {"sweep_tiles", "tutorial_ws", "rolling_tiles", "flat_k_desc"}  # flat_k_steps waits every K step
+NOT_REMAPPED = {"stepping_first"}  # its while test compares the tile id: per-tile waits, its own order
 
 
 @once
@@ -106,6 +108,21 @@ def test_tiles_overlap_with_the_gather(world):
             late = [t for t, _, arrived in trace.tile_starts if arrived == total]
             assert early, f"rank {rank}: no tile started before the last chunk landed\n{trace.summary()}"
             assert late, f"rank {rank}: every tile started early, so nothing waited\n{trace.summary()}"
+
+
+@pytest.mark.world
+def test_loop_that_cannot_be_remapped_still_waits_per_tile_in_its_own_order():
+    for r in _world(2):
+        info = r["tables"]["step-first-c2"]
+        n, table = info["table"][0], info["table"]
+        assert info["tile_start"] and info["probe"] and not info["remap"]
+        assert table[1 : 1 + n] == list(range(n))  # identity: the kernel's own order
+        for trace in r["traces"]["step-first-c2"]:
+            assert sorted(t for t, _, _ in trace.tile_starts) == list(range(n))
+            landed = sorted(trace.arrivals, key=trace.arrivals.__getitem__)
+            for tile, _, arrived in trace.tile_starts:
+                lo, hi = info["ranges"][tile]
+                assert set(range(lo, hi + 1)) <= set(landed[:arrived])
 
 
 @pytest.mark.world
