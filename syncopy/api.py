@@ -211,7 +211,7 @@ class FusedKernel:
             # Tiles come from the kernel's own loop: the table is per tile id (runtime/persistent.py).
             from syncopy.runtime import persistent
 
-            return persistent.order(self, ctx, grid, args, backend, sequential=z_fastest)
+            return persistent.order(self, ctx, grid, args, sequential=z_fastest)
         dims = self._grid(grid, args)
         n = dims[0] * dims[1] * dims[2]
         scalars = tuple((k, v) for k, v in sorted(args.items()) if not isinstance(v, torch.Tensor))

@@ -206,7 +206,7 @@ def find(ks, func: cst.FunctionDef, body: list[cst.BaseStatement], reads_in, der
         if not read_names:
             continue
         in_loop = cu.assigned_in(loop.body) | (set(cu.target_names(loop.target)) if isinstance(loop, cst.For) else set())
-        counters = _counters(body[:index], loop, in_loop, tainted, derived, params, func, ks)
+        counters = _counters(ks, body[:index], loop, in_loop, tainted, derived, params)
         rng = _range(ks, loop) if isinstance(loop, cst.For) else None
         if rng is not None and _scalar_from_program_id(rng[0], tainted):
             var, step = loop.target.value, rng[1]
@@ -230,7 +230,7 @@ def find(ks, func: cst.FunctionDef, body: list[cst.BaseStatement], reads_in, der
     return None
 
 
-def _counters(prefix, loop, in_loop, tainted, derived, params, func, ks) -> dict[str, str]:
+def _counters(ks, prefix, loop, in_loop, tainted, derived, params) -> dict[str, str]:
     """Tile counters of `loop`: {name: step code}, in the order they are defined before the loop."""
     out: dict[str, str] = {}
     defined: dict[str, cst.CSTNode] = {}

@@ -66,7 +66,7 @@ def build_table(records: list[list[int]] | None, position: dict[int, int], n_chu
     return table, ranges, [forward[s] for s in slots]
 
 
-def order(fk, ctx, grid, args: dict, backend, sequential: bool):
+def order(fk, ctx, grid, args: dict, sequential: bool):
     """`FusedKernel._order` for a persistent kernel: the table per launch shape, cached in `ctx`."""
     t, _, probe, _ = fk._built
     dims = fk._grid(grid, args)
