@@ -54,6 +54,13 @@ def _spin_limit(timeout_s: float, device_type: str) -> int:
     return max(100, int(timeout_s / _poll_cost_s))
 
 
+def _ensure_allocator(device) -> None:
+    """Kernels that make tensor descriptors need `triton.set_allocator`; set one if the program has not."""
+    from syncopy.runtime.persistent import ensure_allocator
+
+    ensure_allocator(device)
+
+
 def _measure_poll_cost() -> float:
     import triton
     import triton.language as tl
@@ -269,6 +276,12 @@ class FusedKernel:
     def _order(self, ctx: Context, grid, args: dict, backend) -> tuple[torch.Tensor, list, list]:
         """Tile order for this launch shape: probe each program's chunk range, sort by arrival."""
         t, fused, probe, _ = self._built
+        z_fastest = getattr(backend, "z_fastest", False) if backend is not None else _interpreting()
+        if t.persistent is not None:
+            # Tiles come from the kernel's own loop: the table is per tile id (runtime/persistent.py).
+            from syncopy.runtime import persistent
+
+            return persistent.order(self, ctx, grid, args, sequential=z_fastest)
         dims = self._grid(grid, args)
         n = dims[0] * dims[1] * dims[2]
         scalars = tuple((k, v) for k, v in sorted(args.items()) if not isinstance(v, torch.Tensor))
@@ -288,7 +301,6 @@ class FusedKernel:
         # The table is indexed by hardware linear id; place tiles so that the backend's execution
         # order (z fastest under the interpreter, x fastest on GPUs) runs them in sorted order.
         g0, g1, g2 = dims
-        z_fastest = getattr(backend, "z_fastest", False) if backend is not None else _interpreting()
         if z_fastest:
             slots = [x + g0 * (y + g1 * z) for x in range(g0) for y in range(g1) for z in range(g2)]
         else:
@@ -332,6 +344,7 @@ class FusedKernel:
         self.build()
         t, fused, probe, _ = self._built
         bound, shard, options = self._bind(args, dict(kwargs))
+        _ensure_allocator(shard.device)
         ctx, backend = self._context(shard, group, bound)
         self.resolved_chunks_per_rank, self.resolved_order = ctx.schedule.chunks_per_rank, ctx.schedule.order
         self.last_resolution = ctx.resolution
@@ -384,7 +397,7 @@ class FusedKernel:
             raise SyncopyTimeout(ctx.plan.rank, divmod(transfer.lost[0], c), epoch, self.timeout_s, "the transfer never completed")
         if trace is not None:
             flat = trace_buf.tolist()
-            slot_tiles = order[:n_tiles].tolist()
+            slot_tiles = list(range(n_tiles)) if t.persistent is not None else order[:n_tiles].tolist()
             trace.tile_ranges = ranges
             trace.tile_order = exec_order
             trace.tile_starts = sorted(
@@ -452,6 +465,7 @@ class FusedKernel:
     def _reference(self, grid, args, kwargs, group):
         group = group if group is not None else dist.group.WORLD
         bound, shard, options = self._bind(args, dict(kwargs))
+        _ensure_allocator(shard.device)
         if self.producer:
             return self._reference_producer(grid, bound, shard, options, group)
         if self.schedule.pattern == "all_to_all":

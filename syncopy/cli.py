@@ -75,9 +75,11 @@ def _schema(args) -> int:
 def _templates(args) -> int:
     from syncopy import templates
 
-    for name, t in templates.available().items():
+    found = templates.available()
+    width = max(12, *(len(name) for name in found))
+    for name, t in found.items():
         s = t.schedule()
-        print(f"{name:12s} {s.pattern:14s} {t.description}")
+        print(f"{name:{width}s} {s.pattern:14s} {t.description}")
     return 0
 
 

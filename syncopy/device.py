@@ -204,3 +204,115 @@ def merge_ranges(lo, hi, lo2, hi2):
     new_lo = tl.where(empty, lo2, tl.where(empty2, lo, tl.minimum(lo, lo2)))
     new_hi = tl.where(empty, hi2, tl.where(empty2, hi, tl.maximum(hi, hi2)))
     return new_lo, new_hi
+
+
+# -- persistent kernels ----------------------------------------------------------------------------
+# A persistent kernel loops over tiles (`for t in range(pid, n_tiles, NUM_PROGRAMS)`, or a counter
+# stepped by `t += NUM_PROGRAMS`). Its tiles are remapped through the *tile id*, not the program id:
+# slot v of the loop runs tile order[v], so all programs together visit tiles in arrival order.
+# The table is [n | tile per slot (n) | slot per tile (n) | (first, last) chunk per tile (2n)];
+# n = 0 (no probe, or a loop that is not a bijection on 0..n-1) makes every remap the identity.
+
+
+@triton.jit
+def _scalar_i32(x):
+    # Loop variables are Python ints under the interpreter and i32 scalars when compiled.
+    return (x + tl.zeros([], dtype=tl.int32)).to(tl.int32)
+
+
+@triton.jit
+def tile_of(order, slot):
+    """The tile that slot `slot` of a persistent loop runs (the identity outside 0..n-1)."""
+    slot = _scalar_i32(slot)
+    n = tl.load(order)
+    inside = (slot >= 0) & (slot < n)
+    tile = tl.load(order + 1 + tl.where(inside, slot, 0))
+    return tl.where(inside, tile, slot)
+
+
+@triton.jit
+def advance_tile(order, tile, step):
+    """Right after the kernel's own `tile += step` on a remapped tile id: the tile of the next slot.
+
+    `tile - step` is the tile just finished; its slot plus `step` is the next slot, and that slot's
+    tile is what the kernel runs next. Outside 0..n-1 (a counter that starts at pid - step, or one
+    past the last tile) ids are slots themselves, so loop bounds keep their meaning.
+    """
+    prev = _scalar_i32(tile - step)
+    n = tl.load(order)
+    inside = (prev >= 0) & (prev < n)
+    slot = tl.where(inside, tl.load(order + 1 + n + tl.where(inside, prev, 0)), prev)
+    return tile_of(order, slot + step)
+
+
+@triton.jit
+def tile_range(order, tile, ctx):
+    """Chunk range of tile `tile` from the probe table; every chunk for a tile outside the table."""
+    tile = _scalar_i32(tile)
+    n = tl.load(order)
+    inside = (tile >= 0) & (tile < n)
+    at = order + 1 + 2 * n + 2 * tl.where(inside, tile, 0)
+    last = (tl.load(ctx + CTX_WORLD) * tl.load(ctx + CTX_CHUNKS) - 1).to(tl.int32)
+    return tl.where(inside, tl.load(at), 0), tl.where(inside, tl.load(at + 1), last)
+
+
+@triton.jit
+def trace_tile_start_at(signals, trace, ctx, order, tile, TRACE: tl.constexpr):
+    """`trace_tile_start` for a persistent loop: the record goes to the tile's own slot (0..n-1)."""
+    if TRACE:
+        world = tl.load(ctx + CTX_WORLD)
+        chunks = tl.load(ctx + CTX_CHUNKS)
+        n_sig = (world * chunks).to(tl.int32)
+        arrived = tl.atomic_add(signals + SIG_BASE + n_sig, 0, sem="acquire", scope="sys")
+        seq = tl.atomic_add(signals + SIG_BASE + n_sig + 1, 1, sem="relaxed", scope="sys")
+        tile = _scalar_i32(tile)
+        n = tl.load(order)
+        inside = (tile >= 0) & (tile < n)
+        at = 2 * tl.where(inside, tile, 0)
+        tl.store(trace + at, seq + 1, mask=inside)
+        tl.store(trace + at + 1, arrived, mask=inside)
+
+
+#: Probe output of a persistent loop: [max tile id + 1 | negative id seen | capacity | per tile:
+#: first chunk, last chunk, program, iteration of that program's loop, visits].
+PROBE_HEADER = 3
+PROBE_FIELDS = 5
+
+
+@triton.jit
+def probe_store_tile(out, tile, g_lo, g_hi, iteration):
+    """Probe of a persistent loop: record tile `tile`'s chunk range, who ran it, and when."""
+    tile = _scalar_i32(tile)
+    cap = tl.load(out + 2)
+    tl.atomic_max(out, tile + 1)
+    tl.atomic_max(out + 1, (tile < 0).to(tl.int32))
+    inside = (tile >= 0) & (tile < cap)
+    at = out + 3 + 5 * tl.where(inside, tile, 0)
+    tl.store(at, g_lo.to(tl.int32), mask=inside)
+    tl.store(at + 1, g_hi.to(tl.int32), mask=inside)
+    tl.store(at + 2, _linear_program_id().to(tl.int32), mask=inside)
+    tl.store(at + 3, _scalar_i32(iteration), mask=inside)
+    tl.atomic_add(at + 4, 1, mask=inside)
+
+
+# -- tensor descriptors ----------------------------------------------------------------------------
+@triton.jit
+def desc_chunk_range(desc_base, row0, block0, size0, stride0, tail, base, ctx):
+    """Chunk range of `desc.load([row0, ...])` on `tl.make_tensor_descriptor(desc_base, ...)`.
+
+    The block covers descriptor rows [row0, row0 + block0) clipped to [0, size0) (the copy engine
+    fills rows outside with zeros), and we count every element of the other dimensions (`tail` is
+    the element offset of the last of them): exact when dim 0 of the descriptor is the tensor's
+    outermost dimension, a superset otherwise, and independent of the column coordinate, so one
+    wait covers a whole K loop.
+    """
+    row0 = _scalar_i32(row0)
+    r_lo = tl.maximum(row0, 0).to(tl.int64)
+    r_hi = (tl.minimum(row0 + block0, size0) - 1).to(tl.int64)
+    lo_ptr = desc_base + r_lo * stride0
+    hi_ptr = desc_base + r_hi * stride0 + tail
+    corner = tl.arange(0, 2)
+    lo_off = tl.maximum(lo_ptr.to(tl.int64) - base.to(tl.int64), 0)
+    off = tl.where(corner == 0, lo_off, hi_ptr.to(tl.int64) - base.to(tl.int64))
+    keep = (off >= 0) & (r_hi >= r_lo)
+    return _range_of_offsets(off, keep, ctx, True)

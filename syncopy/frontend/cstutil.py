@@ -7,7 +7,7 @@ import libcst as cst
 
 # Calls that write memory: dropped from probe kernels, rejected on the communicated tensor.
 WRITE_CALLS = frozenset(
-    {"store", "atomic_add", "atomic_xchg", "atomic_cas", "atomic_max", "atomic_min", "atomic_and", "atomic_or", "atomic_xor"}
+    {"store", "store_tensor_descriptor", "atomic_add", "atomic_xchg", "atomic_cas", "atomic_max", "atomic_min", "atomic_and", "atomic_or", "atomic_xor"}
 )
 TL_MODULES = frozenset({"tl", "triton.language", "language"})
 

@@ -18,6 +18,7 @@ import libcst as cst
 
 from syncopy.errors import InferenceError, KernelError
 from syncopy.frontend import cstutil as cu
+from syncopy.frontend import persistent
 from syncopy.frontend.source import KernelSource
 
 BASE_NAME = "syncopy_base"
@@ -27,19 +28,32 @@ _PURE_METHODS = {"to", "reshape", "broadcast_to", "expand_dims", "trans", "permu
 
 @dataclass
 class Access:
-    """A pointer block (and mask) as code that is valid right before the read's top-level statement."""
+    """A pointer block (and mask) as code that is valid right before the read's top-level statement.
+
+    For a read through a tensor descriptor, `pointer` is the block's first row (the coordinate for
+    dim 0) and `desc` holds (descriptor base, block rows, descriptor rows, row stride, offset of the
+    last element of the other dimensions), the arguments of `syncopy_device.desc_chunk_range`.
+    """
 
     pointer: str
     mask: str | None = None
+    desc: tuple[str, ...] | None = None
 
 
 @dataclass
 class ReadGroup:
-    """Reads inside one top-level statement; one wait goes right before that statement."""
+    """Reads inside one top-level statement; one wait goes right before that statement.
+
+    In a persistent loop (statement `stmt_index`), `inner` is where the wait goes inside it: indices
+    into the loop body (and into an `if` body for a flat loop), the last one an insertion point.
+    `tile_start` marks the wait at the start of each tile, whose rows are a function of the tile id.
+    """
 
     stmt_index: int
     accesses: list[Access]
     line: int
+    inner: tuple[int, ...] = ()
+    tile_start: bool = False
 
 
 @dataclass
@@ -52,6 +66,28 @@ class TensorBinding:
     copy_base: bool
     groups: list[ReadGroup] = field(default_factory=list)
     explicit_rows: str | None = None
+    persistent: persistent.PersistentLoop | None = None
+
+
+@dataclass
+class Descriptor:
+    """`name = tl.make_tensor_descriptor(base, shape, strides, block_shape)` over the tensor, as code."""
+
+    name: str
+    base: str
+    rows: str
+    row_stride: str
+    block_rows: str
+    tail: str
+
+    def args(self) -> tuple[str, ...]:
+        return (self.base, self.block_rows, self.rows, self.row_stride, self.tail)
+
+
+@dataclass
+class _DescRead:
+    desc: Descriptor
+    row: cst.BaseExpression
 
 
 _PRODUCER = "reduce_scatter and all_reduce"
@@ -124,42 +160,138 @@ def _derived_names(func: cst.FunctionDef, tensor: str) -> set[str]:
             return derived
 
 
+def _descriptor_of(call: cst.Call, descs: dict[str, Descriptor]) -> tuple[str, Descriptor | None, cst.BaseExpression | None]:
+    """(method, descriptor, coordinates) of `desc.method(coords)` / `tl.method_tensor_descriptor(desc, coords)`."""
+    if isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name) and call.func.value.value in descs:
+        return call.func.attr.value, descs[call.func.value.value], cu.arg(call, 0, "offsets")
+    leaf = (cu.call_name(call) or "").rsplit(".", 1)[-1]
+    if leaf in ("load_tensor_descriptor", "store_tensor_descriptor"):
+        d = cu.arg(call, 0, "desc")
+        if isinstance(d, cst.Name) and d.value in descs:
+            return leaf.split("_", 1)[0], descs[d.value], cu.arg(call, 1, "offsets")
+    return "", None, None
+
+
 def _reads(ks: KernelSource, stmt: cst.CSTNode, derived: set[str], tensor: str, dim: int = 0, explicit: bool = False,
-           writes: bool = False):
+           descs: dict[str, Descriptor] | None = None, writes: bool = False):
     """(call, pointer, mask) for each read of the tensor inside `stmt`, in source order; with
     `writes`, for each store into it instead (the producer side)."""
+    if writes:
+        return _writes(ks, stmt, derived, tensor, dim, explicit, descs or {})
     out = []
+    descs = descs or {}
     for call in cu.calls_in(stmt):
         name = cu.call_name(call) or ""
         leaf = name.rsplit(".", 1)[-1]
+        method, desc, coords = _descriptor_of(call, descs)
+        if isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name) and call.func.value.value == tensor \
+                and call.func.attr.value in ("load", "gather", "store", "scatter"):
+            raise InferenceError(
+                f"'{tensor}' is used as a tensor descriptor made on the host ({name}); syncopy gathers tensors, so pass "
+                f"the tensor and make its descriptor in the kernel with tl.make_tensor_descriptor({tensor}, shape=[...], "
+                f"strides=[...], block_shape=[...])",
+                ks.location(call),
+            )
+        if desc is not None:
+            if method in cu.WRITE_CALLS or method == "scatter":
+                raise KernelError(
+                    f"the kernel writes into '{tensor}' through its tensor descriptor '{desc.name}' ({name}); an all-gathered "
+                    "input is read-only, so write results to another argument",
+                    ks.location(call),
+                )
+            if explicit:
+                out.append((call, call, None))
+            elif method == "load" and isinstance(coords, (cst.List, cst.Tuple)) and coords.elements:
+                out.append((call, _DescRead(desc, coords.elements[0].value), None))
+            else:
+                raise InferenceError(
+                    f"'{tensor}' is read through {name}, whose rows inference cannot follow (only desc.load([row, ...]) "
+                    f"with a literal coordinate list is understood); {_binding_hint(tensor, dim)}",
+                    ks.location(call),
+                )
+            continue
         if leaf == "load":
             ptr = cu.arg(call, 0, "pointer")
-            if not writes and ptr is not None and cu.names_in(ptr) & derived:
+            if ptr is not None and cu.names_in(ptr) & derived:
                 out.append((call, ptr, cu.arg(call, 1, "mask")))
             continue
         if leaf in cu.WRITE_CALLS:
             ptr = cu.arg(call, 0, "pointer")
-            if writes and ptr is not None and cu.names_in(ptr) & derived:
-                out.append((call, ptr, cu.arg(call, 2, "mask")))
-            elif ptr is not None and cu.names_in(ptr) & derived:
+            if ptr is not None and cu.names_in(ptr) & derived:
                 raise KernelError(
                     f"the kernel writes into '{tensor}' ({name}); an all-gathered input is read-only, "
                     "so write results to another argument",
                     ks.location(call),
                 )
             continue
-        if leaf in ("make_block_ptr", "make_tensor_descriptor") and any(cu.names_in(a.value) & derived for a in call.args):
+        if leaf == "make_block_ptr" and any(cu.names_in(a.value) & derived for a in call.args):
             if explicit:
                 out.append((call, call, None))
                 continue
             raise InferenceError(
-                f"'{tensor}' is {'written' if writes else 'read'} through {name}, whose rows inference cannot follow yet; {_binding_hint(tensor, dim, writes)}",
+                f"'{tensor}' is read through {name}, whose rows inference cannot follow yet; {_binding_hint(tensor, dim)}",
                 ks.location(call),
             )
         head = name.split(".", 1)[0]
         if not name or head in ("tl", "triton", "math", "libdevice") or leaf in _PURE_METHODS or leaf in ("range", "min", "max", "len", "int", "float", "static_range"):
             continue
         # A user helper handed a pointer into the tensor reads through it.
+        for a in call.args:
+            if cu.names_in(a.value) & derived:
+                handed = sorted(cu.names_in(a.value) & set(descs))
+                if handed and not explicit:
+                    raise InferenceError(
+                        f"'{tensor}' is read through the tensor descriptor '{handed[0]}' handed to {name}, which inference "
+                        f"does not follow; load with {handed[0]}.load([row, col]) in the kernel or {_binding_hint(tensor, dim)}",
+                        ks.location(call),
+                    )
+                out.append((call, a.value, None))
+                break
+    return out
+
+
+def _writes(ks: KernelSource, stmt: cst.CSTNode, derived: set[str], tensor: str, dim: int, explicit: bool,
+            descs: dict[str, Descriptor]):
+    """(call, pointer, mask) for each store into the tensor inside `stmt`: pointer stores, atomics,
+    `desc.store([row, ...], value)` and user helpers handed a pointer into it."""
+    out = []
+    for call in cu.calls_in(stmt):
+        name = cu.call_name(call) or ""
+        leaf = name.rsplit(".", 1)[-1]
+        method, desc, coords = _descriptor_of(call, descs)
+        if desc is not None:
+            if method in ("load", "gather"):
+                continue
+            if explicit:
+                out.append((call, call, None))
+            elif method == "store" and isinstance(coords, (cst.List, cst.Tuple)) and coords.elements:
+                out.append((call, _DescRead(desc, coords.elements[0].value), None))
+            else:
+                raise InferenceError(
+                    f"'{tensor}' is written through {name}, whose rows inference cannot follow (only desc.store([row, ...], v) "
+                    f"with a literal coordinate list is understood); {_binding_hint(tensor, dim, True)}",
+                    ks.location(call),
+                )
+            continue
+        if leaf == "load":
+            continue
+        if leaf in cu.WRITE_CALLS:
+            ptr = cu.arg(call, 0, "pointer")
+            if ptr is not None and cu.names_in(ptr) & derived:
+                out.append((call, ptr, cu.arg(call, 2, "mask")))
+            continue
+        if leaf == "make_block_ptr" and any(cu.names_in(a.value) & derived for a in call.args):
+            if explicit:
+                out.append((call, call, None))
+                continue
+            raise InferenceError(
+                f"'{tensor}' is written through {name}, whose rows inference cannot follow yet; {_binding_hint(tensor, dim, True)}",
+                ks.location(call),
+            )
+        head = name.split(".", 1)[0]
+        if not name or head in ("tl", "triton", "math", "libdevice") or leaf in _PURE_METHODS or leaf in ("range", "min", "max", "len", "int", "float", "static_range"):
+            continue
+        # A user helper handed a pointer into the tensor may write through it: count it as a store.
         for a in call.args:
             if cu.names_in(a.value) & derived:
                 out.append((call, a.value, None))
@@ -308,20 +440,24 @@ def _evaluate(ks: KernelSource, block: list[cst.CSTNode], read: cst.Call, env, u
     return False
 
 
+def _access_names(a: Access) -> set[str]:
+    names = cu.names_in(cst.parse_expression(a.pointer)) | (cu.names_in(cst.parse_expression(a.mask)) if a.mask else set())
+    for code in a.desc or ():
+        names |= cu.names_in(cst.parse_expression(code))
+    return names
+
+
 def _covered(groups: list[ReadGroup], accesses: list[Access], body, index: int) -> bool:
     """A later read of the very same rows (same expressions, nothing they use reassigned since the
     earlier wait) needs no second wait."""
-
-    def used(a: Access) -> set[str]:
-        return cu.names_in(cst.parse_expression(a.pointer)) | (cu.names_in(cst.parse_expression(a.mask)) if a.mask else set())
-
     for g in groups:
         if len(g.accesses) != len(accesses):
             continue
-        if all(cu.same_expression(x.pointer, y.pointer) and (x.mask == y.mask or (x.mask and y.mask and cu.same_expression(x.mask, y.mask)))
+        if all(cu.same_expression(x.pointer, y.pointer) and x.desc == y.desc
+               and (x.mask == y.mask or (x.mask and y.mask and cu.same_expression(x.mask, y.mask)))
                for x, y in zip(g.accesses, accesses)):
             between = set().union(*(cu.assigned_in(s) for s in body[g.stmt_index:index]))
-            if not (set().union(*(used(a) for a in accesses)) & between):
+            if not (set().union(*(_access_names(a) for a in accesses)) & between):
                 return True
     return False
 
@@ -335,11 +471,192 @@ def body_start(func: cst.FunctionDef) -> int:
     return 0
 
 
+def _descriptors(ks: KernelSource, func: cst.FunctionDef, derived: set[str], tensor: str, dim: int) -> dict[str, Descriptor]:
+    """Tensor descriptors made over the communicated tensor: `d = tl.make_tensor_descriptor(...)`."""
+    found: list[tuple[cst.Assign, cst.Call]] = []
+
+    class V(cst.CSTVisitor):
+        def visit_Assign(self, n: cst.Assign) -> None:
+            if isinstance(n.value, cst.Call) and (cu.call_name(n.value) or "").rsplit(".", 1)[-1] == "make_tensor_descriptor":
+                base = cu.arg(n.value, 0, "base")
+                if base is not None and cu.names_in(base) & derived:
+                    found.append((n, n.value))
+
+    func.body.visit(V())
+    out: dict[str, Descriptor] = {}
+    counts: dict[str, int] = {}
+
+    class Count(cst.CSTVisitor):
+        def visit_Assign(self, n):
+            for t in n.targets:
+                for x in cu.target_names(t.target):
+                    counts[x] = counts.get(x, 0) + 1
+
+        def visit_AugAssign(self, n):
+            for x in cu.target_names(n.target):
+                counts[x] = counts.get(x, 0) + 2
+
+        def visit_For(self, n):
+            for x in cu.target_names(n.target):
+                counts[x] = counts.get(x, 0) + 2
+
+    func.body.visit(Count())
+    for assign, call in found:
+        where = ks.location(call)
+        targets = [t.target for t in assign.targets]
+        if len(targets) != 1 or not isinstance(targets[0], cst.Name):
+            raise InferenceError(f"assign the tensor descriptor of '{tensor}' to one name; {_binding_hint(tensor, dim)}", where)
+        name = targets[0].value
+        if dim != 0:
+            raise InferenceError(
+                f"'{tensor}' is read through the tensor descriptor '{name}' but the schedule shards dim {dim}; inference binds "
+                f"descriptor reads along dim 0 only, so {_binding_hint(tensor, dim)}", where)
+        lists = [cu.arg(call, i, key) for i, key in enumerate(("base", "shape", "strides", "block_shape"))]
+        if not all(isinstance(x, (cst.List, cst.Tuple)) and x.elements for x in lists[1:]):
+            raise InferenceError(
+                f"the tensor descriptor '{name}' of '{tensor}' needs literal shape=[...], strides=[...] and block_shape=[...] lists "
+                f"for inference to follow it; write them out or {_binding_hint(tensor, dim)}", where)
+        shape, strides, block = ([ks.code(e.value) for e in x.elements] for x in lists[1:])
+        used = set().union(*(cu.names_in(x) for x in lists))
+        moved = sorted(n for n in used if counts.get(n, 0) > (0 if n in ks.params else 1))
+        if counts.get(name, 0) > 1 or moved:
+            what = f"'{name}' itself" if counts.get(name, 0) > 1 else ", ".join(moved)
+            raise InferenceError(
+                f"the tensor descriptor of '{tensor}' depends on {what}, which the kernel assigns more than once; make the "
+                f"descriptor once from values that do not change, or {_binding_hint(tensor, dim)}", where)
+        tail = " + ".join(cu.paren(f"{cu.paren(n)} - 1") if st == "1" else f"({cu.paren(n)} - 1) * {cu.paren(st)}"
+                          for n, st in zip(shape[1:], strides[1:])) or "0"
+        out[name] = Descriptor(name, ks.code(lists[0]), shape[0], strides[0], block[0], tail)
+    return out
+
+
+def _hoist(ks: KernelSource, block: list[cst.CSTNode], reads, before: set[str], tensor: str, dim: int,
+           writes: bool = False) -> list[Access]:
+    """The reads of the last statement of `block`, as expressions valid right before `block[0]`
+    (every statement of `block` but the last runs in between and is inlined)."""
+    accesses: list[Access] = []
+    inner = set().union(*(cu.assigned_in(s) for s in block[:-1])) if len(block) > 1 else set()
+    if not isinstance(block[-1], cst.SimpleStatementLine):
+        inner |= cu.assigned_in(block[-1])
+    assigned = set().union(*(cu.assigned_in(s) for s in block))
+    for call, ptr, mask in reads:
+        for last in (False, True):
+            env: dict[str, str] = {}
+            unknown: dict[str, cst.CSTNode] = {}
+            state = {"loops": 0, "while": False}
+            try:
+                _evaluate(ks, block, call, env, unknown, last, state)
+            except _Unknown as exc:
+                raise InferenceError(
+                    f"cannot follow the loop `{exc.name}` around the read of '{tensor}' (only range loops are "
+                    f"understood); {_binding_hint(tensor, dim, writes)}",
+                    ks.location(exc.node),
+                ) from None
+            if last and not state["loops"]:
+                break
+            if isinstance(ptr, _DescRead):
+                access = Access(cu.substitute(ks.module, ptr.row, env), None, ptr.desc.args())
+            else:
+                access = Access(cu.substitute(ks.module, ptr, env), cu.substitute(ks.module, mask, env) if mask is not None else None)
+            used = _access_names(access)
+            bad = sorted(n for n in used if (n in unknown) or (n in inner and n not in before))
+            if bad:
+                raise InferenceError(
+                    f"the rows of '{tensor}' read here depend on {', '.join(bad)}, which changes inside "
+                    f"the loop in a way inference cannot follow; {_binding_hint(tensor, dim, writes)}",
+                    ks.location(call),
+                )
+            if state["while"] and cu.names_in(cst.parse_expression(access.pointer)) & assigned:
+                raise InferenceError(
+                    f"the pointer into '{tensor}' changes inside a while loop; {_binding_hint(tensor, dim, writes)}",
+                    ks.location(call),
+                )
+            if access not in accesses:
+                accesses.append(access)
+    return accesses
+
+
+def _infer_loop(ks: KernelSource, binding: TensorBinding, loop: persistent.PersistentLoop, stmt, before: set[str],
+                reads_of, tainted: set[str], rows: str | None) -> list[ReadGroup]:
+    """Waits inside a persistent loop: one at the start of each tile (the first read's statement in
+    the loop body, or the end of the block a flat loop starts its tiles in), others before their reads."""
+    tensor, dim, index = binding.tensor, binding.dim, loop.index
+    lbody = list(stmt.body.body)
+    outer = before | (set(cu.target_names(stmt.target)) if isinstance(stmt, cst.For) else set())
+    flat = loop.kind == "flat"
+    j_if = loop.tile_block[0] if flat else -1
+    tile_end = len(stmt.body.body[j_if].body.body) if flat else 0
+    fine = None
+    local: list[ReadGroup] = []  # stmt_index = position in the loop body while we build them
+    tile_accesses: list[Access] = []
+    tile_line = 0
+    for j, s in enumerate(lbody):
+        reads = reads_of(s)
+        if not reads:
+            continue
+        line = ks.location(reads[0][0]).line
+        at_tile_start = flat and j > j_if
+        if rows is not None:
+            at = (j_if, tile_end) if at_tile_start else (j,)
+            if fine is None:
+                fine = persistent.determined(loop, stmt, at, tainted)
+            start = (at_tile_start or not flat) and fine(cu.names_in(cst.parse_expression(rows)))
+            return [ReadGroup(index, [], line, at, start)]
+        if at_tile_start:
+            try:
+                accs = _hoist(ks, lbody[j_if + 1 : j + 1], reads, outer | cu.assigned_in(stmt.body), tensor, dim)
+            except InferenceError:
+                accs = []
+            if fine is None:
+                fine = persistent.determined(loop, stmt, (j_if, tile_end), tainted)
+            if accs and all(fine(_access_names(a)) for a in accs):
+                tile_line = tile_line or line
+                tile_accesses += [a for a in accs if a not in tile_accesses]
+                continue
+        accs = _hoist(ks, [s], reads, outer | set().union(*(cu.assigned_in(x) for x in lbody[:j])), tensor, dim)
+        if accs and not _covered(local, accs, lbody, j):
+            local.append(ReadGroup(j, accs, line))
+    groups = [ReadGroup(index, g.accesses, g.line, (g.stmt_index,)) for g in local]
+    if tile_accesses:
+        groups.insert(0, ReadGroup(index, tile_accesses, tile_line, (j_if, tile_end), True))
+        groups.sort(key=lambda g: g.inner)
+    elif groups and not flat:
+        first = groups[0]
+        fine = persistent.determined(loop, stmt, first.inner, tainted)
+        first.tile_start = all(fine(_access_names(a)) for a in first.accesses)
+    return groups
+
+
+def _decide_remap(ks, loop: persistent.PersistentLoop, stmt, tainted: set[str]) -> None:
+    carried = persistent.carried_state(loop, stmt, tainted) if loop.tile_start else []
+    hidden = sorted(n for n, paths in persistent.step_paths(loop, stmt).items() if paths is None)
+    test = persistent.loop_test_problem(loop, stmt, ks)
+    loop.remap = loop.tile_start and not carried and not hidden and not test
+    if not loop.tile_start:
+        loop.why_not = "the rows of the first read in the loop are not a function of the tile id alone"
+    elif carried:
+        loop.why_not = f"{', '.join(carried)} carried from tile to tile"
+    elif hidden:
+        loop.why_not = f"{', '.join(hidden)} stepped inside a nested loop or else branch"
+    elif test:
+        loop.why_not = test
+
+
+def _hoistable(ks, stmt, reads_of, before, tensor, dim) -> bool:
+    try:
+        _hoist(ks, [stmt], reads_of(stmt), before, tensor, dim)
+    except InferenceError:
+        return False
+    return True
+
+
 def infer(ks: KernelSource, tensor: str, dim: int, rows: str | None = None, writes: bool = False) -> TensorBinding:
     """Find every read of `tensor` and express its pointer at the point a wait can be placed.
 
     With `writes` (reduce_scatter, all_reduce), find every store into `tensor` instead: the same
-    hoisted pointer then says which chunks a program writes, so it can announce them afterwards."""
+    hoisted pointer then says which chunks a program writes, so it can announce them afterwards.
+    (A persistent producer is treated as one program writing all its tiles: it announces after
+    its loop.)"""
     if tensor not in ks.params:
         raise KernelError(
             f"kernel '{ks.name}' has no argument '{tensor}'; its arguments are {', '.join(ks.params)}; "
@@ -351,51 +668,43 @@ def infer(ks: KernelSource, tensor: str, dim: int, rows: str | None = None, writ
     base = BASE_NAME if reassigned else tensor
     binding = TensorBinding(tensor, dim, base, reassigned, explicit_rows=rows)
     derived = _derived_names(func, tensor)
+    descs = _descriptors(ks, func, derived, tensor, dim)
     body = list(func.body.body)
+
+    def reads_of(stmt):
+        return _reads(ks, stmt, derived, tensor, dim, rows is not None, descs, writes)
+
+    def row_names(stmt) -> set[str]:
+        out: set[str] = set()
+        for call, ptr, _ in reads_of(stmt):
+            out |= cu.names_in(ptr.row if isinstance(ptr, _DescRead) else ptr) | {"<read>"}
+        return out
+
+    loop = None if writes else persistent.find(ks, func, body, row_names, derived)
+    tainted = persistent.forward(func, set(), program_ids=True)
     before: set[str] = set(ks.params)
     for index, stmt in enumerate(body):
-        reads = _reads(ks, stmt, derived, tensor, dim, rows is not None, writes)
+        if loop is not None and index == loop.index:
+            groups = _infer_loop(ks, binding, loop, stmt, before, reads_of, tainted, rows)
+            loop.tile_start = any(g.tile_start for g in groups)
+            if rows is not None or loop.tile_start or not _hoistable(ks, stmt, reads_of, before, tensor, dim):
+                binding.groups += groups
+                binding.persistent = loop
+                _decide_remap(ks, loop, stmt, tainted)
+                if rows is not None:
+                    break
+                before |= cu.assigned_in(stmt)
+                continue
+            # Not a loop over tiles after all (split-K style: its start comes from a program id
+            # but its rows are no function of it): one wait before the loop, as for any loop.
+        reads = reads_of(stmt)
         if reads and rows is not None:
             binding.groups.append(ReadGroup(index, [], ks.location(reads[0][0]).line))
             break
-        accesses: list[Access] = []
-        for call, ptr, mask in reads:
-            for last in (False, True):
-                env: dict[str, str] = {}
-                unknown: dict[str, cst.CSTNode] = {}
-                state = {"loops": 0, "while": False}
-                try:
-                    _evaluate(ks, [stmt], call, env, unknown, last, state)
-                except _Unknown as exc:
-                    raise InferenceError(
-                        f"cannot follow the loop `{exc.name}` around the read of '{tensor}' (only range loops are "
-                        f"understood); {_binding_hint(tensor, dim, writes)}",
-                        ks.location(exc.node),
-                    ) from None
-                if last and not state["loops"]:
-                    break
-                p = cu.substitute(ks.module, ptr, env)
-                m = cu.substitute(ks.module, mask, env) if mask is not None else None
-                used = cu.names_in(cst.parse_expression(p)) | (cu.names_in(cst.parse_expression(m)) if m else set())
-                inner = cu.assigned_in(stmt) if not isinstance(stmt, cst.SimpleStatementLine) else set()
-                bad = sorted(n for n in used if (n in unknown) or (n in inner and n not in before))
-                if bad:
-                    raise InferenceError(
-                        f"the rows of '{tensor}' read here depend on {', '.join(bad)}, which changes inside "
-                        f"the loop in a way inference cannot follow; {_binding_hint(tensor, dim, writes)}",
-                        ks.location(call),
-                    )
-                if state["while"] and cu.names_in(cst.parse_expression(p)) & cu.assigned_in(stmt):
-                    raise InferenceError(
-                        f"the pointer into '{tensor}' changes inside a while loop; {_binding_hint(tensor, dim, writes)}",
-                        ks.location(call),
-                    )
-                access = Access(p, m)
-                if access not in accesses:
-                    accesses.append(access)
+        accesses = _hoist(ks, [stmt], reads, before, tensor, dim, writes) if reads else []
         # A read of rows already waited for needs no second wait; every write counts, because the
         # announcement must follow the last one.
-        if accesses and (writes or not _covered(binding.groups, accesses, body, index)):
+        if accesses and (writes or not _covered([g for g in binding.groups if not g.inner], accesses, body, index)):
             binding.groups.append(ReadGroup(index, accesses, ks.location(reads[0][0]).line))
         before |= cu.assigned_in(stmt)
     if not binding.groups and writes:
@@ -407,7 +716,7 @@ def infer(ks: KernelSource, tensor: str, dim: int, rows: str | None = None, writ
     if not binding.groups:
         raise InferenceError(
             f"kernel '{ks.name}' never loads from '{tensor}', so no program would wait for its chunks; "
-            f"check `tensor:` or {_binding_hint(tensor, dim, writes)}",
+            f"check `tensor:` or {_binding_hint(tensor, dim)}",
             ks.location(func),
         )
     return binding

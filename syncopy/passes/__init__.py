@@ -27,6 +27,7 @@ class Transformed:
     probe: cst.FunctionDef | None
     remapped: bool
     stages: dict[str, str] = field(default_factory=dict)
+    persistent: inference.persistent.PersistentLoop | None = None  # tiles come from a loop, not the grid
 
     def code(self, node: cst.CSTNode | None = None) -> str:
         return self.source.module.code_for_node(node if node is not None else self.func)
@@ -46,6 +47,10 @@ def transform(ks: KernelSource, schedule: Schedule) -> Transformed:
         return _producer(ks, schedule, rows)
     binding = inference.infer(ks, schedule.tensor, schedule.dim, rows)
     stages = {"kernel": ks.code(ks.func), "binding": _describe(binding)}
+    if binding.persistent is not None:
+        from syncopy.passes import persistent
+
+        return persistent.transform(ks, schedule, binding, stages)
 
     func = ks.func
     body = list(func.body.body)

@@ -27,7 +27,10 @@ def range_statements(binding: TensorBinding, group: ReadGroup, lo: str = names.L
     out = []
     for i, access in enumerate(group.accesses):
         tl_, th_ = (lo, hi) if i == 0 else (f"{lo}_{i}", f"{hi}_{i}")
-        if access.mask is None:
+        if access.desc is not None:
+            d_base, block_rows, rows, row_stride, tail = access.desc
+            call = f"{D}.desc_chunk_range({d_base}, {access.pointer}, {block_rows}, {rows}, {row_stride}, {tail}, {binding.base}, {names.CTX})"
+        elif access.mask is None:
             call = f"{D}.chunk_range({access.pointer}, {binding.base}, {names.CTX}, {outer})"
         else:
             call = f"{D}.chunk_range_masked({access.pointer}, {access.mask}, {binding.base}, {names.CTX}, {outer})"

@@ -33,8 +33,10 @@ class _DropStores(cst.CSTTransformer):
         return updated
 
 
-def build(func: cst.FunctionDef, prefix: list[cst.BaseStatement], ranges: list[cst.BaseStatement]) -> cst.FunctionDef | None:
-    """`prefix`: the body before the first wait (no remap); `ranges`: statements that set lo/hi."""
+def build(func: cst.FunctionDef, prefix: list[cst.BaseStatement], ranges: list[cst.BaseStatement],
+          store: list[cst.BaseStatement] | None = None) -> cst.FunctionDef | None:
+    """`prefix`: the body before the first wait (no remap); `ranges`: statements that set lo/hi;
+    `store`: what records them (default: this program's range at its linear id)."""
     dropper = _DropStores()
     kept = []
     for stmt in prefix:
@@ -43,8 +45,9 @@ def build(func: cst.FunctionDef, prefix: list[cst.BaseStatement], ranges: list[c
             kept.append(new)
     if dropper.unsafe:
         return None
-    store = cst.parse_statement(f"{names.DEVICE}.probe_store({names.PROBE_OUT}, {names.LO}, {names.HI})\n")
-    body = [*kept, *ranges, store]
+    if store is None:
+        store = [cst.parse_statement(f"{names.DEVICE}.probe_store({names.PROBE_OUT}, {names.LO}, {names.HI})\n")]
+    body = [*kept, *ranges, *store]
     params = list(func.params.params)
     at = next((i for i, p in enumerate(params) if p.default is not None), len(params))
     params.insert(at, cst.Param(cst.Name(names.PROBE_OUT), comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))))

@@ -16,7 +16,7 @@ import time
 import torch
 
 from syncopy import device as dev
-from syncopy.api import FusedKernel, _spin_limit
+from syncopy.api import FusedKernel, _ensure_allocator, _spin_limit
 from syncopy.errors import LaunchError, SyncopyTimeout
 from syncopy.runtime import plan as planning
 from syncopy.runtime.context import Context
@@ -51,6 +51,7 @@ class LoopbackWorld:
         fk.build()
         _, fused, _, _ = fk._built
         bound, shard, options = fk._bind(args, dict(kwargs))
+        _ensure_allocator(shard.device)
         ctx = self._context(shard, bound)
         call = dict(bound)
         call[fk.schedule.tensor] = ctx.buffer

@@ -32,6 +32,7 @@ from tests.golden.spans import DEVICE_IMPORT, assert_only_kernel_changed, inside
 HERE = Path(__file__).parent
 REGEN = os.environ.get("SYNCOPY_REGEN") == "1"
 CASES = sorted(p.name for p in HERE.iterdir() if (p / "kernel.py").is_file())
+PERSISTENT = [c for c in CASES if c.startswith("persistent_")]
 EXTRA_PARAMS = ["syncopy_ctx", "syncopy_signals", "syncopy_order", "syncopy_trace", "SYNCOPY_TRACE", "SYNCOPY_TABLE"]
 
 
@@ -61,6 +62,11 @@ def test_every_case_is_present():
         "gemm_2d_launch",
         "grouped_gemm_1d",
         "masked_loads",
+        "persistent_desc_helper",
+        "persistent_flat_desc",
+        "persistent_flat_pointers",
+        "persistent_tutorial_two_counters",
+        "persistent_while_pointers",
         "producer_gemm_rs",
         "producer_rownorm_allreduce",
         "program_id_axis_kw",
@@ -125,7 +131,9 @@ def test_every_user_line_of_the_kernel_survives(case):
     name = _kernel_name(case)
     before = inside((HERE / case / "kernel.py").read_text(), name).splitlines()
     after = inside(_expected(case), name).splitlines()
-    body = [re.sub(r"tl\.program_id\((?:axis=)?(\d)\)", r"syncopy_pid\1", line) for line in before[_header_lines(before) :]]
+    body = before[_header_lines(before) :]
+    if case not in PERSISTENT:  # persistent loops remap tile ids, not program ids
+        body = [re.sub(r"tl\.program_id\((?:axis=)?(\d)\)", r"syncopy_pid\1", line) for line in body]
     it = iter(after)
     missing = [line for line in body if not any(line == other for other in it)]
     assert not missing, f"lost or reordered: {missing}"
@@ -177,7 +185,7 @@ def test_reassigned_argument_gets_a_base_copy_first():
     assert "syncopy_device.chunk_range_masked(Inp + " in ast.unparse(func) and ", syncopy_base, syncopy_ctx, True)" in ast.unparse(func)
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", [c for c in CASES if c not in PERSISTENT])
 def test_first_wait_reads_the_probe_table_when_tiles_are_remapped(case):
     # A kernel that asks for its program id gets its tiles reordered and a probe; its first wait
     # (only) reads the probed range from the table when SYNCOPY_TABLE is set.
@@ -217,3 +225,50 @@ def test_exactly_one_import_is_added(case):
     assert text.count(DEVICE_IMPORT) == 1
     head, _ = outside(text, _kernel_name(case))
     assert DEVICE_IMPORT in head
+
+
+# --- persistent loops: the wait is at the start of each tile, inside the loop -------------------
+
+_TILE_ID = {"persistent_desc_helper": "job", "persistent_flat_desc": "tile", "persistent_tutorial_two_counters": "tile_id",
+            "persistent_while_pointers": "cur"}
+
+
+@pytest.mark.parametrize("case", sorted(_TILE_ID))
+def test_persistent_wait_is_inside_the_loop_and_reads_the_table_by_tile_id(case):
+    name = _kernel_name(case)
+    lines = inside(_expected(case), name).splitlines()
+    tile = _TILE_ID[case]
+    loop = next(i for i, line in enumerate(lines) if line.lstrip().startswith(("for ", "while ")) and "syncopy" not in line)
+    depth = len(lines[loop]) - len(lines[loop].lstrip())
+    at = next(i for i, line in enumerate(lines) if line.strip() == "if SYNCOPY_TABLE:")
+    assert sum(line.strip() == "if SYNCOPY_TABLE:" for line in lines) == 1
+    assert at > loop and len(lines[at]) - len(lines[at].lstrip()) > depth
+    assert lines[at + 1].strip() == f"syncopy_lo, syncopy_hi = syncopy_device.tile_range(syncopy_order, {tile}, syncopy_ctx)"
+    wait = next(i for i, line in enumerate(lines) if "syncopy_device.wait_chunks(" in line)
+    assert lines[wait + 1].strip() == (f"syncopy_device.trace_tile_start_at(syncopy_signals, syncopy_trace, syncopy_ctx, "
+                                       f"syncopy_order, {tile}, SYNCOPY_TRACE)")
+    body = "\n".join(lines)
+    # Tiles are remapped through the tile id; program ids are left alone.
+    assert "syncopy_device.program_ids(" not in body and "tl.program_id(" in body
+    assert f"{tile} = syncopy_device.tile_of(syncopy_order, {tile})" in body or f"{tile} = syncopy_device.advance_tile(" in body
+
+
+def test_persistent_second_counter_follows_the_remapped_tile():
+    body = inside(_expected("persistent_tutorial_two_counters"), "matmul_kernel_descriptor_persistent")
+    assert ("        tile_id_c += NUM_SMS\n"
+            "        tile_id_c = syncopy_device.advance_tile(syncopy_order, tile_id_c, NUM_SMS)\n") in body
+    assert "    tile_id_c = syncopy_device.tile_of(syncopy_order, tile_id_c)\n    for tile_id in tl.range(" in body
+
+
+def test_persistent_descriptor_rows_come_from_the_row_coordinate():
+    body = inside(_expected("persistent_desc_helper"), "gemm_persistent")
+    assert "syncopy_device.desc_chunk_range(lhs, row0, TR, R, D, (D - 1), lhs, syncopy_ctx)" in body
+    # The helper call stays the user's: the wait comes after it, inside the loop.
+    assert body.index("rb, cb = block_of(job, n_r, n_c, SWZ)") < body.index("syncopy_device.wait_chunks(")
+
+
+def test_persistent_flat_loop_with_pointer_reads_waits_before_each_read():
+    lines = inside(_expected("persistent_flat_pointers"), "matmul_kernel_persistent").splitlines()
+    read = next(i for i, line in enumerate(lines) if line.strip().startswith("a = tl.load(a_ptrs"))
+    assert lines[read - 1].strip() == "syncopy_device.wait_chunks(syncopy_signals, syncopy_ctx, syncopy_lo, syncopy_hi)"
+    assert not any("if SYNCOPY_TABLE:" in line or "trace_tile_start" in line or "tile_of(" in line for line in lines)

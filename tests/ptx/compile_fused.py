@@ -21,6 +21,35 @@ def gemm_args(fk, dtype, table):
     return args
 
 
+def persistent_kernels():
+    """(label, fused JIT function, example args) for persistent loops: the template (table and
+    computed branches, and its probe) and the other loop shapes of tests/kernels/persistent.py."""
+    from syncopy import templates
+    from tests.kernels import persistent as pk
+
+    i32 = torch.empty(1, dtype=torch.int32)
+    extra = dict(syncopy_ctx=torch.empty(8, dtype=torch.int64), syncopy_signals=i32, syncopy_order=i32, syncopy_trace=i32,
+                 SYNCOPY_TRACE=False)
+    h = torch.empty(64, 64, dtype=torch.float16)
+    fk = templates.get("ag_gemm_persistent").fused()
+    t = fk.build()
+    assert t.persistent is not None and t.persistent.remap and fk._built[2] is not None
+    args = dict(A=h, B=h, C=h, M=256, N=256, K=128, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, NUM_SMS=132, **extra)
+    out = [(f"persistent table={table}", fk.fused, dict(args, SYNCOPY_TABLE=table)) for table in (True, False)]
+    out.append(("persistent probe", fk._built[2], dict(args, SYNCOPY_TABLE=False, syncopy_probe_out=i32)))
+    shapes = {
+        "tutorial_ws": ("a_ptr", dict(a_ptr=h, b_ptr=h, c_ptr=h, M=256, N=256, K=128, BLOCK_SIZE_M=128, BLOCK_SIZE_N=128,
+                                      BLOCK_SIZE_K=64, GROUP_SIZE_M=8, NUM_SMS=132)),
+        "rolling_tiles": ("P", dict(P=h, Q=h, R=h, m=256, n=256, k=128, sp0=64, sp1=1, sq0=64, sq1=1, sr0=64, sr1=1,
+                                    BM=128, BN=128, BK=64, LANES=132)),
+        "flat_k_desc": ("A", dict(A=h, B=h, C=h, M=256, N=256, K=128, BM=128, BN=128, BK=64, SMS=132)),
+    }
+    for name, (tensor, a) in shapes.items():
+        f = syncopy.overlap(dict(pattern="all_gather", tensor=tensor, dim=0, chunks_per_rank=2))(getattr(pk, name))
+        out.append((f"persistent {name}", f.fused, dict(a, **extra, SYNCOPY_TABLE=True)))
+    return out
+
+
 def main(arch: int) -> None:
     from tests.kernels.grouped_gemm import matmul_grouped
 
@@ -36,6 +65,15 @@ def main(arch: int) -> None:
             "polls": [op.text for op in acquire_polls(ptx)],
             "releases": [op.text for op in release_ops(ptx)],
             "has_mma": ("mma" in ptx) or ("wgmma" in ptx),
+        }
+    for label, fn, args in persistent_kernels():
+        sig, const = signature_of(fn, args)
+        ptx = compile_ptx(fn, sig, const, arch)
+        out[label] = {
+            "polls": [op.text for op in acquire_polls(ptx)],
+            "releases": [op.text for op in release_ops(ptx)],
+            "has_mma": ("mma" in ptx) or ("wgmma" in ptx),
+            "tma": "cp.async.bulk.tensor" in ptx,
         }
     print(json.dumps(out))
 

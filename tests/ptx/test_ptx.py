@@ -1,5 +1,9 @@
-"""Rung 3: compile the fused GEMM for sm_80 and sm_90 with triton.compile (no GPU needed) and check
-that each wait is an acquire load at system scope inside a loop."""
+"""Rung 3: compile the fused GEMMs for sm_80 and sm_90 with triton.compile (no GPU needed) and check
+that each wait is an acquire load at system scope inside a loop. Besides the grouped GEMM: the
+persistent tensor-descriptor template (both branches of its tile-start wait, and its probe) and the
+other persistent loop shapes (tutorial `tl.range(..., flatten=True)` with a second counter, a
+while loop, a flat K x tiles loop). Triton 3.9 lowers tensor descriptors to TMA copies on sm_90 and
+to ordinary loads on sm_80, so both targets are checked."""
 import json
 import os
 import subprocess
@@ -22,8 +26,12 @@ def compiled(request, tmp_path_factory):
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def _kernels(compiled):
+    return {label: info for label, info in compiled.items() if "probe" not in label}
+
+
 def test_wait_is_acquire_load_in_a_loop(compiled):
-    for dtype, info in compiled.items():
+    for dtype, info in _kernels(compiled).items():
         assert info["polls"], f"{dtype}: no acquire load inside a loop"
         for op in info["polls"]:
             assert "acquire" in op and ".sys" in op, op
@@ -31,12 +39,12 @@ def test_wait_is_acquire_load_in_a_loop(compiled):
 
 
 def test_kernel_still_computes_with_tensor_cores(compiled):
-    assert all(info["has_mma"] for info in compiled.values())
+    assert all(info["has_mma"] for info in _kernels(compiled).values())
 
 
 def test_error_slot_publish_is_a_release(compiled):
     # On timeout the program publishes (rank, chunk, epoch) with a release exchange on the flag.
-    for info in compiled.values():
+    for info in _kernels(compiled).values():
         assert any("release" in op for op in info["releases"])
 
 
@@ -49,3 +57,23 @@ def test_notify_order_check_rejects_a_notify_before_the_stores_or_without_a_barr
     early = "bar.sync 0;\natom.global.sys.acq_rel.add.u32 %r2, [%rd2], 1;\nst.global.b32 [%rd1], %r1;\n"
     assert not stores_then_barrier_then_notify(early)
     assert not stores_then_barrier_then_notify("st.global.b32 [%rd1], %r1;\n")
+
+
+def test_persistent_kernels_compile_with_their_waits_inside_the_tile_loop(compiled):
+    labels = {"persistent table=True", "persistent table=False", "persistent tutorial_ws", "persistent rolling_tiles",
+              "persistent flat_k_desc"}
+    assert labels <= set(compiled)
+    for label in labels:
+        assert compiled[label]["polls"], label
+
+
+def test_persistent_probe_compiles_and_never_waits(compiled):
+    probe = compiled["persistent probe"]
+    assert probe["polls"] == [] and probe["releases"] == []
+
+
+def test_descriptor_reads_are_tma_copies_on_sm_90_only(request, compiled):
+    tma = request.node.callspec.params["compiled"] == 90
+    for label in ("persistent table=True", "persistent tutorial_ws", "persistent flat_k_desc"):
+        assert compiled[label]["tma"] is tma, label
+    assert compiled["persistent rolling_tiles"]["tma"] is False  # pointer loads

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_every_template_folder_is_discovered_with_its_parts():
     found = templates.available()
-    assert {"ag_gemm", "ag_rmsnorm", "gemm_rs", "gemm_ar", "a2a_gemm"} <= set(found)
+    assert {"ag_gemm", "ag_gemm_persistent", "ag_rmsnorm", "gemm_rs", "gemm_ar", "a2a_gemm"} <= set(found)
     for name, t in found.items():
         assert t.description, name
         s = t.schedule()
@@ -51,8 +51,10 @@ def test_bad_shape_is_a_one_line_error(capsys):
     ("gemm_ar", 4, ["--chunks", "1", "--order", "local_first", "--shape", "66,32,32", "--dtype", "fp16"]),
     ("a2a_gemm", 3, ["--chunks", "3", "--dtype", "fp16"]),
     ("a2a_gemm", 4, ["--chunks", "2", "--order", "3,1,2"]),
+    ("ag_gemm_persistent", 3, []),
+    ("ag_gemm_persistent", 2, ["--chunks", "3", "--shape", "45,32,32", "--dtype", "fp16"]),
 ], ids=["ag_gemm-w2-ragged", "ag_gemm-w3-bidir-fp16", "ag_rmsnorm-w4-direct", "gemm_rs-w3-ring", "gemm_ar-w4-direct-fp16",
-        "a2a_gemm-w3-fp16", "a2a_gemm-w4-explicit"])
+        "a2a_gemm-w3-fp16", "a2a_gemm-w4-explicit", "ag_gemm_persistent-w3", "ag_gemm_persistent-w2-ragged-fp16"])
 def test_syncopy_run_verifies_against_torch(name, world, extra):
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT))
     proc = subprocess.run([sys.executable, "-m", "syncopy.cli", "run", name, "--world", str(world), *extra],
@@ -63,7 +65,7 @@ def test_syncopy_run_verifies_against_torch(name, world, extra):
     assert f"{name} on {world} rank(s): correct" in proc.stdout
 
 
-@pytest.mark.parametrize("name", ["ag_gemm", "ag_rmsnorm", "a2a_gemm"])
+@pytest.mark.parametrize("name", ["ag_gemm", "ag_gemm_persistent", "ag_rmsnorm", "a2a_gemm"])
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_compile_template_has_acquire_polls_in_loops(name, arch, tmp_path):
     out = tmp_path / f"{name}.ptx"
@@ -71,12 +73,19 @@ def test_compile_template_has_acquire_polls_in_loops(name, arch, tmp_path):
     env["PYTHONPATH"] = str(ROOT)
     proc = subprocess.run([sys.executable, "-m", "syncopy.cli", "compile", name, "--arch", arch, "-o", str(out)],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0 and name == "ag_gemm_persistent" and arch == "sm_80" and "descriptor" in proc.stderr.lower():
+        # Tensor descriptors are TMA, an sm_90 unit; triton 3.9 lowers them to plain loads for
+        # sm_80, an older triton may refuse: then only sm_90 is checked for this template.
+        pytest.skip(f"this triton does not lower tensor descriptors for sm_80: {proc.stderr.strip().splitlines()[-1]}")
     assert proc.returncode == 0, proc.stderr[-2000:]
     from syncopy.emit.ptx import acquire_polls
 
-    polls = acquire_polls(out.read_text())
+    ptx = out.read_text()
+    polls = acquire_polls(ptx)
     assert polls and all(".acquire" in p.text and ".sys" in p.text for p in polls)
     assert f"{name} for {arch}:" in proc.stderr
+    if name == "ag_gemm_persistent" and arch == "sm_90":
+        assert "cp.async.bulk.tensor" in ptx  # the descriptor loads really are TMA copies
 
 
 @pytest.mark.parametrize("name", ["gemm_rs", "gemm_ar"])
