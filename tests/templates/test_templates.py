@@ -53,8 +53,12 @@ def test_bad_shape_is_a_one_line_error(capsys):
     ("a2a_gemm", 4, ["--chunks", "2", "--order", "3,1,2"]),
     ("ag_gemm_persistent", 3, []),
     ("ag_gemm_persistent", 2, ["--chunks", "3", "--shape", "45,32,32", "--dtype", "fp16"]),
+    ("ag_gemm_persistent", 4, ["--chunks", "2", "--order", "local_first"]),
+    ("a2a_gemm", 2, ["--chunks", "1", "--order", "ring"]),
+    ("ag_rmsnorm", 2, ["--chunks", "3", "--order", "ring"]),
 ], ids=["ag_gemm-w2-ragged", "ag_gemm-w3-bidir-fp16", "ag_rmsnorm-w4-direct", "gemm_rs-w3-ring", "gemm_ar-w4-direct-fp16",
-        "a2a_gemm-w3-fp16", "a2a_gemm-w4-explicit", "ag_gemm_persistent-w3", "ag_gemm_persistent-w2-ragged-fp16"])
+        "a2a_gemm-w3-fp16", "a2a_gemm-w4-explicit", "ag_gemm_persistent-w3", "ag_gemm_persistent-w2-ragged-fp16",
+        "ag_gemm_persistent-w4-direct", "a2a_gemm-w2-ring", "ag_rmsnorm-w2-ring"])
 def test_syncopy_run_verifies_against_torch(name, world, extra):
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT))
     proc = subprocess.run([sys.executable, "-m", "syncopy.cli", "run", name, "--world", str(world), *extra],

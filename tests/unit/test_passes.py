@@ -912,3 +912,14 @@ def test_producer_kernel_without_program_id_is_refused():
 def test_consumer_store_into_gathered_input_is_still_refused():
     with pytest.raises(KernelError, match="an all-gathered input is read-only"):
         transform(find_kernel(_SCALE, "kern.py", "scale"), Schedule(pattern="all_gather", tensor="Y"))
+
+
+def test_producer_follows_descriptor_stores():
+    from pathlib import Path
+
+    text = Path(__file__).resolve().parents[1].joinpath("kernels", "desc_out.py").read_text()
+    t = transform(find_kernel(text, "desc_out.py", "mm_desc_out"), Schedule(pattern="reduce_scatter", tensor="C"))
+    body = t.stages["fused"]
+    assert "syncopy_device.desc_chunk_range(C, pid_m * BM, BM, M, N, (N - 1), C, syncopy_ctx)" in body
+    assert body.index("notify_chunks(") > body.index("c_desc.store(")
+    assert "a_desc.load" not in t.stages["probe"] and "desc_chunk_range" in t.stages["probe"]

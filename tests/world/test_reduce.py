@@ -105,3 +105,13 @@ def test_lost_contribution_is_a_timeout_naming_rank_chunk_and_epoch():
     assert r0["seconds"] < 4 * 3.0 + 10
     for rank in (1, 2):
         assert results[rank]["type"] is None, results[rank]
+
+
+@pytest.mark.world
+def test_descriptor_stores_announce_their_rows():
+    """The producer pass follows `desc.store([row, col], v)` like a pointer store: its row coordinate
+    binds the tile to chunks (rows 64 over 2 ranks, 2 chunks each, 16-row tiles)."""
+    for rank, runs in enumerate(spawn(workers.run_producer_descriptors, 2, 64, timeout_s=180)):
+        assert [p for p, _ in runs] == ["reduce_scatter"] * 2 + ["all_reduce"] * 2
+        for pattern, err in runs:
+            assert err <= 1e-4, f"rank {rank} {pattern}: error {err}"

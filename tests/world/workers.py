@@ -545,3 +545,29 @@ def run_auto(rank: int, world: int, rows_list: list[int], bandwidth_Bps: float) 
                      "summary": fused.last_trace.summary(),
                      "plan_chunks": next(ctx.plan.chunks_per_rank for key, (ctx, _) in fused._contexts.items() if key[1][0] == rows)}
     return out
+
+
+def run_producer_descriptors(rank: int, world: int, rows: int) -> list:
+    """reduce_scatter and all_reduce of a kernel that stores through a tensor descriptor."""
+    import torch
+    import torch.distributed as dist
+    import triton
+
+    import syncopy
+    from tests.kernels.desc_out import mm_desc_out
+
+    g = torch.Generator().manual_seed(rank)
+    m, n, k = rows, 32, 32
+    a, b = torch.randn(m, k, generator=g), torch.randn(k, n, generator=g)
+    full = a @ b
+    dist.all_reduce(full)
+    out = []
+    for pattern in ("reduce_scatter", "all_reduce"):
+        fused = syncopy.overlap({"pattern": pattern, "tensor": "C", "chunks_per_rank": 2}, poison_receive=True)(mm_desc_out)
+        part = m // world
+        c = torch.empty(part if pattern == "reduce_scatter" else m, n)
+        ref = full[rank * part:(rank + 1) * part] if pattern == "reduce_scatter" else full
+        for _ in range(2):
+            fused[(triton.cdiv(m, 16), triton.cdiv(n, 16))](a, b, c, m, n, k, BM=16, BN=16, BK=16)
+            out.append((pattern, (c - ref).abs().max().item()))
+    return out
