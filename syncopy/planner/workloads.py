@@ -4,6 +4,7 @@
 
     template    pattern         communicated (rows x width)      kernel per rank
     ag_gemm     all_gather      A: M x K, M/W rows per rank      gathered A (M x K) @ B (K x N)
+    ag_gemm_persistent          (as ag_gemm; one program per SM loops over the tiles)
     gemm_rs     reduce_scatter  C: M x N partials, M/W rows out  A (M x K) @ B (K x N), K the local slice
     gemm_ar     all_reduce      C: M x N partials                A (M x K) @ B (K x N), K the local slice
     a2a_gemm    all_to_all      tokens: M x K per rank, M/W each  grouped GEMM of the M received tokens
@@ -43,6 +44,7 @@ TEMPLATES: dict[str, Template] = {
     t.name: t
     for t in (
         Template("ag_gemm", "all_gather", "gemm", "all_gather of A rows, then A @ B", "K"),
+        Template("ag_gemm_persistent", "all_gather", "gemm", "all_gather of A rows, then a persistent A @ B", "K"),
         Template("gemm_rs", "reduce_scatter", "gemm", "A @ B, then reduce_scatter of the output rows", "N"),
         Template("gemm_ar", "all_reduce", "gemm", "A @ B, then all_reduce of the output", "N"),
         Template("a2a_gemm", "all_to_all", "gemm", "all_to_all of tokens, then grouped GEMM (MoE)", "K"),

@@ -77,3 +77,9 @@ def test_bad_input_is_one_line_on_stderr_and_status_2(capsys, argv, message):
     assert status == 2 and out == ""
     assert err.startswith("syncopy plan: ") and message in err
     assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_the_planner_knows_every_shipped_template():
+    from syncopy import templates
+
+    assert set(templates.available()) <= set(TEMPLATES)
