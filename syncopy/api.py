@@ -308,9 +308,11 @@ class FusedKernel:
         table = [0] * n
         for s, tile in zip(slots, tiles):
             table[s] = tile
-        # [tile per slot | (first, last) chunk per tile]: the kernel reads its range from here.
-        flat_ranges = [x for r in ranges for x in r]
-        order = torch.tensor(table + flat_ranges, dtype=torch.int32, device=ctx.buffer.device)
+        # [(pid0, pid1, pid2, first, last) per slot | tile per slot]: device.slot_entry reads the first part.
+        records = []
+        for tile in table:
+            records += [tile % g0, (tile // g0) % g1, tile // (g0 * g1), *ranges[tile]]
+        order = torch.tensor(records + table, dtype=torch.int32, device=ctx.buffer.device)
         ctx.orders[key] = (order, ranges, [table[s] for s in slots])
         return ctx.orders[key]
 
@@ -397,7 +399,7 @@ class FusedKernel:
             raise SyncopyTimeout(ctx.plan.rank, divmod(transfer.lost[0], c), epoch, self.timeout_s, "the transfer never completed")
         if trace is not None:
             flat = trace_buf.tolist()
-            slot_tiles = list(range(n_tiles)) if t.persistent is not None else order[:n_tiles].tolist()
+            slot_tiles = list(range(n_tiles)) if t.persistent is not None else order[dev.SLOT_WORDS * n_tiles:].tolist()
             trace.tile_ranges = ranges
             trace.tile_order = exec_order
             trace.tile_starts = sorted(
@@ -452,7 +454,7 @@ class FusedKernel:
                                      "it was never reduced")
         if trace is not None:
             flat = trace_buf.tolist()
-            slot_tiles = order[:n_tiles].tolist()
+            slot_tiles = order[dev.SLOT_WORDS * n_tiles:].tolist()
             trace.tile_ranges = ranges
             trace.tile_order = exec_order
             trace.tile_starts = sorted(

@@ -40,29 +40,23 @@ def _linear_program_id():
     return tl.program_id(0) + tl.num_programs(0) * (tl.program_id(1) + tl.num_programs(1) * tl.program_id(2))
 
 
-@triton.jit
-def program_ids(order):
-    """The tile this program runs: `order[linear program id]`, split back into (pid0, pid1, pid2).
-
-    The runtime fills `order` with a permutation of the grid, so the remap is a bijection.
-    """
-    n0 = tl.num_programs(0)
-    n1 = tl.num_programs(1)
-    tile = tl.load(order + _linear_program_id())
-    return tile % n0, (tile // n0) % n1, tile // (n0 * n1)
+#: Words per slot in the order table: (pid0, pid1, pid2, first chunk, last chunk).
+SLOT_WORDS = 5
 
 
 @triton.jit
-def table_range(order):
-    """This tile's chunk range from the table the runtime built with the probe kernel.
+def slot_entry(order):
+    """This program's slot record in the order table: the tile it runs, as (pid0, pid1, pid2), and
+    the (first, last) chunk that tile reads or writes.
 
-    `order` holds [tile per slot (n) | (first chunk, last chunk) per tile (2n)]; the probe ran the
-    kernel's own index arithmetic for every tile, so this equals what the kernel would compute,
-    without a block-wide reduction per tile.
+    The runtime fills the table per launch shape from the probe kernel: tiles sorted by chunk
+    arrival (or send order) and placed so the hardware runs them in that order; the tiles form a
+    permutation of the grid, so the remap is a bijection. One record per slot, read with five
+    loads: the fewest instructions we found (this runs once per program, and under the
+    interpreter every instruction is tens of microseconds).
     """
-    n = tl.num_programs(0) * tl.num_programs(1) * tl.num_programs(2)
-    tile = tl.load(order + _linear_program_id())
-    return tl.load(order + n + 2 * tile), tl.load(order + n + 2 * tile + 1)
+    rec = order + 5 * _linear_program_id()
+    return tl.load(rec), tl.load(rec + 1), tl.load(rec + 2), tl.load(rec + 3), tl.load(rec + 4)
 
 
 @triton.jit
@@ -139,17 +133,20 @@ def wait_chunks(signals, ctx, g_lo, g_hi):
     epoch = tl.load(ctx + CTX_EPOCH).to(tl.int32)
     limit = tl.load(ctx + CTX_SPIN_LIMIT)
     for g in range(g_lo, g_hi + 1):
-        if tl.load(signals + SIG_ERROR, volatile=True) == 0:
-            flag = tl.atomic_add(signals + SIG_BASE + g, 0, sem="acquire", scope="sys")
-            polls = 0
-            while (flag < epoch) & (polls < limit):
-                flag = tl.atomic_add(signals + SIG_BASE + g, 0, sem="acquire", scope="sys")
-                polls += 1
-            if flag < epoch:
-                tl.atomic_xchg(signals + SIG_ERROR + 1, tl.load(ctx + CTX_RANK).to(tl.int32))
-                tl.atomic_xchg(signals + SIG_ERROR + 2, g)
-                tl.atomic_xchg(signals + SIG_ERROR + 3, epoch)
-                tl.atomic_xchg(signals + SIG_ERROR, 1, sem="release", scope="sys")
+        # Fast path first (the chunk is usually there by the time a tile asks): one acquire poll.
+        # Only a chunk that is missing pays for the error-slot check and the bounded spin.
+        flag = tl.atomic_add(signals + SIG_BASE + g, 0, sem="acquire", scope="sys")
+        if flag < epoch:
+            if tl.load(signals + SIG_ERROR, volatile=True) == 0:
+                polls = 0
+                while (flag < epoch) & (polls < limit):
+                    flag = tl.atomic_add(signals + SIG_BASE + g, 0, sem="acquire", scope="sys")
+                    polls += 1
+                if flag < epoch:
+                    tl.atomic_xchg(signals + SIG_ERROR + 1, tl.load(ctx + CTX_RANK).to(tl.int32))
+                    tl.atomic_xchg(signals + SIG_ERROR + 2, g)
+                    tl.atomic_xchg(signals + SIG_ERROR + 3, epoch)
+                    tl.atomic_xchg(signals + SIG_ERROR, 1, sem="release", scope="sys")
 
 
 @triton.jit

@@ -3,7 +3,7 @@ every chunk overlapping the rows the program reads there (a tile may span severa
 
     # syncopy: wait for the chunks of A this program reads
     if SYNCOPY_TABLE:
-        syncopy_lo, syncopy_hi = syncopy_device.table_range(syncopy_order)   # from the probe
+        syncopy_lo, syncopy_hi = syncopy_table_lo, syncopy_table_hi   # this tile's range, probed
     else:
         syncopy_lo, syncopy_hi = syncopy_device.chunk_range_masked(<ptrs>, <mask>, A, syncopy_ctx, True)
     syncopy_device.wait_chunks(syncopy_signals, syncopy_ctx, syncopy_lo, syncopy_hi)
@@ -43,7 +43,7 @@ def range_statements(binding: TensorBinding, group: ReadGroup, lo: str = names.L
 def from_table_or(computed: list[cst.BaseStatement]) -> cst.BaseStatement:
     """`if SYNCOPY_TABLE:` read the range the probe found for this tile, `else:` compute it."""
     inner = "\n".join("    " + cst.Module(body=[s]).code.strip() for s in computed)
-    code = (f"if {names.TABLE_FLAG}:\n    {names.LO}, {names.HI} = {D}.table_range({names.ORDER})\n"
+    code = (f"if {names.TABLE_FLAG}:\n    {names.LO}, {names.HI} = {names.TABLE_LO}, {names.TABLE_HI}\n"
             f"else:\n{inner}\n")
     return cst.parse_statement(code)
 

@@ -10,6 +10,7 @@ PROBE_OUT = "syncopy_probe_out"
 DEVICE = "syncopy_device"
 PIDS = ("syncopy_pid0", "syncopy_pid1", "syncopy_pid2")
 LO, HI = "syncopy_lo", "syncopy_hi"
+TABLE_LO, TABLE_HI = "syncopy_table_lo", "syncopy_table_hi"
 
 #: Extra kernel parameters, in order, after the user's parameters without defaults.
 EXTRA_PARAMS = (CTX, SIGNALS, ORDER, TRACE)

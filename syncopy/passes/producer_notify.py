@@ -6,7 +6,7 @@ sends (and peers reduce) that chunk while later tiles still compute.
 
     # syncopy: the chunks of C this program writes
     if SYNCOPY_TABLE:
-        syncopy_lo, syncopy_hi = syncopy_device.table_range(syncopy_order)   # from the probe
+        syncopy_lo, syncopy_hi = syncopy_table_lo, syncopy_table_hi   # this tile's range, probed
     else:
         syncopy_lo, syncopy_hi = syncopy_device.chunk_range_masked(<ptrs>, <mask>, C, syncopy_ctx, True)
     tl.store(c_ptrs, c, mask=c_mask)

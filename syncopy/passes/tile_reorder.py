@@ -1,9 +1,10 @@
 """Pass: tile reorder. Every `tl.program_id(axis)` becomes the tile the runtime assigns this program.
 
-    syncopy_pid0, syncopy_pid1, syncopy_pid2 = syncopy_device.program_ids(syncopy_order)
+    syncopy_pid0, syncopy_pid1, syncopy_pid2, syncopy_table_lo, syncopy_table_hi = syncopy_device.slot_entry(syncopy_order)
 
-`syncopy_order` is a permutation of the grid built per launch shape from the probe kernel: tiles
+`syncopy_order` holds a permutation of the grid built per launch shape from the probe kernel: tiles
 whose rows are local first, then in the order their chunks arrive. A permutation, so a bijection.
+The same record gives the tile's chunk range, which the first wait (or the notify) uses.
 """
 from __future__ import annotations
 
@@ -43,5 +44,6 @@ def remap_program_ids(ks: KernelSource, body: list[cst.BaseStatement]) -> tuple[
 
 
 def preamble(why: str = "run tiles in chunk-arrival order") -> cst.BaseStatement:
-    stmt = cst.parse_statement(f"{', '.join(names.PIDS)} = {names.DEVICE}.program_ids({names.ORDER})\n")
+    targets = ", ".join((*names.PIDS, names.TABLE_LO, names.TABLE_HI))
+    stmt = cst.parse_statement(f"{targets} = {names.DEVICE}.slot_entry({names.ORDER})\n")
     return stmt.with_changes(leading_lines=[cst.EmptyLine(comment=cst.Comment(f"# syncopy: {why}"))])

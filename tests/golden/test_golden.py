@@ -202,7 +202,7 @@ def test_first_wait_reads_the_probe_table_when_tiles_are_remapped(case):
         at = next(i for i, line in enumerate(lines) if line == "    if SYNCOPY_TABLE:")
         what = "writes" if producer else "reads"
         assert lines[at - 1] == f"    # syncopy: {'the' if producer else 'wait for the'} chunks of {schedule.tensor} this program {what}"
-        assert lines[at + 1] == "        syncopy_lo, syncopy_hi = syncopy_device.table_range(syncopy_order)"
+        assert lines[at + 1] == "        syncopy_lo, syncopy_hi = syncopy_table_lo, syncopy_table_hi"
         assert lines[at + 2] == "    else:"
         use = "syncopy_device.notify_chunks(" if producer else "syncopy_device.wait_chunks("
         after = next(i for i, line in enumerate(lines) if use in line)

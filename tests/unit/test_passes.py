@@ -166,7 +166,7 @@ def test_noop_line_endings_and_indentation_follow_the_file():
     assert "\n" not in crlf.replace("\r\n", "")
     tabs = _rewrite(_LINES.replace("    ", "\t"), "lines", "V")
     assert "\n    " not in tabs and "\n\tsyncopy_device.wait_chunks(" in tabs
-    assert "\n\tif SYNCOPY_TABLE:\n\t\tsyncopy_lo, syncopy_hi = syncopy_device.table_range(syncopy_order)\n\telse:\n\t\tsyncopy_lo" in tabs
+    assert "\n\tif SYNCOPY_TABLE:\n\t\tsyncopy_lo, syncopy_hi = syncopy_table_lo, syncopy_table_hi\n\telse:\n\t\tsyncopy_lo" in tabs
 
 
 def test_noop_existing_device_import_is_not_duplicated():
@@ -206,13 +206,13 @@ PAIRS = [
         @triton.jit
         def cube(G, res, nx, ny, BX: tl.constexpr, syncopy_ctx, syncopy_signals, syncopy_order, syncopy_trace, SYNCOPY_TRACE: tl.constexpr, SYNCOPY_TABLE: tl.constexpr):
             # syncopy: run tiles in chunk-arrival order
-            syncopy_pid0, syncopy_pid1, syncopy_pid2 = syncopy_device.program_ids(syncopy_order)
+            syncopy_pid0, syncopy_pid1, syncopy_pid2, syncopy_table_lo, syncopy_table_hi = syncopy_device.slot_entry(syncopy_order)
             gx = syncopy_pid0
             gy = syncopy_pid1
             gz = syncopy_pid2
             # syncopy: wait for the chunks of G this program reads
             if SYNCOPY_TABLE:
-                syncopy_lo, syncopy_hi = syncopy_device.table_range(syncopy_order)
+                syncopy_lo, syncopy_hi = syncopy_table_lo, syncopy_table_hi
             else:
                 syncopy_lo, syncopy_hi = syncopy_device.chunk_range(G + gx * BX + tl.arange(0, BX) + gy * nx + gz * nx * ny, G, syncopy_ctx, True)
             syncopy_device.wait_chunks(syncopy_signals, syncopy_ctx, syncopy_lo, syncopy_hi)
@@ -244,12 +244,12 @@ PAIRS = [
         @triton.jit
         def copy_rows(V, W, n, B: tl.constexpr, syncopy_ctx, syncopy_signals, syncopy_order, syncopy_trace, SYNCOPY_TRACE: tl.constexpr, SYNCOPY_TABLE: tl.constexpr):
             # syncopy: run tiles in chunk-arrival order
-            syncopy_pid0, syncopy_pid1, syncopy_pid2 = syncopy_device.program_ids(syncopy_order)
+            syncopy_pid0, syncopy_pid1, syncopy_pid2, syncopy_table_lo, syncopy_table_hi = syncopy_device.slot_entry(syncopy_order)
             q = syncopy_pid0
             at = q * B + tl.arange(0, B)
             # syncopy: wait for the chunks of V this program reads
             if SYNCOPY_TABLE:
-                syncopy_lo, syncopy_hi = syncopy_device.table_range(syncopy_order)
+                syncopy_lo, syncopy_hi = syncopy_table_lo, syncopy_table_hi
             else:
                 syncopy_lo, syncopy_hi = syncopy_device.chunk_range_masked(V + at, at < n, V, syncopy_ctx, True)
             syncopy_device.wait_chunks(syncopy_signals, syncopy_ctx, syncopy_lo, syncopy_hi)
@@ -283,14 +283,14 @@ PAIRS = [
         def shift_rows(V, W, stride, n, B: tl.constexpr, syncopy_ctx, syncopy_signals, syncopy_order, syncopy_trace, SYNCOPY_TRACE: tl.constexpr, SYNCOPY_TABLE: tl.constexpr):
             syncopy_base = V
             # syncopy: run tiles in chunk-arrival order
-            syncopy_pid0, syncopy_pid1, syncopy_pid2 = syncopy_device.program_ids(syncopy_order)
+            syncopy_pid0, syncopy_pid1, syncopy_pid2, syncopy_table_lo, syncopy_table_hi = syncopy_device.slot_entry(syncopy_order)
             q = syncopy_pid0
             V += q * stride
             W += q * stride
             at = tl.arange(0, B)
             # syncopy: wait for the chunks of V this program reads
             if SYNCOPY_TABLE:
-                syncopy_lo, syncopy_hi = syncopy_device.table_range(syncopy_order)
+                syncopy_lo, syncopy_hi = syncopy_table_lo, syncopy_table_hi
             else:
                 syncopy_lo, syncopy_hi = syncopy_device.chunk_range_masked(V + at, at < n, syncopy_base, syncopy_ctx, True)
             syncopy_device.wait_chunks(syncopy_signals, syncopy_ctx, syncopy_lo, syncopy_hi)
@@ -321,12 +321,12 @@ PAIRS = [
         @triton.jit
         def with_default(V, W, n, syncopy_ctx, syncopy_signals, syncopy_order, syncopy_trace, SYNCOPY_TRACE: tl.constexpr, SYNCOPY_TABLE: tl.constexpr, B: tl.constexpr = 64):
             # syncopy: run tiles in chunk-arrival order
-            syncopy_pid0, syncopy_pid1, syncopy_pid2 = syncopy_device.program_ids(syncopy_order)
+            syncopy_pid0, syncopy_pid1, syncopy_pid2, syncopy_table_lo, syncopy_table_hi = syncopy_device.slot_entry(syncopy_order)
             q = syncopy_pid0
             at = q * B + tl.arange(0, B)
             # syncopy: wait for the chunks of V this program reads
             if SYNCOPY_TABLE:
-                syncopy_lo, syncopy_hi = syncopy_device.table_range(syncopy_order)
+                syncopy_lo, syncopy_hi = syncopy_table_lo, syncopy_table_hi
             else:
                 syncopy_lo, syncopy_hi = syncopy_device.chunk_range(V + at, V, syncopy_ctx, True)
             syncopy_device.wait_chunks(syncopy_signals, syncopy_ctx, syncopy_lo, syncopy_hi)
@@ -360,12 +360,12 @@ PAIRS = [
         @triton.jit
         def twice(V, W, n, B: tl.constexpr, syncopy_ctx, syncopy_signals, syncopy_order, syncopy_trace, SYNCOPY_TRACE: tl.constexpr, SYNCOPY_TABLE: tl.constexpr):
             # syncopy: run tiles in chunk-arrival order
-            syncopy_pid0, syncopy_pid1, syncopy_pid2 = syncopy_device.program_ids(syncopy_order)
+            syncopy_pid0, syncopy_pid1, syncopy_pid2, syncopy_table_lo, syncopy_table_hi = syncopy_device.slot_entry(syncopy_order)
             q = syncopy_pid0
             at = q * B + tl.arange(0, B)
             # syncopy: wait for the chunks of V this program reads
             if SYNCOPY_TABLE:
-                syncopy_lo, syncopy_hi = syncopy_device.table_range(syncopy_order)
+                syncopy_lo, syncopy_hi = syncopy_table_lo, syncopy_table_hi
             else:
                 syncopy_lo, syncopy_hi = syncopy_device.chunk_range(V + at, V, syncopy_ctx, True)
             syncopy_device.wait_chunks(syncopy_signals, syncopy_ctx, syncopy_lo, syncopy_hi)
@@ -404,12 +404,12 @@ PAIRS = [
         @triton.jit
         def same_twice(V, W, n, B: tl.constexpr, syncopy_ctx, syncopy_signals, syncopy_order, syncopy_trace, SYNCOPY_TRACE: tl.constexpr, SYNCOPY_TABLE: tl.constexpr):
             # syncopy: run tiles in chunk-arrival order
-            syncopy_pid0, syncopy_pid1, syncopy_pid2 = syncopy_device.program_ids(syncopy_order)
+            syncopy_pid0, syncopy_pid1, syncopy_pid2, syncopy_table_lo, syncopy_table_hi = syncopy_device.slot_entry(syncopy_order)
             q = syncopy_pid0
             at = q * B + tl.arange(0, B)
             # syncopy: wait for the chunks of V this program reads
             if SYNCOPY_TABLE:
-                syncopy_lo, syncopy_hi = syncopy_device.table_range(syncopy_order)
+                syncopy_lo, syncopy_hi = syncopy_table_lo, syncopy_table_hi
             else:
                 syncopy_lo, syncopy_hi = syncopy_device.chunk_range(V + at, V, syncopy_ctx, True)
             syncopy_device.wait_chunks(syncopy_signals, syncopy_ctx, syncopy_lo, syncopy_hi)
@@ -446,13 +446,13 @@ PAIRS = [
         @triton.jit
         def stepped(V, W, K, sk, B: tl.constexpr, BK: tl.constexpr, syncopy_ctx, syncopy_signals, syncopy_order, syncopy_trace, SYNCOPY_TRACE: tl.constexpr, SYNCOPY_TABLE: tl.constexpr):
             # syncopy: run tiles in chunk-arrival order
-            syncopy_pid0, syncopy_pid1, syncopy_pid2 = syncopy_device.program_ids(syncopy_order)
+            syncopy_pid0, syncopy_pid1, syncopy_pid2, syncopy_table_lo, syncopy_table_hi = syncopy_device.slot_entry(syncopy_order)
             q = syncopy_pid0
             ptr = V + (q * B + tl.arange(0, B))[:, None] * K + tl.arange(0, BK)[None, :] * sk
             acc = tl.zeros((B, BK), dtype=tl.float32)
             # syncopy: wait for the chunks of V this program reads
             if SYNCOPY_TABLE:
-                syncopy_lo, syncopy_hi = syncopy_device.table_range(syncopy_order)
+                syncopy_lo, syncopy_hi = syncopy_table_lo, syncopy_table_hi
             else:
                 syncopy_lo, syncopy_hi = syncopy_device.chunk_range(ptr, V, syncopy_ctx, True)
                 syncopy_lo_1, syncopy_hi_1 = syncopy_device.chunk_range((ptr + (((K - 1) // BK) * (BK * sk))), V, syncopy_ctx, True)
@@ -517,12 +517,12 @@ PAIRS = [
         @triton.jit
         def cols(V, W, n, sv, B: tl.constexpr, syncopy_ctx, syncopy_signals, syncopy_order, syncopy_trace, SYNCOPY_TRACE: tl.constexpr, SYNCOPY_TABLE: tl.constexpr):
             # syncopy: run tiles in chunk-arrival order
-            syncopy_pid0, syncopy_pid1, syncopy_pid2 = syncopy_device.program_ids(syncopy_order)
+            syncopy_pid0, syncopy_pid1, syncopy_pid2, syncopy_table_lo, syncopy_table_hi = syncopy_device.slot_entry(syncopy_order)
             q = syncopy_pid0
             cc = q * B + tl.arange(0, B)
             # syncopy: wait for the chunks of V this program reads
             if SYNCOPY_TABLE:
-                syncopy_lo, syncopy_hi = syncopy_device.table_range(syncopy_order)
+                syncopy_lo, syncopy_hi = syncopy_table_lo, syncopy_table_hi
             else:
                 syncopy_lo, syncopy_hi = syncopy_device.chunk_range(V + cc * sv, V, syncopy_ctx, False)
             syncopy_device.wait_chunks(syncopy_signals, syncopy_ctx, syncopy_lo, syncopy_hi)
@@ -553,12 +553,12 @@ PAIRS = [
         @triton.jit
         def told(V, W, n, B: tl.constexpr, syncopy_ctx, syncopy_signals, syncopy_order, syncopy_trace, SYNCOPY_TRACE: tl.constexpr, SYNCOPY_TABLE: tl.constexpr):
             # syncopy: run tiles in chunk-arrival order
-            syncopy_pid0, syncopy_pid1, syncopy_pid2 = syncopy_device.program_ids(syncopy_order)
+            syncopy_pid0, syncopy_pid1, syncopy_pid2, syncopy_table_lo, syncopy_table_hi = syncopy_device.slot_entry(syncopy_order)
             q = syncopy_pid0
             at = q * B + tl.arange(0, B)
             # syncopy: wait for the chunks of V this program reads
             if SYNCOPY_TABLE:
-                syncopy_lo, syncopy_hi = syncopy_device.table_range(syncopy_order)
+                syncopy_lo, syncopy_hi = syncopy_table_lo, syncopy_table_hi
             else:
                 syncopy_lo, syncopy_hi = syncopy_device.chunk_range_of_rows(q * B + tl.arange(0, B), syncopy_ctx)
             syncopy_device.wait_chunks(syncopy_signals, syncopy_ctx, syncopy_lo, syncopy_hi)
@@ -811,7 +811,7 @@ def test_only_the_first_wait_reads_the_table():
         "V",
     )
     fused = t.stages["fused"]
-    assert fused.count("if SYNCOPY_TABLE:") == 1 and fused.count("syncopy_device.table_range(syncopy_order)") == 1
+    assert fused.count("if SYNCOPY_TABLE:") == 1 and fused.count("= syncopy_table_lo, syncopy_table_hi") == 1
     assert fused.index("if SYNCOPY_TABLE:") < fused.index("syncopy_device.wait_chunks(")
     assert fused.count("syncopy_device.wait_chunks(") == 2
     # The probe computes the range the table holds, so it never reads the table itself.

@@ -13,7 +13,7 @@ def gather_sum(table, out, n, stride, BLOCK: tl.constexpr, syncopy_ctx, syncopy_
     The docstring must stay the first statement of the function.
     """
     # syncopy: run tiles in chunk-arrival order
-    syncopy_pid0, syncopy_pid1, syncopy_pid2 = syncopy_device.program_ids(syncopy_order)
+    syncopy_pid0, syncopy_pid1, syncopy_pid2, syncopy_table_lo, syncopy_table_hi = syncopy_device.slot_entry(syncopy_order)
     # which block of rows this program owns
     part = syncopy_pid0  # trailing comment on the program id
     offs = part * BLOCK + tl.arange(0, BLOCK)
@@ -22,7 +22,7 @@ def gather_sum(table, out, n, stride, BLOCK: tl.constexpr, syncopy_ctx, syncopy_
     # second comment line
     # syncopy: wait for the chunks of table this program reads
     if SYNCOPY_TABLE:
-        syncopy_lo, syncopy_hi = syncopy_device.table_range(syncopy_order)
+        syncopy_lo, syncopy_hi = syncopy_table_lo, syncopy_table_hi
     else:
         syncopy_lo, syncopy_hi = syncopy_device.chunk_range_masked(table + offs * stride, offs < n, table, syncopy_ctx, True)
     syncopy_device.wait_chunks(syncopy_signals, syncopy_ctx, syncopy_lo, syncopy_hi)

@@ -9,7 +9,7 @@ def swizzled_mm(left, right, dst, n_rows, n_cols, depth,
                 l_r, l_c, r_r, r_c, d_r, d_c,
                 BR: tl.constexpr, BC: tl.constexpr, BD: tl.constexpr, SWZ: tl.constexpr, syncopy_ctx, syncopy_signals, syncopy_order, syncopy_trace, SYNCOPY_TRACE: tl.constexpr, SYNCOPY_TABLE: tl.constexpr):
     # syncopy: run tiles in chunk-arrival order
-    syncopy_pid0, syncopy_pid1, syncopy_pid2 = syncopy_device.program_ids(syncopy_order)
+    syncopy_pid0, syncopy_pid1, syncopy_pid2, syncopy_table_lo, syncopy_table_hi = syncopy_device.slot_entry(syncopy_order)
     me = syncopy_pid0
     nr = tl.cdiv(n_rows, BR)
     nc = tl.cdiv(n_cols, BC)
@@ -27,7 +27,7 @@ def swizzled_mm(left, right, dst, n_rows, n_cols, depth,
     total = tl.zeros((BR, BC), dtype=tl.float32)
     # syncopy: wait for the chunks of left this program reads
     if SYNCOPY_TABLE:
-        syncopy_lo, syncopy_hi = syncopy_device.table_range(syncopy_order)
+        syncopy_lo, syncopy_hi = syncopy_table_lo, syncopy_table_hi
     else:
         syncopy_lo, syncopy_hi = syncopy_device.chunk_range_masked(lptr, idep[None, :] < depth - 0 * BD, left, syncopy_ctx, True)
         syncopy_lo_1, syncopy_hi_1 = syncopy_device.chunk_range_masked((lptr + ((tl.cdiv(depth, BD) - 1) * (BD * l_c))), idep[None, :] < depth - (tl.cdiv(depth, BD) - 1) * BD, left, syncopy_ctx, True)

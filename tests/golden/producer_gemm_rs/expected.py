@@ -16,7 +16,7 @@ def row_parallel_linear(x, w, y, rows, cols, inner,
                         BR: tl.constexpr, BC: tl.constexpr, BI: tl.constexpr, syncopy_ctx, syncopy_signals, syncopy_order, syncopy_trace, SYNCOPY_TRACE: tl.constexpr, SYNCOPY_TABLE: tl.constexpr):
     """y = x @ w for this rank's slice of the inner dimension."""
     # syncopy: run tiles in chunk-send order
-    syncopy_pid0, syncopy_pid1, syncopy_pid2 = syncopy_device.program_ids(syncopy_order)
+    syncopy_pid0, syncopy_pid1, syncopy_pid2, syncopy_table_lo, syncopy_table_hi = syncopy_device.slot_entry(syncopy_order)
     syncopy_device.trace_tile_start(syncopy_signals, syncopy_trace, syncopy_ctx, SYNCOPY_TRACE)
     tile_r, tile_c = _tile(syncopy_pid0, tl.cdiv(cols, BC))
     offs_r = tile_r * BR + tl.arange(0, BR)
@@ -33,7 +33,7 @@ def row_parallel_linear(x, w, y, rows, cols, inner,
     keep = (offs_r[:, None] < rows) & (offs_c[None, :] < cols)
     # syncopy: the chunks of y this program writes
     if SYNCOPY_TABLE:
-        syncopy_lo, syncopy_hi = syncopy_device.table_range(syncopy_order)
+        syncopy_lo, syncopy_hi = syncopy_table_lo, syncopy_table_hi
     else:
         syncopy_lo, syncopy_hi = syncopy_device.chunk_range_masked(out, keep, y, syncopy_ctx, True)
     tl.store(out, acc.to(y.dtype.element_ty), mask=keep)  # the partial sum of this rank

@@ -7,7 +7,7 @@ import syncopy.device as syncopy_device
 def layer_norm_rows(Inp, Gamma, Out, row_stride, ncols, eps, BLK: tl.constexpr, syncopy_ctx, syncopy_signals, syncopy_order, syncopy_trace, SYNCOPY_TRACE: tl.constexpr, SYNCOPY_TABLE: tl.constexpr):
     syncopy_base = Out
     # syncopy: run tiles in chunk-send order
-    syncopy_pid0, syncopy_pid1, syncopy_pid2 = syncopy_device.program_ids(syncopy_order)
+    syncopy_pid0, syncopy_pid1, syncopy_pid2, syncopy_table_lo, syncopy_table_hi = syncopy_device.slot_entry(syncopy_order)
     syncopy_device.trace_tile_start(syncopy_signals, syncopy_trace, syncopy_ctx, SYNCOPY_TRACE)
     line = syncopy_pid0
     Inp += line * row_stride
@@ -25,7 +25,7 @@ def layer_norm_rows(Inp, Gamma, Out, row_stride, ncols, eps, BLK: tl.constexpr, 
     inv = 1.0 / tl.sqrt(tl.sum(sq, axis=0) / ncols + eps)
     # syncopy: the chunks of Out this program writes
     if SYNCOPY_TABLE:
-        syncopy_lo, syncopy_hi = syncopy_device.table_range(syncopy_order)
+        syncopy_lo, syncopy_hi = syncopy_table_lo, syncopy_table_hi
     else:
         syncopy_lo, syncopy_hi = syncopy_device.chunk_range_masked(Out + (0 + tl.arange(0, BLK)), (0 + tl.arange(0, BLK)) < ncols, syncopy_base, syncopy_ctx, True)
         syncopy_lo_1, syncopy_hi_1 = syncopy_device.chunk_range_masked(Out + ((((ncols - 1) // BLK) * BLK) + tl.arange(0, BLK)), ((((ncols - 1) // BLK) * BLK) + tl.arange(0, BLK)) < ncols, syncopy_base, syncopy_ctx, True)

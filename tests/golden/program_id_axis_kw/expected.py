@@ -7,7 +7,7 @@ import syncopy.device as syncopy_device
 def col_major_grid(feat, wt, res, F, H, D, sf0, sf1, sw0, sw1, sr0, sr1,
                    BF: tl.constexpr, BH: tl.constexpr, BD: tl.constexpr, syncopy_ctx, syncopy_signals, syncopy_order, syncopy_trace, SYNCOPY_TRACE: tl.constexpr, SYNCOPY_TABLE: tl.constexpr):
     # syncopy: run tiles in chunk-arrival order
-    syncopy_pid0, syncopy_pid1, syncopy_pid2 = syncopy_device.program_ids(syncopy_order)
+    syncopy_pid0, syncopy_pid1, syncopy_pid2, syncopy_table_lo, syncopy_table_hi = syncopy_device.slot_entry(syncopy_order)
     col_tile = syncopy_pid0
     row_tile = syncopy_pid1
     fr = row_tile * BF + tl.arange(0, BF)
@@ -15,7 +15,7 @@ def col_major_grid(feat, wt, res, F, H, D, sf0, sf1, sw0, sw1, sr0, sr1,
     acc = tl.zeros((BF, BH), dtype=tl.float32)
     # syncopy: wait for the chunks of feat this program reads
     if SYNCOPY_TABLE:
-        syncopy_lo, syncopy_hi = syncopy_device.table_range(syncopy_order)
+        syncopy_lo, syncopy_hi = syncopy_table_lo, syncopy_table_hi
     else:
         syncopy_lo, syncopy_hi = syncopy_device.chunk_range_masked(feat + fr[:, None] * sf0 + (0 + tl.arange(0, BD))[None, :] * sf1, (fr[:, None] < F) & ((0 + tl.arange(0, BD))[None, :] < D), feat, syncopy_ctx, True)
         syncopy_lo_1, syncopy_hi_1 = syncopy_device.chunk_range_masked(feat + fr[:, None] * sf0 + ((((D - 1) // BD) * BD) + tl.arange(0, BD))[None, :] * sf1, (fr[:, None] < F) & (((((D - 1) // BD) * BD) + tl.arange(0, BD))[None, :] < D), feat, syncopy_ctx, True)

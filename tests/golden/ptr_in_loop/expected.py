@@ -7,7 +7,7 @@ import syncopy.device as syncopy_device
 def mm_rebuild(xs, ws, ys, MM, NN, KK, sx_m, sx_k, sw_k, sw_n, sy_m, sy_n,
                BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, syncopy_ctx, syncopy_signals, syncopy_order, syncopy_trace, SYNCOPY_TRACE: tl.constexpr, SYNCOPY_TABLE: tl.constexpr):
     # syncopy: run tiles in chunk-arrival order
-    syncopy_pid0, syncopy_pid1, syncopy_pid2 = syncopy_device.program_ids(syncopy_order)
+    syncopy_pid0, syncopy_pid1, syncopy_pid2, syncopy_table_lo, syncopy_table_hi = syncopy_device.slot_entry(syncopy_order)
     a = syncopy_pid0
     b = syncopy_pid1
     om = a * BM + tl.arange(0, BM)
@@ -15,7 +15,7 @@ def mm_rebuild(xs, ws, ys, MM, NN, KK, sx_m, sx_k, sw_k, sw_n, sy_m, sy_n,
     acc = tl.zeros((BM, BN), dtype=tl.float32)
     # syncopy: wait for the chunks of xs this program reads
     if SYNCOPY_TABLE:
-        syncopy_lo, syncopy_hi = syncopy_device.table_range(syncopy_order)
+        syncopy_lo, syncopy_hi = syncopy_table_lo, syncopy_table_hi
     else:
         syncopy_lo, syncopy_hi = syncopy_device.chunk_range_masked((xs + om[:, None] * sx_m + (0 * BK + tl.arange(0, BK))[None, :] * sx_k), (om[:, None] < MM) & ((0 * BK + tl.arange(0, BK))[None, :] < KK), xs, syncopy_ctx, True)
         syncopy_lo_1, syncopy_hi_1 = syncopy_device.chunk_range_masked((xs + om[:, None] * sx_m + ((tl.cdiv(KK, BK) - 1) * BK + tl.arange(0, BK))[None, :] * sx_k), (om[:, None] < MM) & (((tl.cdiv(KK, BK) - 1) * BK + tl.arange(0, BK))[None, :] < KK), xs, syncopy_ctx, True)

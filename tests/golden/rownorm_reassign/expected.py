@@ -7,14 +7,14 @@ import syncopy.device as syncopy_device
 def layer_norm_rows(Inp, Gamma, Out, row_stride, ncols, eps, BLK: tl.constexpr, syncopy_ctx, syncopy_signals, syncopy_order, syncopy_trace, SYNCOPY_TRACE: tl.constexpr, SYNCOPY_TABLE: tl.constexpr):
     syncopy_base = Inp
     # syncopy: run tiles in chunk-arrival order
-    syncopy_pid0, syncopy_pid1, syncopy_pid2 = syncopy_device.program_ids(syncopy_order)
+    syncopy_pid0, syncopy_pid1, syncopy_pid2, syncopy_table_lo, syncopy_table_hi = syncopy_device.slot_entry(syncopy_order)
     line = syncopy_pid0
     Inp += line * row_stride
     Out += line * row_stride
     total = tl.zeros([BLK], dtype=tl.float32)
     # syncopy: wait for the chunks of Inp this program reads
     if SYNCOPY_TABLE:
-        syncopy_lo, syncopy_hi = syncopy_device.table_range(syncopy_order)
+        syncopy_lo, syncopy_hi = syncopy_table_lo, syncopy_table_hi
     else:
         syncopy_lo, syncopy_hi = syncopy_device.chunk_range_masked(Inp + (0 + tl.arange(0, BLK)), (0 + tl.arange(0, BLK)) < ncols, syncopy_base, syncopy_ctx, True)
         syncopy_lo_1, syncopy_hi_1 = syncopy_device.chunk_range_masked(Inp + ((((ncols - 1) // BLK) * BLK) + tl.arange(0, BLK)), ((((ncols - 1) // BLK) * BLK) + tl.arange(0, BLK)) < ncols, syncopy_base, syncopy_ctx, True)
