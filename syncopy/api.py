@@ -81,6 +81,17 @@ def _measure_poll_cost() -> float:
     return max((time.perf_counter() - t) / polls, 1e-7)
 
 
+def slot_tiles(order: torch.Tensor, n_tiles: int) -> list[int]:
+    """The tile each execution slot runs, read back from an order table (see `FusedKernel._order`)."""
+    return order[dev.SLOT_WORDS * n_tiles:].tolist()
+
+
+def slot_records(order: torch.Tensor, n_tiles: int) -> list[tuple[int, ...]]:
+    """Per slot the record the kernel reads: (pid0, pid1, pid2, first chunk, last chunk)."""
+    flat = order[: dev.SLOT_WORDS * n_tiles].tolist()
+    return [tuple(flat[k : k + dev.SLOT_WORDS]) for k in range(0, len(flat), dev.SLOT_WORDS)]
+
+
 class FusedKernel:
     """A local Triton kernel fused with the communication its schedule describes.
 
@@ -399,11 +410,11 @@ class FusedKernel:
             raise SyncopyTimeout(ctx.plan.rank, divmod(transfer.lost[0], c), epoch, self.timeout_s, "the transfer never completed")
         if trace is not None:
             flat = trace_buf.tolist()
-            slot_tiles = list(range(n_tiles)) if t.persistent is not None else order[dev.SLOT_WORDS * n_tiles:].tolist()
+            by_slot = list(range(n_tiles)) if t.persistent is not None else slot_tiles(order, n_tiles)
             trace.tile_ranges = ranges
             trace.tile_order = exec_order
             trace.tile_starts = sorted(
-                ((slot_tiles[s], flat[2 * s] - 1, flat[2 * s + 1]) for s in range(n_tiles) if flat[2 * s] > 0), key=lambda x: x[1]
+                ((by_slot[s], flat[2 * s] - 1, flat[2 * s + 1]) for s in range(n_tiles) if flat[2 * s] > 0), key=lambda x: x[1]
             )
             trace.kernel_s = (k0, k1)
             self.last_trace = trace
@@ -454,11 +465,11 @@ class FusedKernel:
                                      "it was never reduced")
         if trace is not None:
             flat = trace_buf.tolist()
-            slot_tiles = order[dev.SLOT_WORDS * n_tiles:].tolist()
+            by_slot = slot_tiles(order, n_tiles)
             trace.tile_ranges = ranges
             trace.tile_order = exec_order
             trace.tile_starts = sorted(
-                ((slot_tiles[s], flat[2 * s] - 1, flat[2 * s + 1]) for s in range(n_tiles) if flat[2 * s] > 0), key=lambda x: x[1]
+                ((by_slot[s], flat[2 * s] - 1, flat[2 * s + 1]) for s in range(n_tiles) if flat[2 * s] > 0), key=lambda x: x[1]
             )
             trace.kernel_s = (k0, k1)
             self.last_trace = trace

@@ -157,11 +157,19 @@ def _order_problems(fused, label: str) -> list[str]:
     out = []
     for ctx, _ in fused._contexts.values():
         for key, (order, ranges, exec_order) in ctx.orders.items():
+            from syncopy.api import slot_records, slot_tiles
+
             n = len(ranges)
-            # The table starts with the tile of each execution slot (n entries); the runtime may
-            # append per-tile data after it (today: the probed chunk ranges).
-            if sorted(order.tolist()[:n]) != list(range(n)):
-                out.append(f"{label}: order table for {key} is not a permutation of 0..{n - 1}: {order.tolist()[:n]}")
+            grid = key[0]
+            tiles = slot_tiles(order, n)
+            if sorted(tiles) != list(range(n)):
+                out.append(f"{label}: order table for {key} is not a permutation of 0..{n - 1}: {tiles}")
+            # The record the kernel reads for each slot is that tile's program ids and chunk range.
+            for s, (rec, tile) in enumerate(zip(slot_records(order, n), tiles)):
+                pids = (tile % grid[0], (tile // grid[0]) % grid[1], tile // (grid[0] * grid[1]))
+                if rec != (*pids, *ranges[tile]):
+                    out.append(f"{label}: slot {s} record {rec} is not tile {tile} = {pids} with range {ranges[tile]}")
+                    break
             if sorted(exec_order) != list(range(n)):
                 out.append(f"{label}: execution order for {key} is not a permutation of 0..{n - 1}: {exec_order}")
     return out
@@ -253,6 +261,7 @@ def run_tile_tags(rank: int, world: int, rows: int, chunks: int, orders: list) -
     import triton
 
     import syncopy
+    from syncopy.api import slot_tiles
 
     nc, br, bc = 16, 4, 8
     m = world * rows
@@ -284,7 +293,7 @@ def run_tile_tags(rank: int, world: int, rows: int, chunks: int, orders: list) -
                     "n": n,
                     "count": count.tolist(),
                     "err": float(torch.nan_to_num((out - ref_out).abs(), nan=float("inf")).max().item()),
-                    "tables": [(order_t.tolist()[:n], exec_order) for ctx, _ in fused._contexts.values()
+                    "tables": [(slot_tiles(order_t, n), exec_order) for ctx, _ in fused._contexts.values()
                                for order_t, _, exec_order in ctx.orders.values()],
                     "trace": tr,
                 })
