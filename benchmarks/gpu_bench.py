@@ -19,6 +19,7 @@ import torch
 import triton
 
 import syncopy
+from syncopy.api import slot_records, slot_tiles
 from syncopy.runtime.loopback import LoopbackWorld
 from syncopy.templates.ag_gemm.kernel import ag_gemm_kernel
 
@@ -82,7 +83,9 @@ def wait_overhead(shapes, world=4, chunks=4):
         # Breakdown: ranges computed in the kernel (no probe table), and no tile reorder at all.
         t_computed = _time(lambda: fused[grid](**call, **fk._extra(ctx, order, dummy, table=False), **launch))
         n_tiles = grid[0]
-        identity = torch.cat([torch.arange(n_tiles, dtype=torch.int32, device="cuda"), order[n_tiles:]])
+        records = dict(zip(slot_tiles(order, n_tiles), slot_records(order, n_tiles)))  # tile -> its record
+        identity = torch.tensor([x for tile in range(n_tiles) for x in records[tile]] + list(range(n_tiles)),
+                                dtype=torch.int32, device="cuda")
         t_identity = _time(lambda: fused[grid](**call, **fk._extra(ctx, identity, dummy), **launch))
         tflops = 2 * m * n * k / (t_orig * 1e-3) / 1e12
         rows_out.append(dict(m=m, n=n, k=k, original_ms=t_orig, fused_all_present_ms=t_fused, overhead=t_fused / t_orig - 1, original_tflops=tflops,
