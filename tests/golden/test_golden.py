@@ -249,7 +249,7 @@ def test_persistent_wait_is_inside_the_loop_and_reads_the_table_by_tile_id(case)
                                        f"syncopy_order, {tile}, SYNCOPY_TRACE)")
     body = "\n".join(lines)
     # Tiles are remapped through the tile id; program ids are left alone.
-    assert "syncopy_device.program_ids(" not in body and "tl.program_id(" in body
+    assert "syncopy_device.slot_entry(" not in body and "tl.program_id(" in body
     assert f"{tile} = syncopy_device.tile_of(syncopy_order, {tile})" in body or f"{tile} = syncopy_device.advance_tile(" in body
 
 
