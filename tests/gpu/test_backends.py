@@ -115,3 +115,25 @@ def test_nccl_refuses_a_grid_that_could_starve_it(gpus):
     for rank, rec in _records(gpus, "big grid nccl"):
         assert rec["raised"] == "LaunchError", (rank, rec)
         assert "launches 4096 programs" in rec["str"] and "persistent kernel" in rec["str"], rec["str"]
+
+
+def test_occupancy_on_this_gpu(monkeypatch):
+    from syncopy.runtime import occupancy
+
+    monkeypatch.delenv("SYNCOPY_NCCL_SMS", raising=False)
+    monkeypatch.delenv("NCCL_MAX_NCHANNELS", raising=False)
+    cuda = torch.device("cuda", 0)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    assert occupancy.sm_count(cuda) == sms
+    assert occupancy.programs(cuda, "nccl") == sms - occupancy.DEFAULT_NCCL_SMS
+    assert occupancy.programs(cuda, "p2p", n_tiles=10**6) == sms
+
+
+def test_nccl_options_on_this_torch():
+    # The dedicated communicator's options: NCCL's stream at high priority, its kernels capped at the
+    # SMs the fused kernel leaves free (where this torch exposes ncclConfig_t.maxCTAs).
+    from syncopy.runtime.backends.nccl import nccl_options
+
+    opts = nccl_options(8)
+    assert opts.is_high_priority_stream
+    assert getattr(getattr(opts, "config", None), "max_ctas", 8) == 8
