@@ -4,7 +4,11 @@
     gathered A, several shapes;
 (b) overlap: sequential (copy every remote chunk, then the kernel), stream-level (one kernel per
     chunk on a second stream as each chunk lands, the AsyncTP way) and fused (one kernel, tiles
-    waiting on their chunks), world 4.
+    waiting on their chunks), world 4;
+(c) the cost of one poll of a flag that never rises, in the three forms a wait could take (a
+    block-wide acquire atomic: one thread loads, block barrier + shared-memory broadcast; every
+    thread's own acquire load; the latter plus a %globaltimer read, the form compiled waits spin
+    in), on one program and on one per SM; and how long a wait bounded at 1 ms really takes.
 
     python benchmarks/gpu_bench.py [--json OUT.json] [--quick]
 """
@@ -17,8 +21,10 @@ import time
 
 import torch
 import triton
+import triton.language as tl
 
 import syncopy
+from syncopy import device as dev
 from syncopy.api import slot_records, slot_tiles
 from syncopy.runtime.loopback import LoopbackWorld
 from syncopy.templates.ag_gemm.kernel import ag_gemm_kernel
@@ -148,6 +154,59 @@ def overlap(m, n, k, world=4, chunks=4, reps=10):
     return res
 
 
+@triton.jit
+def _poll_block(flag, out, n):
+    acc = 0
+    for _ in range(n):
+        acc += tl.atomic_add(flag, 0, sem="acquire", scope="sys")
+    tl.store(out + tl.program_id(0), acc)
+
+
+@triton.jit
+def _poll_thread(flag, out, n):
+    acc = 0
+    for _ in range(n):
+        acc += dev._ld_acquire_sys(flag)
+    tl.store(out + tl.program_id(0), acc)
+
+
+@triton.jit
+def _poll_thread_timer(flag, out, n):
+    acc = 0
+    for _ in range(n):
+        acc += dev._ld_acquire_sys(flag) + (dev._globaltimer() & 1).to(tl.int32)
+    tl.store(out + tl.program_id(0), acc)
+
+
+@triton.jit
+def _bounded_wait(signals, ctx):
+    dev.wait_chunks(signals, ctx, 0, 0)
+
+
+def poll_cost(polls: int = 20000, bound_s: float = 1e-3) -> dict:
+    """ns per poll of a flag that never rises, per form and grid; and a wait bounded at `bound_s`."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    flag = torch.zeros(1, dtype=torch.int32, device="cuda")
+    out = torch.zeros(sms, dtype=torch.int32, device="cuda")
+    rows = []
+    for form, kernel in (("block atomic (barrier + broadcast)", _poll_block), ("per-thread ld.acquire.sys", _poll_thread),
+                         ("per-thread ld.acquire.sys + globaltimer", _poll_thread_timer)):
+        for programs in (1, sms):
+            ms = _time(lambda: kernel[(programs,)](flag, out, polls), reps=5)
+            rows.append(dict(form=form, programs=programs, polls=polls, ns_per_poll=ms * 1e6 / polls))
+    ctx = torch.zeros(dev.CTX_LEN, dtype=torch.int64, device="cuda")
+    ctx[dev.CTX_EPOCH.value] = 1
+    ctx[dev.CTX_SPIN_LIMIT.value] = int(bound_s * 1e9)
+    signals = torch.zeros(dev.SIG_HEADER + 1, dtype=torch.int32, device="cuda")
+
+    def wait():
+        signals.zero_()
+        _bounded_wait[(sms,)](signals, ctx)
+
+    waited_ms = _time(wait, reps=5)
+    return dict(rows=rows, bound_ms=bound_s * 1e3, bounded_wait_ms=waited_ms, timed_out=bool(signals[0].item()))
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--json", metavar="OUT")
@@ -169,6 +228,19 @@ def main(argv=None) -> int:
         print(f"  {r['m']}x{r['n']}x{r['k']} world {r['world']} chunks {r['chunks']}: comm {r['comm_ms']:.2f} ms, compute {r['compute_ms']:.2f} ms | "
               f"sequential {r['sequential_ms']:.2f}, stream-level {r['stream_overlap_ms']:.2f}, fused {r['fused_ms']:.2f} ms "
               f"(fused/sequential {r['fused_over_sequential']:.2f}, max err {r['fused_max_err']:.3f})")
+    try:
+        out["poll_cost"] = poll_cost()
+    except Exception as exc:  # keep (a) and (b) whatever happens here
+        out["poll_cost"] = {"error": f"{type(exc).__name__}: {exc}"}
+    pc = out["poll_cost"]
+    print("poll cost (a flag that never rises):")
+    if "error" in pc:
+        print(f"  failed: {pc['error']}")
+    else:
+        for r in pc["rows"]:
+            print(f"  {r['form']:42s} {r['programs']:4d} programs: {r['ns_per_poll']:8.1f} ns/poll")
+        print(f"  a wait bounded at {pc['bound_ms']:.1f} ms (%globaltimer) took {pc['bounded_wait_ms']:.3f} ms "
+              f"on {torch.cuda.get_device_properties(0).multi_processor_count} programs (timed out: {pc['timed_out']})")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(out, f, indent=2)

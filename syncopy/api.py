@@ -29,7 +29,7 @@ from syncopy.errors import LaunchError, SyncopyTimeout
 from syncopy.frontend.source import from_jit
 from syncopy.passes import Transformed, transform
 from syncopy.runtime import plan as planning
-from syncopy.runtime.backends import select
+from syncopy.runtime import backends
 from syncopy.runtime.context import Context, Trace
 from syncopy.runtime.link import Faults, Link
 from syncopy.schedule import Schedule, load_schedule
@@ -44,11 +44,13 @@ def _interpreting() -> bool:
 
 
 def _spin_limit(timeout_s: float, device_type: str) -> int:
-    """Polls that fit in `timeout_s`. On GPU an acquire poll costs about a microsecond; under the
-    interpreter we measure one once per process."""
+    """The bound of every wait in a launch (ctx CTX_SPIN_LIMIT). Compiled kernels compare against the
+    GPU's %globaltimer, so it is `timeout_s` in nanoseconds, whatever a poll costs (and however much
+    it costs more when every SM polls); the interpreter has no timer and counts polls, whose cost we
+    measure once per process."""
     global _poll_cost_s
-    if device_type != "cpu" or not _interpreting():
-        return max(1, int(timeout_s * 1e6))
+    if not _interpreting():
+        return max(1, int(timeout_s * 1e9))
     if _poll_cost_s is None:
         _poll_cost_s = _measure_poll_cost()
     return max(100, int(timeout_s / _poll_cost_s))
@@ -158,6 +160,15 @@ class FusedKernel:
         return self._built[1]
 
     # -- launch ---------------------------------------------------------------------------------
+    def backend_for(self, device, group=None) -> str:
+        """The backend that moves this operator's chunks for tensors on `device` in `group`: the
+        `backend=` name, or for 'auto' gloo on CPU, p2p when the group's ranks share one node, nccl
+        otherwise. Collective the first time for 'auto' on CUDA (every rank must call it, as every
+        launch does). A persistent kernel sizes its grid with it:
+        `syncopy.runtime.occupancy.programs(device, fused.backend_for(device, group))`."""
+        group = group if group is not None else dist.group.WORLD
+        return backends.backend_for(self.backend_name, torch.device(device).type, group)
+
     def __getitem__(self, grid):
         return lambda *args, group=None, **kwargs: self._launch(grid, args, kwargs, group)
 
@@ -195,7 +206,10 @@ class FusedKernel:
         if key in self._contexts:
             return self._contexts[key]
         # A world of one moves nothing: its "backend" is the local copy in _launch.
-        backend = select(self.backend_name, shard.device.type)(group, self.timeout_s, self.link, self.faults) if world > 1 else None
+        backend = None
+        if world > 1:
+            name = self.backend_for(shard.device, group)
+            backend = backends.select(name, shard.device.type)(group, self.timeout_s, self.link, self.faults)
         # `auto` is resolved by rank 0 alone and travels with the shape check below, so that every
         # rank lowers the same plan even where their environments (SYNCOPY_HARDWARE, GPU names) differ.
         # A failure is carried as text, so that every rank raises it instead of rank 0 alone.
@@ -367,6 +381,9 @@ class FusedKernel:
             return self._launch_producer(grid, bound, shard, options, ctx, backend)
         call_args = dict(bound)
         call_args[self.schedule.tensor] = ctx.buffer
+        if backend is not None:
+            g0, g1, g2 = self._grid(grid, call_args)
+            backend.check_grid(g0 * g1 * g2, t.persistent is not None, self.local.fn.__name__, shard.device)
         order, ranges, exec_order = self._order(ctx, grid, call_args, backend)
         epoch = ctx.begin(_spin_limit(self.timeout_s, shard.device.type))
         trace = Trace(ctx.plan.rank, epoch, {g: ctx.plan.bounds(g) for g in range(ctx.n_chunks)}, total_chunks=ctx.n_chunks) if self.trace else None
@@ -533,8 +550,10 @@ def overlap(schedule, *, chunks_per_rank: int | str | None = None, order: str | 
     hardware: the planner's profile for `auto` (a name or a YAML path; default $SYNCOPY_HARDWARE,
     else cpu-gloo on CPU and the GPU's own profile on CUDA). workload: what the planner takes the
     kernel for (a template name, an (M, N, K) tuple or a Workload; see syncopy.planner.auto).
-    backend: 'auto' (gloo for CPU tensors), 'gloo'. timeout_s bounds every wait (SyncopyTimeout).
-    link/faults: emulated link and injected faults (CPU backend). trace: record arrivals and tile
+    backend: 'auto' (gloo for CPU tensors; for CUDA tensors p2p when every rank runs on one node, nccl
+    otherwise), 'gloo', 'p2p' (copy-engine puts through CUDA IPC) or 'nccl' (NCCL send/recv; grids
+    are capped to leave SMs to NCCL, see syncopy.runtime.occupancy). timeout_s bounds every wait
+    (SyncopyTimeout). link/faults: emulated link and injected faults (gloo; p2p drops chunks too). trace: record arrivals and tile
     starts in `fused.last_trace`. poison_receive: fill the receive buffer with NaN before each launch.
     one_shot_max_bytes: an all_reduce of at most this many bytes is one-shot (every rank adds all
     partials) instead of reduce-scatter + all-gather.

@@ -5,7 +5,7 @@ the injected code stays a few readable lines and the logic lives (and is tested)
 
 Layouts shared with the host (see runtime/context.py):
 
-    ctx     int64  [epoch, rank, rows_per_rank, chunks_per_rank, stride_bytes, size, spin_limit, world]
+    ctx     int64  [epoch, rank, rows_per_rank, chunks_per_rank, stride_bytes, size, wait bound (ns compiled, polls interpreted), world]
     signals int32  [error flag, error rank, error chunk, error epoch | one flag per chunk (world*C)
                     | chunks arrived (consumer) or sent (producer) so far | tiles started so far
                     | producer only: tiles finished per chunk, ever (world*C) | the count that completes
@@ -123,25 +123,83 @@ def chunk_range_of_rows(rows, ctx):
 
 
 @triton.jit
+def _ld_acquire_sys(ptr):
+    """One acquire load at system scope, issued by every thread for itself: no block barrier, no
+    shared-memory broadcast (what a scalar `tl.atomic_add(ptr, 0)` costs on every call)."""
+    return tl.inline_asm_elementwise("ld.global.acquire.sys.b32 $0, [$1];", "=r,l", [ptr], dtype=tl.int32,
+                                     is_pure=False, pack=1)
+
+
+@triton.jit
+def _globaltimer():
+    """The GPU's global nanosecond timer (%globaltimer)."""
+    return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
+
+
+@triton.jit
+def _flag_of_block(ptr):
+    """The flag as the whole block sees it: one acquire load (system scope) broadcast to every thread,
+    so that branches on it are uniform (the block barriers inside scalar atomics need that)."""
+    return tl.atomic_add(ptr, 0, sem="acquire", scope="sys")
+
+
+@triton.jit
+def _spin_timed(ptr, epoch, limit_ns):
+    """Compiled kernels, after the block saw the flag down: wait until `*ptr >= epoch` or `limit_ns`
+    nanoseconds of %globaltimer passed; returns the flag as the whole block sees it.
+
+        threads:  each spins on its own acquire load (no barrier) until up or past the deadline
+        block:    flag = acquire load, broadcast ----- the verdict every thread agrees on
+
+    Threads may leave the spin at different polls (each sees the flag rise on its own), so the
+    verdict is read once more for the whole block before anything branches on it.
+    """
+    deadline = _globaltimer() + limit_ns
+    mine = _ld_acquire_sys(ptr)
+    while (mine < epoch) & (_globaltimer() < deadline):
+        mine = _ld_acquire_sys(ptr)
+    return _flag_of_block(ptr)
+
+
+@triton.jit
+def _spin_polls(ptr, epoch, limit):
+    """The interpreter (no inline assembly, no timer): at most `limit` more polls."""
+    flag = _flag_of_block(ptr)
+    polls = 0
+    while (flag < epoch) & (polls < limit):
+        flag = _flag_of_block(ptr)
+        polls += 1
+    return flag
+
+
+# Triton decides at decoration time whether @jit compiles or interprets (TRITON_INTERPRET); the
+# wait follows: a %globaltimer deadline when compiled, a poll budget under the interpreter. The
+# host sets CTX_SPIN_LIMIT accordingly (api._spin_limit: nanoseconds, or polls).
+INTERPRETED = type(_spin_polls).__name__ == "InterpretedFunction"
+_spin = _spin_polls if INTERPRETED else _spin_timed
+
+
+@triton.jit
 def wait_chunks(signals, ctx, g_lo, g_hi):
     """Wait until chunks g_lo..g_hi carry this launch's epoch; bounded.
 
-    Each poll is an acquire load at system scope (the writer may be another device or the host),
-    inside a loop the compiler cannot hoist. Past `spin_limit` polls the program records
-    (rank, chunk, epoch) in the error slot and stops waiting; the host raises SyncopyTimeout.
+    Each poll is an acquire load at system scope (the writer may be another device, a copy engine
+    or the host), inside a loop the compiler cannot hoist. Compiled, the bound is CTX_SPIN_LIMIT
+    nanoseconds of %globaltimer from the start of the wait; interpreted, CTX_SPIN_LIMIT polls. Past it
+    the program records (rank, chunk, epoch) in the error slot and stops waiting; the host raises
+    SyncopyTimeout. A program also stops waiting once any program recorded an error.
     """
     epoch = tl.load(ctx + CTX_EPOCH).to(tl.int32)
     limit = tl.load(ctx + CTX_SPIN_LIMIT)
     for g in range(g_lo, g_hi + 1):
         # Fast path first (the chunk is usually there by the time a tile asks): one acquire poll.
         # Only a chunk that is missing pays for the error-slot check and the bounded spin.
-        flag = tl.atomic_add(signals + SIG_BASE + g, 0, sem="acquire", scope="sys")
+        flag = _flag_of_block(signals + SIG_BASE + g)
         if flag < epoch:
-            if tl.load(signals + SIG_ERROR, volatile=True) == 0:
-                polls = 0
-                while (flag < epoch) & (polls < limit):
-                    flag = tl.atomic_add(signals + SIG_BASE + g, 0, sem="acquire", scope="sys")
-                    polls += 1
+            # Read for the whole block (uniform): a plain load could differ between warps.
+            failed = tl.atomic_add(signals + SIG_ERROR, 0, sem="relaxed", scope="sys")
+            if failed == 0:
+                flag = _spin(signals + SIG_BASE + g, epoch, limit)
                 if flag < epoch:
                     tl.atomic_xchg(signals + SIG_ERROR + 1, tl.load(ctx + CTX_RANK).to(tl.int32))
                     tl.atomic_xchg(signals + SIG_ERROR + 2, g)

@@ -1,4 +1,6 @@
-"""CPU worlds: N processes, gloo, the Triton interpreter. Used by tests, the demo and `syncopy run`."""
+"""Local worlds: N processes and a gloo group. CPU worlds run kernels under the Triton interpreter
+(tests, the demo, `syncopy run`); GPU worlds (`interpret=False`) compile them, e.g. two ranks on one
+GPU for the p2p backend's tests."""
 from __future__ import annotations
 
 import os
@@ -16,8 +18,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _entry(rank: int, fn, world: int, port: int, out_dir: str, args: tuple):
-    os.environ["TRITON_INTERPRET"] = "1"
+def _entry(rank: int, fn, world: int, port: int, out_dir: str, args: tuple, interpret: bool = True):
+    # Before torch, triton and syncopy are imported: Triton reads it when a kernel is decorated.
+    os.environ["TRITON_INTERPRET"] = "1" if interpret else "0"
     import torch
     import torch.distributed as dist
 
@@ -34,15 +37,17 @@ def _entry(rank: int, fn, world: int, port: int, out_dir: str, args: tuple):
         pass
 
 
-def spawn(fn, world: int, *args, timeout_s: float = 600.0) -> list:
-    """Run `fn(rank, world, *args)` on `world` CPU ranks; returns each rank's result.
+def spawn(fn, world: int, *args, timeout_s: float = 600.0, interpret: bool = True) -> list:
+    """Run `fn(rank, world, *args)` on `world` ranks joined by a gloo group; returns each rank's result.
 
-    A rank that raised makes this raise RuntimeError naming the rank and its error.
+    interpret: run Triton kernels under the interpreter (CPU tensors); False compiles them (GPU
+    ranks: `fn` picks its device). A rank that raised makes this raise RuntimeError naming the rank
+    and its error.
     """
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory() as out:
-        ctx = mp.start_processes(_entry, args=(fn, world, free_port(), out, args), nprocs=world, join=False, start_method="spawn")
+        ctx = mp.start_processes(_entry, args=(fn, world, free_port(), out, args, interpret), nprocs=world, join=False, start_method="spawn")
         import time
 
         deadline = time.monotonic() + timeout_s
@@ -50,7 +55,7 @@ def spawn(fn, world: int, *args, timeout_s: float = 600.0) -> list:
             if time.monotonic() > deadline:
                 for p in ctx.processes:
                     p.kill()
-                raise TimeoutError(f"CPU world of {world} ranks did not finish in {timeout_s:g}s")
+                raise TimeoutError(f"world of {world} ranks did not finish in {timeout_s:g}s")
         results = []
         for r in range(world):
             f = Path(out, f"{r}.pkl")

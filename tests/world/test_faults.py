@@ -113,3 +113,12 @@ def test_explicit_order_for_another_world_size_raises_launch_error():
         e = r["order"]
         assert e["type"] == "LaunchError", f"rank {rank}: {e}"
         assert f"{WORLD} ranks" in e["str"] and f"1..{WORLD - 1}" in e["str"], e["str"]
+
+
+@pytest.mark.world
+def test_gpu_backends_on_cpu_tensors_raise_launch_error_with_the_fix():
+    for rank, r in enumerate(_delay_and_errors()):
+        for name in ("p2p", "nccl"):
+            e = r[f"backend {name}"]
+            assert e["type"] == "LaunchError", f"rank {rank}: {e}"
+            assert e["str"] == f"the {name} backend moves CUDA tensors, got cpu tensors; use backend='gloo' (or 'auto') for CPU tensors"

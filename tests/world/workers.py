@@ -390,6 +390,15 @@ def run_delay_and_launch_errors(rank: int, world: int, delay_s: float) -> dict:
         out["order"] = {"type": None}
     except Exception as exc:
         out["order"] = _exc_info(exc)
+    # The GPU backends on CPU tensors: refused before anything moves, naming the fix.
+    for name in ("p2p", "nccl"):
+        fused = syncopy.overlap(schedule("rms", 2, "ring"), backend=name, timeout_s=20)(_kernel("rms"))
+        p = Problem("rms", rank, world, 6, "float32", seed=1)
+        try:
+            p.launch(fused)
+            out[f"backend {name}"] = {"type": None}
+        except Exception as exc:
+            out[f"backend {name}"] = _exc_info(exc)
     # A delayed chunk: rank 0's chunk 0 leaves `delay_s` late, every epoch.
     fused = syncopy.overlap(schedule("grouped", 2, "ring"), trace=True, poison_receive=True, timeout_s=20,
                             faults=Faults.of(delay={(0, 0): delay_s}))(_kernel("grouped"))

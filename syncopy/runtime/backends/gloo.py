@@ -19,22 +19,13 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from syncopy.runtime.backends.control import control_group
 from syncopy.runtime.context import Context
 from syncopy.runtime.link import Faults, Link
 
-_groups: dict[tuple, object] = {}
-
-
-def comm_group(group) -> object:
-    """A dedicated gloo group with the ranks of `group`, so our transfers never interleave with the
-    user's collectives. Created on first use (collectively, like every launch)."""
-    ranks = tuple(dist.get_process_group_ranks(group))
-    # Keyed by the user's group object (kept alive in the value so its id is not reused): a group
-    # re-created after a timeout gets a fresh transport on every rank, not the broken one.
-    key = (id(group), ranks)
-    if key not in _groups:
-        _groups[key] = (group, dist.new_group(ranks=list(ranks), backend="gloo"))
-    return _groups[key][1]
+# The gloo group that carries this backend's transfers is the control group itself (a dedicated
+# gloo group with the ranks of the user's group; see control.py).
+comm_group = control_group
 
 
 class Transfer:
@@ -278,6 +269,9 @@ class GlooBackend:
         # receive thread raises flags promptly.
         if sys.getswitchinterval() > 0.001:
             sys.setswitchinterval(0.001)
+
+    def check_grid(self, programs: int, persistent: bool, kernel: str, device) -> None:
+        """Every grid runs here: the interpreter runs programs one after another."""
 
     def local(self, ctx: Context, shard: torch.Tensor) -> None:
         """Put this rank's shard in its slot of the gathered buffer and flag its chunks."""

@@ -1,0 +1,294 @@
+"""The multi-node GPU backend: chunks move as NCCL point-to-point ops on a dedicated communicator
+(high-priority stream, at most `occupancy.reserved_sms('nccl')` CTAs per kernel), ordered by one
+syncopy stream; after each chunk lands, its flag is raised by a 4-byte copy of the epoch on that
+stream, so stream order puts the flag after the NCCL kernel that wrote the data.
+
+NCCL matches sends to receives per peer in posting order, and a send blocks until its receive is
+posted, so ranks must agree on what runs together. Every rank lowers every rank's plan and cuts
+the launch's transfers into the same *rounds* (`rounds()`): a transfer runs in the round after its
+chunk (and its `after` chunks) landed on the sender and after the receiver's previous receive, so
+each rank receives at most one chunk per round and relays follow their landing. A round is one
+NCCL group (`batch_isend_irecv`) on every rank taking part; groups progress all their ops together,
+so no round waits for a later one and nothing deadlocks.
+
+    ring, W = 4, rank r:    round 1              round 2                  round 3
+      syncopy stream s      [send own -> r+1     [send (r-1) -> r+1       [send (r-2) -> r+1
+                             recv (r-1) <- r-1]   recv (r-2) <- r-1]       recv (r-3) <- r-1]
+                             [flag r-1 = e]       [flag r-2 = e]           [flag r-3 = e]
+      compute stream        [=== fused kernel (<= SMs - R programs): tiles spin on flags ===]
+
+The fused kernel must leave SMs to NCCL's kernels (see occupancy.py): `check_grid` refuses grids
+that could occupy them all. Producer patterns run NCCL's own reduce_scatter / all_reduce after the
+kernel (correct, no in-kernel overlap yet).
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+
+import torch
+import torch.distributed as dist
+
+from syncopy import device as dev
+from syncopy.errors import LaunchError
+from syncopy.runtime import occupancy
+from syncopy.runtime import plan as planning
+from syncopy.runtime.backends.control import control_group
+from syncopy.runtime.backends.p2p import Inline, put_own_shard, refuse_emulation
+from syncopy.runtime.context import Context
+from syncopy.runtime.link import Faults, Link
+
+_groups: dict[tuple, tuple] = {}
+
+
+def nccl_options(reserved_sms: int):
+    """ProcessGroupNCCL options: its stream at high priority, its kernels at most `reserved_sms` CTAs
+    (ncclConfig_t.maxCTAs, where this torch exposes it)."""
+    opts = dist.ProcessGroupNCCL.Options(is_high_priority_stream=True)
+    try:
+        opts.config.max_ctas = reserved_sms
+    except AttributeError:  # an older torch: NCCL_MAX_NCHANNELS (read by reserved_sms) is the lever
+        pass
+    return opts
+
+
+def nccl_group(group) -> object:
+    """A dedicated NCCL communicator with the ranks of `group`, created (and connected, so that later
+    rounds may involve only some ranks) collectively on first use."""
+    ranks = tuple(dist.get_process_group_ranks(group))
+    key = (id(group), ranks)
+    if key not in _groups:
+        pg = dist.new_group(ranks=list(ranks), backend="nccl", pg_options=nccl_options(occupancy.reserved_sms("nccl")))
+        dist.all_reduce(torch.zeros(1, device=torch.device("cuda", torch.cuda.current_device())), group=pg)
+        _groups[key] = (group, pg)
+    return _groups[key][1]
+
+
+def rounds(plans: list) -> list[list[tuple[int, int, int]]]:
+    """The launch's transfers `(src, dst, chunk)`, grouped into rounds every rank runs in this order.
+
+    `plans[r]` is rank r's RankPlan. A transfer's round is one more than the latest of: the
+    receiver's previous receive, and the landing on the sender of the chunk itself (round 0 at its
+    home) and of its `after` chunks. Within a round, transfers are sorted, so both ends of a peer
+    pair post their ops in the same order.
+    """
+    world = len(plans)
+    c = plans[0].chunks_per_rank
+    after = {(src, n.peer, n.chunk): n.after for src, p in enumerate(plans) for n in p.sends()}
+    queues = [[(n.peer, n.chunk) for n in p.recvs()] for p in plans]
+    landed = {(r, g): 0 for r in range(world) for g in range(r * c, (r + 1) * c)}
+    last = [0] * world
+    at = [0] * world
+    out: dict[int, list] = {}
+    while any(at[d] < len(queues[d]) for d in range(world)):
+        moved = False
+        for dst in range(world):
+            while at[dst] < len(queues[dst]):
+                src, g = queues[dst][at[dst]]
+                needs = {g, *after.get((src, dst, g), ())}
+                if any((src, x) not in landed for x in needs):
+                    break
+                t = 1 + max([last[dst]] + [landed[(src, x)] for x in needs])
+                landed[(dst, g)] = last[dst] = t
+                out.setdefault(t, []).append((src, dst, g))
+                at[dst] += 1
+                moved = True
+        if not moved:
+            src, g = queues[next(d for d in range(world) if at[d] < len(queues[d]))][0]
+            raise LaunchError(f"the schedule's transfers cannot be ordered for NCCL: a relay of chunk {g} waits for a chunk that "
+                              f"never reaches rank {src}; check the schedule with `syncopy check`")
+    return [sorted(out[t]) for t in sorted(out)]
+
+
+class CudaStreams:
+    """How nccl orders its work on the GPU: NCCL's communicator, one high-priority stream, events."""
+
+    has_reduce_scatter = True
+
+    def transport(self, group):
+        return nccl_group(group)
+
+    def stream(self):
+        return torch.cuda.Stream(priority=-1)
+
+    def after_compute(self, stream, device) -> None:
+        stream.wait_stream(torch.cuda.current_stream(device))
+
+    def using(self, stream):
+        return torch.cuda.stream(stream)
+
+    def mark(self, stream):
+        event = torch.cuda.Event()
+        event.record(stream)
+        return event
+
+    def host_words(self, n: int) -> torch.Tensor:
+        return torch.zeros(n, dtype=torch.int32).pin_memory()
+
+    def sm_count(self, device) -> int:
+        return occupancy.sm_count(device)
+
+
+class _Done:
+    def query(self) -> bool:
+        return True
+
+
+class HostStreams(CudaStreams):
+    """The same rounds between CPU processes over gloo (whose waits block the host: each round ends
+    before the next starts, as NCCL groups do on the stream), with the SM count of an H100. It lets
+    CPU tests run the round lowering, relays, flags and the grid check end to end under the
+    interpreter; `select` never picks it (nccl takes CUDA tensors)."""
+
+    has_reduce_scatter = False  # gloo has none
+    SMS = 132
+
+    def transport(self, group):
+        return control_group(group)
+
+    def stream(self):
+        return Inline()
+
+    def after_compute(self, stream, device) -> None:
+        pass
+
+    def using(self, stream):
+        return contextlib.nullcontext()
+
+    def mark(self, stream):
+        return _Done()
+
+    def host_words(self, n: int) -> torch.Tensor:
+        return torch.zeros(n, dtype=torch.int32)
+
+    def sm_count(self, device) -> int:
+        return self.SMS
+
+
+class NcclBackend:
+    name = "nccl"
+    z_fastest = False  # GPUs dispatch programs x fastest
+    engine = CudaStreams()
+
+    def __init__(self, group, timeout_s: float, link: Link | None, faults: Faults | None):
+        refuse_emulation(self.name, link, faults)
+        self.group = control_group(group)
+        self.nccl = self.engine.transport(group)
+        self.global_ranks = dist.get_process_group_ranks(group)
+        self.timeout_s = timeout_s
+        self.stream = self.engine.stream()
+        self.rounds: list[list[tuple[str, int, int]]] | None = None  # this rank's ops per round
+        self.epoch_host: torch.Tensor | None = None
+        self.epoch_dev: torch.Tensor | None = None
+
+    def check_grid(self, programs: int, persistent: bool, kernel: str, device) -> None:
+        occupancy.check_grid(programs, self.engine.sm_count(device), self.name, persistent, kernel)
+
+    def _lower(self, ctx: Context) -> None:
+        plan = ctx.plan
+        lower = planning.all_to_all if ctx.schedule.pattern == "all_to_all" else planning.all_gather
+        plans = [lower(ctx.schedule, r, plan.world, plan.rows_per_rank) for r in range(plan.world)]
+        mine = []
+        for transfers in rounds(plans):
+            ops = [("send", g, dst) if src == plan.rank else ("recv", g, src) for src, dst, g in transfers if plan.rank in (src, dst)]
+            mine.append(ops)
+        self.rounds = [ops for ops in mine if ops]
+        widest = max(len(plan.flags(g)) for g in range(ctx.n_chunks))
+        self.epoch_host = self.engine.host_words(widest)
+        self.epoch_dev = torch.zeros(widest, dtype=torch.int32, device=ctx.buffer.device)
+
+    def local(self, ctx: Context, shard: torch.Tensor) -> None:
+        put_own_shard(ctx, shard)
+
+    def start(self, ctx: Context, epoch: int) -> "Rounds":
+        if self.rounds is None:
+            self._lower(ctx)
+        return Rounds(self, ctx, epoch).start()
+
+    def start_reduce(self, ctx: Context, out: torch.Tensor, epoch: int) -> "Collective":
+        return Collective(self, ctx, out)
+
+
+class Rounds:
+    """One launch's rounds, enqueued on the backend's stream; `join()` waits for them (bounded)."""
+
+    POLL_S = 1e-4
+
+    def __init__(self, backend: NcclBackend, ctx: Context, epoch: int):
+        self.backend, self.ctx, self.epoch = backend, ctx, epoch
+        self.errors: list[BaseException] = []
+        self.lost: list[int] = []
+        self.done: list[tuple[object, list[int]]] = []  # per round: an event recorded after its flags, its chunks
+        self.keep: list[torch.Tensor] = []
+
+    def start(self) -> "Rounds":
+        be, ctx, plan = self.backend, self.ctx, self.ctx.plan
+        s = be.stream
+        # Our own slot (and any poisoning) was written on the compute stream: the first sends wait for it.
+        be.engine.after_compute(s, ctx.buffer.device)
+        be.epoch_host.fill_(self.epoch)  # the last launch's copy out of it finished (join)
+        with be.engine.using(s):
+            be.epoch_dev.copy_(be.epoch_host, non_blocking=True)
+            for ops in be.rounds:
+                p2p, landing = [], []
+                for kind, g, peer in ops:
+                    if kind == "send":
+                        view = ctx.send_view(g, peer)
+                        data = view if view.is_contiguous() else view.contiguous()
+                        p2p.append(dist.P2POp(dist.isend, data, be.global_ranks[peer], group=be.nccl))
+                    else:
+                        view = ctx.chunk_view(g)
+                        data = view if view.is_contiguous() else torch.empty_like(view, memory_format=torch.contiguous_format)
+                        p2p.append(dist.P2POp(dist.irecv, data, be.global_ranks[peer], group=be.nccl))
+                        landing.append((g, view, data))
+                    self.keep.append(data)
+                for work in dist.batch_isend_irecv(p2p):
+                    work.wait()  # stream s waits for NCCL's stream; the host does not block
+                for g, view, data in landing:
+                    if data is not view:
+                        view.copy_(data)
+                    f = plan.flags(g)
+                    ctx.signals[dev.SIG_HEADER + f.start : dev.SIG_HEADER + f.stop].copy_(be.epoch_dev[: len(f)], non_blocking=True)
+                self.done.append((be.engine.mark(s), [g for g, _, _ in landing]))
+        return self
+
+    def join(self) -> None:
+        """Wait for the last round, at most about as long as the kernel's waits. Rounds that never
+        complete (a peer that never sent or never received) make their chunks `lost`, or, when only
+        our sends are stuck, an error, instead of blocking forever."""
+        deadline = time.monotonic() + self.backend.timeout_s * 2 + 5
+        while self.done and not self.done[-1][0].query():
+            if time.monotonic() > deadline:
+                stuck = [chunks for event, chunks in self.done if not event.query()]
+                self.lost = [g for chunks in stuck for g in chunks]
+                if not self.lost:
+                    self.errors.append(RuntimeError(f"NCCL sends of rank {self.ctx.plan.rank} did not complete in "
+                                                    f"{self.backend.timeout_s * 2 + 5:g}s (a peer never received them)"))
+                return
+            time.sleep(self.POLL_S)
+
+
+class Collective:
+    """reduce_scatter / all_reduce on nccl: NCCL's own collective on the kernel's partial, after it."""
+
+    def __init__(self, backend: NcclBackend, ctx: Context, out: torch.Tensor):
+        self.backend, self.ctx, self.out = backend, ctx, out
+        self.errors: list[BaseException] = []
+        self.lost: list[tuple[int, int]] = []
+        self.final = {g: threading.Event() for g in range(ctx.n_chunks)}
+
+    def join(self) -> None:
+        ctx, out, pg = self.ctx, self.out, self.backend.nccl
+        dim, rank = ctx.dim, ctx.plan.rank
+        if ctx.plan.pattern == "reduce_scatter" and dim == 0 and self.backend.engine.has_reduce_scatter:
+            dist.reduce_scatter_tensor(out, ctx.buffer, group=pg)
+        elif ctx.plan.pattern == "reduce_scatter":
+            full = ctx.buffer.clone()
+            dist.all_reduce(full, group=pg)
+            out.copy_(full.narrow(dim, rank * out.shape[dim], out.shape[dim]))
+        else:
+            out.copy_(ctx.buffer)
+            dist.all_reduce(out, group=pg)
+        for g in ctx.plan.owned:
+            self.final[g].set()

@@ -1,0 +1,226 @@
+"""The GPU backends' logic that runs without a GPU: which backend a launch gets, what each refuses
+(with the fix in the message), how NCCL rounds are cut from the plans, how many programs a
+persistent kernel may launch on nccl, and the bound every compiled wait gets."""
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+from syncopy.errors import LaunchError
+from syncopy.runtime import backends, occupancy
+from syncopy.runtime.backends.nccl import rounds
+from syncopy.runtime.link import Faults, Link
+from syncopy.runtime.plan import all_gather, all_to_all
+from syncopy.schedule import Schedule, load_schedule
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "explicit_all_gather.yaml"
+
+
+# --- selection ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("name", "device", "single_node", "expected"), [
+    ("auto", "cpu", None, "gloo"),
+    ("auto", "cpu", False, "gloo"),
+    ("auto", "cuda", True, "p2p"),
+    ("auto", "cuda", False, "nccl"),
+    ("auto", "cuda", None, "nccl"),  # layout unknown: nccl is correct anywhere
+    ("p2p", "cuda", False, "p2p"),   # an explicit name is honoured (P2PBackend itself checks the hosts)
+    ("nccl", "cuda", True, "nccl"),
+    ("gloo", "cpu", None, "gloo"),
+])
+def test_resolve_picks_by_device_and_node(name, device, single_node, expected):
+    assert backends.resolve(name, device, single_node) == expected
+
+
+@pytest.mark.parametrize(("name", "device", "single_node", "cls"), [
+    ("auto", "cpu", None, "GlooBackend"),
+    ("auto", "cuda", True, "P2PBackend"),
+    ("auto", "cuda", False, "NcclBackend"),
+    ("p2p", "cuda", None, "P2PBackend"),
+    ("nccl", "cuda", None, "NcclBackend"),
+])
+def test_select_returns_the_backend_class(name, device, single_node, cls):
+    assert backends.select(name, device, single_node).__name__ == cls
+
+
+@pytest.mark.parametrize(("name", "device", "message"), [
+    ("gloo", "cuda", "the gloo backend runs on CPU tensors, got cuda tensors; use backend='nccl', 'p2p' or 'auto'"),
+    ("p2p", "cpu", "the p2p backend moves CUDA tensors, got cpu tensors; use backend='gloo' (or 'auto') for CPU tensors"),
+    ("nccl", "cpu", "the nccl backend moves CUDA tensors, got cpu tensors; use backend='gloo' (or 'auto') for CPU tensors"),
+    ("mpi", "cuda", "unknown backend 'mpi'; use auto, gloo, p2p, nccl"),
+])
+def test_select_refuses_with_the_fix(name, device, message):
+    with pytest.raises(LaunchError) as info:
+        backends.select(name, device)
+    assert str(info.value) == message
+
+
+def test_backend_for_asks_no_one_on_cpu_or_for_an_explicit_name():
+    # No process group exists here: a collective would fail. Only 'auto' on CUDA asks the hosts.
+    assert backends.backend_for("auto", "cpu", group=None) == "gloo"
+    assert backends.backend_for("nccl", "cuda", group=None) == "nccl"
+    assert backends.backend_for("p2p", "cuda", group=None) == "p2p"
+
+
+@pytest.mark.parametrize(("name", "link", "faults", "message"), [
+    ("p2p", Link(latency_s=1e-3), None, "link emulation runs on the gloo backend; the p2p backend moves chunks over the real link, drop link="),
+    ("p2p", None, Faults.of(delay={(0, 0): 0.1}), "the p2p backend cannot inject delays; use backend='gloo' (CPU) for fault injection"),
+    ("nccl", None, Faults.of(drop=[(0, 1)]), "the nccl backend cannot inject dropped chunks; use backend='gloo' (CPU) for fault injection"),
+])
+def test_gpu_backends_refuse_emulation_they_cannot_do(name, link, faults, message):
+    from syncopy.runtime.backends.p2p import refuse_emulation
+
+    with pytest.raises(LaunchError) as info:
+        refuse_emulation(name, link, faults, drop=name == "p2p")
+    assert str(info.value) == message
+
+
+def test_p2p_takes_dropped_chunks_and_the_default_link():
+    from syncopy.runtime.backends.p2p import refuse_emulation
+
+    refuse_emulation("p2p", Link(), Faults.of(drop=[(1, 0)]), drop=True)
+    refuse_emulation("nccl", None, None)
+
+
+# --- occupancy ------------------------------------------------------------------------------------
+
+@pytest.fixture
+def no_sm_env(monkeypatch):
+    monkeypatch.delenv("SYNCOPY_NCCL_SMS", raising=False)
+    monkeypatch.delenv("NCCL_MAX_NCHANNELS", raising=False)
+    return monkeypatch
+
+
+def test_nccl_keeps_sms_and_copy_engine_backends_keep_none(no_sm_env):
+    assert occupancy.reserved_sms("nccl") == occupancy.DEFAULT_NCCL_SMS
+    assert occupancy.reserved_sms("p2p") == occupancy.reserved_sms("gloo") == 0
+    no_sm_env.setenv("NCCL_MAX_NCHANNELS", "4")
+    assert occupancy.reserved_sms("nccl") == 4
+    no_sm_env.setenv("SYNCOPY_NCCL_SMS", "12")  # ours wins
+    assert occupancy.reserved_sms("nccl") == 12
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("lots", "$SYNCOPY_NCCL_SMS is 'lots'; set it to a number of SMs (a positive integer)"),
+    ("0", "$SYNCOPY_NCCL_SMS is 0; NCCL needs at least one SM, set it to 1 or more"),
+])
+def test_bad_sm_reservation_says_what_to_set(no_sm_env, value, message):
+    no_sm_env.setenv("SYNCOPY_NCCL_SMS", value)
+    with pytest.raises(LaunchError) as info:
+        occupancy.reserved_sms("nccl")
+    assert str(info.value) == message
+
+
+def test_persistent_programs_leave_nccl_its_sms(no_sm_env):
+    assert occupancy.programs_for(132, "nccl") == 124
+    assert occupancy.programs_for(132, "p2p") == 132
+    assert occupancy.programs_for(132, "nccl", n_tiles=40) == 40  # never more programs than tiles
+    assert occupancy.programs_for(132, "p2p", n_tiles=0) == 132
+    with pytest.raises(LaunchError, match="reserves 8 SMs but the device has only 6"):
+        occupancy.programs_for(6, "nccl")
+
+
+def test_grid_check_passes_what_fits_and_refuses_the_rest_with_the_fix(no_sm_env):
+    occupancy.check_grid(124, 132, "nccl", persistent=True, kernel="k")
+    occupancy.check_grid(4096, 132, "p2p", persistent=False, kernel="k")
+    with pytest.raises(LaunchError) as info:
+        occupancy.check_grid(4096, 132, "nccl", persistent=False, kernel="ag_gemm_kernel")
+    msg = str(info.value)
+    assert msg.startswith("kernel 'ag_gemm_kernel' launches 4096 programs on a GPU with 132 SMs; on the nccl backend")
+    assert "make it a persistent kernel of at most 124 programs (see the ag_gemm_persistent template" in msg
+    assert msg.endswith("or use backend='p2p' on one node (copy engines, no SM)")
+    with pytest.raises(LaunchError) as info:
+        occupancy.check_grid(132, 132, "nccl", persistent=True, kernel="pk")
+    assert "persistent kernel 'pk' launches 132 programs" in str(info.value)
+    assert "launch at most 124 programs (NUM_SMS = syncopy.runtime.occupancy.programs(device, 'nccl'))" in str(info.value)
+
+
+def test_persistent_template_sizes_its_grid_by_backend(no_sm_env, monkeypatch):
+    import torch
+
+    from syncopy.templates.ag_gemm_persistent import template
+
+    monkeypatch.setattr(occupancy, "sm_count", lambda device: 132)
+    cuda = torch.device("cuda", 0)
+    assert template.programs(cuda, 10_000, "nccl") == 124
+    assert template.programs(cuda, 10_000, "p2p") == 132
+    assert template.programs(cuda, 50, "nccl") == 50
+    assert template.programs(torch.device("cpu"), 50, "gloo") == template.CPU_PROGRAMS
+
+
+# --- NCCL rounds ------------------------------------------------------------------------------------
+
+def _orders(world: int) -> list:
+    perms = [list(p) for p in itertools.permutations(range(1, world))]
+    return ["ring", "local_first", "bidirectional_ring"] + perms[:2] + perms[-1:]
+
+
+def _check_rounds(plans, cut) -> None:
+    """Every planned transfer exactly once; a rank receives at most once per round, in its planned
+    order; a sender holds the chunk (and its `after` chunks) before the round starts."""
+    world, c = len(plans), plans[0].chunks_per_rank
+    have = [set(range(r * c, (r + 1) * c)) for r in range(world)]
+    for transfers in cut:
+        assert transfers == sorted(transfers)
+        receivers = [dst for _, dst, _ in transfers]
+        assert len(receivers) == len(set(receivers)), transfers
+        for src, dst, g in transfers:
+            node = next(n for n in plans[src].sends() if n.chunk == g and n.peer == dst)
+            assert {g, *node.after} <= have[src], (src, dst, g)
+        for _, dst, g in transfers:
+            have[dst].add(g)
+    for dst, p in enumerate(plans):
+        got = [(src, g) for transfers in cut for src, d, g in transfers if d == dst]
+        assert got == [(n.peer, n.chunk) for n in p.recvs()]
+    planned = sorted((src, n.peer, n.chunk) for src, p in enumerate(plans) for n in p.sends())
+    assert planned == sorted(x for transfers in cut for x in transfers)
+    assert all(h == set(range(world * c)) for h in have)
+
+
+@pytest.mark.parametrize(("world", "chunks"), [(w, c) for w in (2, 3, 4, 5) for c in (1, 2, 3)])
+def test_rounds_cover_every_named_order(world, chunks):
+    for order in _orders(world):
+        s = Schedule(pattern="all_gather", tensor="A", chunks_per_rank=chunks, order=order)
+        plans = [all_gather(s, r, world, 12) for r in range(world)]
+        cut = rounds(plans)
+        _check_rounds(plans, cut)
+        # One chunk per rank per round: nothing waits longer than the schedule itself does.
+        assert len(cut) == (world - 1) * chunks, order
+
+
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_rounds_cover_all_to_all(world):
+    s = Schedule(pattern="all_to_all", tensor="X", chunks_per_rank=2, order="ring")
+    plans = [all_to_all(s, r, world, 6) for r in range(world)]
+    _check_rounds(plans, rounds(plans))
+
+
+def test_rounds_of_the_explicit_example_follow_relays_and_after():
+    plans = [all_gather(load_schedule(EXAMPLE), r, 3, 21) for r in range(3)]
+    cut = rounds(plans)
+    _check_rounds(plans, cut)
+    # Rank 0 relays chunk 5 (rank 2's chunk 1) to rank 1 only after it landed on rank 0.
+    landed_on_0 = next(t for t, tr in enumerate(cut) if (2, 0, 5) in tr)
+    relayed = next(t for t, tr in enumerate(cut) if (0, 1, 5) in tr)
+    assert relayed > landed_on_0
+
+
+# --- compiled waits -------------------------------------------------------------------------------
+
+def test_compiled_waits_are_bounded_in_nanoseconds(monkeypatch):
+    from syncopy import api
+
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    assert api._spin_limit(2.5, "cuda") == 2_500_000_000
+    assert api._spin_limit(1e-12, "cuda") == 1
+
+
+def test_interpreted_waits_count_polls(monkeypatch):
+    from syncopy import api, device
+
+    assert device.INTERPRETED  # the test session runs the interpreter (conftest)
+    monkeypatch.setattr(api, "_poll_cost_s", 1e-4)
+    assert api._spin_limit(1.0, "cpu") == 10_000
+    assert api._spin_limit(1e-6, "cpu") == 100  # at least 100 polls

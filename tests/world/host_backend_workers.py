@@ -1,0 +1,93 @@
+"""Rank functions of test_host_backends.py: the GPU backends' protocols run between CPU processes
+under the interpreter. p2p (IPC-style handle exchange, per-peer pushes in each peer's arrival
+order, flags raised behind the data, the per-launch handshake, pull-reduce for producers, dropped
+chunks) with shared memory standing in for CUDA IPC (`HostMemory`); nccl (round lowering, relays,
+flags after each round, the grid check, collectives for producers) over gloo (`HostStreams`)."""
+from __future__ import annotations
+
+
+def _use_host_backends() -> None:
+    """Make backends 'p2p' and 'nccl' resolve to their CPU variants in this rank."""
+    from syncopy.runtime import backends
+    from syncopy.runtime.backends.nccl import HostStreams, NcclBackend
+    from syncopy.runtime.backends.p2p import HostMemory, P2PBackend
+
+    class HostP2P(P2PBackend):
+        memory = HostMemory()
+
+    class HostNccl(NcclBackend):
+        engine = HostStreams()
+
+    real = backends.select
+    host = {"p2p": HostP2P, "nccl": HostNccl}
+
+    def select(name, device_type, single_node=None):
+        return host[name] if name in host else real(name, device_type, single_node)
+
+    backends.select = select
+
+
+def _exc(exc: BaseException) -> dict:
+    return {"type": type(exc).__name__, "str": str(exc), "rank": getattr(exc, "rank", None),
+            "chunk": getattr(exc, "chunk", None), "epoch": getattr(exc, "epoch", None)}
+
+
+def run_templates(rank: int, world: int, cases: list[dict]) -> list[dict]:
+    """Each case: a template run `launches` times through its backend (buffers NaN-poisoned), vs its torch reference."""
+    import torch
+
+    from syncopy import templates
+
+    _use_host_backends()
+    out = []
+    for case in cases:
+        t = templates.get(case["template"])
+        mod = t.module
+        fused = t.fused(chunks_per_rank=case["chunks"], order=case["order"], backend=case["backend"], poison_receive=True,
+                        timeout_s=60)
+        worst = 0.0
+        for it in range(case.get("launches", 2)):
+            inp = mod.inputs(rank, world, tuple(case["shape"]), torch.float32, seed=it)
+            got = mod.launch(fused, **inp)
+            ref = mod.reference(**inp)
+            diff = torch.nan_to_num((got.float() - ref.float()).abs(), nan=float("inf"))
+            worst = max(worst, float(diff.max()) / max(1.0, float(ref.float().abs().max())))
+        backend = next(type(b).__name__ for _, b in fused._contexts.values())
+        out.append({**case, "worst": worst, "tolerance": mod.TOLERANCE[torch.float32], "backend": backend,
+                    "epochs": [ctx.epoch for ctx, _ in fused._contexts.values()]})
+    return out
+
+
+def run_drop(rank: int, world: int, drop: tuple[int, int], timeout_s: float) -> dict:
+    """Rank drop[0] never pushes its chunk drop[1]: every other rank times out naming it."""
+    import torch
+
+    from syncopy import templates
+    from syncopy.runtime.link import Faults
+
+    _use_host_backends()
+    t = templates.get("ag_gemm")
+    fused = t.fused(chunks_per_rank=2, order="ring", backend="p2p", timeout_s=timeout_s, faults=Faults.of(drop=[drop]))
+    inp = t.module.inputs(rank, world, (8, 16, 16), torch.float32)
+    try:
+        t.module.launch(fused, **inp)
+        return {"type": None}
+    except Exception as exc:
+        return _exc(exc)
+
+
+def run_nccl_big_grid(rank: int, world: int) -> dict:
+    """A non-persistent grid of more programs than nccl leaves to the kernel (132 - 8 SMs) is refused."""
+    import torch
+
+    from syncopy import templates
+
+    _use_host_backends()
+    t = templates.get("ag_gemm")
+    fused = t.fused(chunks_per_rank=1, backend="nccl", timeout_s=60)
+    inp = t.module.inputs(rank, world, (64, 32 * 22, 16), torch.float32)  # 6 x 22 tiles of 32 x 32
+    try:
+        t.module.launch(fused, **inp)
+        return {"type": None}
+    except Exception as exc:
+        return _exc(exc)

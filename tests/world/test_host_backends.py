@@ -1,0 +1,67 @@
+"""The GPU backends' protocols on CPU ranks, under the interpreter: everything but the device is the
+GPU code path. p2p: shared memory stands in for CUDA IPC and copies are done at once (HostMemory);
+handle exchange on the control group, the per-launch sync + barrier, pushes straight into each
+peer's buffer in that peer's arrival order, a flag raised behind each chunk, own flags by local(),
+pull-reduce for producer patterns, dropped chunks. nccl: gloo stands in for NCCL (HostStreams); the
+same rounds on every rank, relays from the buffer, a flag after each round, the grid check,
+collectives for producers. Results against the templates' torch references, several launches,
+NaN-poisoned buffers."""
+from __future__ import annotations
+
+import pytest
+
+from syncopy.runtime.world import spawn
+from tests.world import host_backend_workers as workers
+from tests.world.workers import once
+
+WORLD = 3
+CASES = [
+    dict(backend="p2p", template="ag_gemm", chunks=2, order="ring", shape=(13, 16, 16)),
+    dict(backend="p2p", template="ag_gemm", chunks=3, order="bidirectional_ring", shape=(7, 16, 16)),
+    dict(backend="p2p", template="ag_gemm", chunks=1, order=[2, 1], shape=(8, 16, 16), launches=1),
+    dict(backend="p2p", template="ag_gemm_persistent", chunks=2, order="local_first", shape=(9, 32, 32), launches=1),
+    dict(backend="p2p", template="a2a_gemm", chunks=1, order="local_first", shape=(96, 32, 32), launches=1),
+    dict(backend="p2p", template="gemm_rs", chunks=2, order="ring", shape=(24, 16, 16)),
+    dict(backend="p2p", template="gemm_ar", chunks=1, order="ring", shape=(10, 16, 16), launches=1),
+    dict(backend="nccl", template="ag_gemm", chunks=2, order="ring", shape=(13, 16, 16)),
+    dict(backend="nccl", template="ag_gemm", chunks=2, order="bidirectional_ring", shape=(7, 16, 16), launches=1),
+    dict(backend="nccl", template="ag_gemm_persistent", chunks=1, order=[2, 1], shape=(9, 32, 32), launches=1),
+    dict(backend="nccl", template="a2a_gemm", chunks=1, order="ring", shape=(96, 32, 32), launches=1),
+    dict(backend="nccl", template="gemm_rs", chunks=2, order="ring", shape=(24, 16, 16), launches=1),
+    dict(backend="nccl", template="gemm_ar", chunks=1, order="ring", shape=(10, 16, 16), launches=1),
+]
+HOST_CLASS = {"p2p": "HostP2P", "nccl": "HostNccl"}
+
+
+@once
+def _templates() -> list[list[dict]]:
+    return spawn(workers.run_templates, WORLD, CASES, timeout_s=500)
+
+
+@pytest.mark.world
+@pytest.mark.parametrize("case", range(len(CASES)),
+                         ids=[f"{c['backend']}-{c['template']}-{c['order']}-C{c['chunks']}" for c in CASES])
+def test_backend_protocol_gives_the_reference_result(case):
+    for rank, results in enumerate(_templates()):
+        r = results[case]
+        assert r["backend"] == HOST_CLASS[CASES[case]["backend"]], r
+        assert r["epochs"] == [r.get("launches", 2)], r  # one context, one epoch per launch
+        assert r["worst"] <= r["tolerance"], f"rank {rank}: {r}"
+
+
+@pytest.mark.world
+def test_p2p_dropped_chunk_is_a_timeout_on_the_ranks_that_need_it():
+    drop = (0, 1)
+    results = spawn(workers.run_drop, WORLD, drop, 2.0, timeout_s=300)
+    assert results[0]["type"] is None, results[0]
+    for rank in (1, 2):  # direct pushes: every other rank waits on rank 0's chunk itself
+        r = results[rank]
+        assert r["type"] == "SyncopyTimeout", (rank, r)
+        assert (r["rank"], tuple(r["chunk"]), r["epoch"]) == (rank, drop, 1), (rank, r)
+
+
+@pytest.mark.world
+def test_nccl_refuses_a_grid_that_could_hold_every_sm():
+    for rank, r in enumerate(spawn(workers.run_nccl_big_grid, WORLD, timeout_s=300)):
+        assert r["type"] == "LaunchError", (rank, r)
+        assert r["str"].startswith("kernel 'ag_gemm_kernel' launches 132 programs on a GPU with 132 SMs"), r["str"]
