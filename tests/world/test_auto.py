@@ -11,7 +11,7 @@ from tests.world import workers
 WORLD = 2
 # An emulated link that makes the gather about as long as the GEMM of the 24-row shards, so that
 # the planner splits them (cpu-gloo picks 3 chunks); 2-row shards cap it at 2 chunks.
-BANDWIDTH_BPS = 2.0e5
+BANDWIDTH_BPS = 4.0e5
 ROWS = [24, 2]
 
 
