@@ -51,16 +51,28 @@ def spawn(fn, world: int, *args, timeout_s: float = 600.0, interpret: bool = Tru
         import time
 
         deadline = time.monotonic() + timeout_s
-        while not ctx.join(timeout=1.0):
+        # Wait for every rank ourselves rather than with ctx.join(), which kills the others as soon as
+        # one exits badly: a rank that has written its result and then dies in interpreter teardown
+        # (a C++ thread of torch's process group still joinable at exit aborts the process) has done
+        # its work, and its peers must be allowed to finish theirs.
+        while any(p.is_alive() for p in ctx.processes):
             if time.monotonic() > deadline:
                 for p in ctx.processes:
                     p.kill()
                 raise TimeoutError(f"world of {world} ranks did not finish in {timeout_s:g}s")
+            for r, p in enumerate(ctx.processes):
+                p.join(timeout=0.2)
+                if p.exitcode not in (None, 0) and not Path(out, f"{r}.pkl").exists():
+                    # Died before reporting (a crash, not an exception): its peers would only hang.
+                    for q in ctx.processes:
+                        q.kill()
+                    raise RuntimeError(f"rank {r} died without a result (exit code {p.exitcode})")
         results = []
         for r in range(world):
             f = Path(out, f"{r}.pkl")
             if not f.exists():
-                raise RuntimeError(f"rank {r} exited without a result")
+                code = ctx.processes[r].exitcode
+                raise RuntimeError(f"rank {r} exited without a result (exit code {code})")
             res = pickle.loads(f.read_bytes())
             if res[0] == "error":
                 raise RuntimeError(f"rank {r}: {res[1]}\n{res[2]}")
