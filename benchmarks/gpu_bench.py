@@ -7,8 +7,9 @@
     waiting on their chunks), world 4;
 (c) the cost of one poll of a flag that never rises, in the three forms a wait could take (a
     block-wide acquire atomic: one thread loads, block barrier + shared-memory broadcast; every
-    thread's own acquire load; the latter plus a %globaltimer read, the form compiled waits spin
-    in), on one program and on one per SM; and how long a wait bounded at 1 ms really takes.
+    thread's own acquire load; the latter plus a %globaltimer read), on one program and on one per
+    SM; and how long a wait with a 1 ms poll budget (api.GPU_POLL_S per poll) really takes. Compiled
+    waits use the first form (syncopy/device.py says why).
 
     python benchmarks/gpu_bench.py [--json OUT.json] [--quick]
 """
@@ -25,7 +26,7 @@ import triton.language as tl
 
 import syncopy
 from syncopy import device as dev
-from syncopy.api import slot_records, slot_tiles
+from syncopy.api import _spin_limit, slot_records, slot_tiles
 from syncopy.runtime.loopback import LoopbackWorld
 from syncopy.templates.ag_gemm.kernel import ag_gemm_kernel
 
@@ -196,7 +197,7 @@ def poll_cost(polls: int = 20000, bound_s: float = 1e-3) -> dict:
             rows.append(dict(form=form, programs=programs, polls=polls, ns_per_poll=ms * 1e6 / polls))
     ctx = torch.zeros(dev.CTX_LEN, dtype=torch.int64, device="cuda")
     ctx[dev.CTX_EPOCH.value] = 1
-    ctx[dev.CTX_SPIN_LIMIT.value] = int(bound_s * 1e9)
+    ctx[dev.CTX_SPIN_LIMIT.value] = _spin_limit(bound_s, "cuda")
     signals = torch.zeros(dev.SIG_HEADER + 1, dtype=torch.int32, device="cuda")
 
     def wait():
@@ -239,7 +240,7 @@ def main(argv=None) -> int:
     else:
         for r in pc["rows"]:
             print(f"  {r['form']:42s} {r['programs']:4d} programs: {r['ns_per_poll']:8.1f} ns/poll")
-        print(f"  a wait bounded at {pc['bound_ms']:.1f} ms (%globaltimer) took {pc['bounded_wait_ms']:.3f} ms "
+        print(f"  a wait with a {pc['bound_ms']:.1f} ms poll budget took {pc['bounded_wait_ms']:.3f} ms "
               f"on {torch.cuda.get_device_properties(0).multi_processor_count} programs (timed out: {pc['timed_out']})")
     if a.json:
         with open(a.json, "w") as f:

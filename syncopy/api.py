@@ -43,14 +43,18 @@ def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
+#: Cost of one block-wide acquire poll on a GPU (H200, 132 programs polling: 182-198 ns,
+#: benchmarks/gpu_bench.py poll_cost); turns timeout_s into a poll budget.
+GPU_POLL_S = 200e-9
+
+
 def _spin_limit(timeout_s: float, device_type: str) -> int:
-    """The bound of every wait in a launch (ctx CTX_SPIN_LIMIT). Compiled kernels compare against the
-    GPU's %globaltimer, so it is `timeout_s` in nanoseconds, whatever a poll costs (and however much
-    it costs more when every SM polls); the interpreter has no timer and counts polls, whose cost we
-    measure once per process."""
+    """The bound of every wait in a launch (ctx CTX_SPIN_LIMIT), as a number of polls: timeout_s
+    over the cost of one poll -- measured once per process under the interpreter, GPU_POLL_S when
+    compiled (see device.py for why waits count polls rather than read %globaltimer)."""
     global _poll_cost_s
     if not _interpreting():
-        return max(1, int(timeout_s * 1e9))
+        return max(1, int(timeout_s / GPU_POLL_S))
     if _poll_cost_s is None:
         _poll_cost_s = _measure_poll_cost()
     return max(100, int(timeout_s / _poll_cost_s))

@@ -144,24 +144,6 @@ def _flag_of_block(ptr):
 
 
 @triton.jit
-def _spin_timed(ptr, epoch, limit_ns):
-    """Compiled kernels, after the block saw the flag down: wait until `*ptr >= epoch` or `limit_ns`
-    nanoseconds of %globaltimer passed; returns the flag as the whole block sees it.
-
-        threads:  each spins on its own acquire load (no barrier) until up or past the deadline
-        block:    flag = acquire load, broadcast ----- the verdict every thread agrees on
-
-    Threads may leave the spin at different polls (each sees the flag rise on its own), so the
-    verdict is read once more for the whole block before anything branches on it.
-    """
-    deadline = _globaltimer() + limit_ns
-    mine = _ld_acquire_sys(ptr)
-    while (mine < epoch) & (_globaltimer() < deadline):
-        mine = _ld_acquire_sys(ptr)
-    return _flag_of_block(ptr)
-
-
-@triton.jit
 def _spin_polls(ptr, epoch, limit):
     """The interpreter (no inline assembly, no timer): at most `limit` more polls."""
     flag = _flag_of_block(ptr)
@@ -172,11 +154,16 @@ def _spin_polls(ptr, epoch, limit):
     return flag
 
 
-# Triton decides at decoration time whether @jit compiles or interprets (TRITON_INTERPRET); the
-# wait follows: a %globaltimer deadline when compiled, a poll budget under the interpreter. The
-# host sets CTX_SPIN_LIMIT accordingly (api._spin_limit: nanoseconds, or polls).
+# How a wait spins, compiled and interpreted alike: block-wide acquire polls (one thread loads,
+# the block sees one value, so every branch on it is uniform), at most CTX_SPIN_LIMIT of them. On
+# an H200 one such poll costs ~190 ns (benchmarks/gpu_bench.py, poll_cost), and the host turns
+# timeout_s into a poll budget with that cost (api._spin_limit). We measured the alternative, each
+# thread spinning on its own ld.acquire.sys bounded by %globaltimer: cheaper per poll (~170 ns) but,
+# with every thread of every waiting program polling, it slowed the loopback overlap run from
+# 1.33 ms to 1.82 ms (8192x8192x4096, world 4): the polls competed with the copy engine and the
+# tiles that compute. A bound that is a poll count is looser in time, which a timeout can afford.
 INTERPRETED = type(_spin_polls).__name__ == "InterpretedFunction"
-_spin = _spin_polls if INTERPRETED else _spin_timed
+_spin = _spin_polls
 
 
 @triton.jit
@@ -184,8 +171,7 @@ def wait_chunks(signals, ctx, g_lo, g_hi):
     """Wait until chunks g_lo..g_hi carry this launch's epoch; bounded.
 
     Each poll is an acquire load at system scope (the writer may be another device, a copy engine
-    or the host), inside a loop the compiler cannot hoist. Compiled, the bound is CTX_SPIN_LIMIT
-    nanoseconds of %globaltimer from the start of the wait; interpreted, CTX_SPIN_LIMIT polls. Past it
+    or the host), inside a loop the compiler cannot hoist; the bound is CTX_SPIN_LIMIT polls. Past it
     the program records (rank, chunk, epoch) in the error slot and stops waiting; the host raises
     SyncopyTimeout. A program also stops waiting once any program recorded an error.
     """

@@ -73,26 +73,6 @@ def acquire_polls(ptx: str) -> list[Op]:
     return out
 
 
-def timed_spins(ptx: str) -> list[Op]:
-    """The spin loops of compiled waits: loops (a label and a branch back to it) whose body holds an
-    acquire load at system scope and a %globaltimer read, and no block barrier (each thread polls
-    for itself; the block agrees on the flag after the loop)."""
-    lines = ptx.splitlines()
-    labels = {m.group(1): i for i, l in enumerate(lines) if (m := _LABEL.match(l))}
-    out = []
-    for i, l in enumerate(lines):
-        m = _BRANCH.search(l)
-        if not m or m.group(1) not in labels or labels[m.group(1)] >= i:
-            continue
-        body = lines[labels[m.group(1)] : i + 1]
-        polls = any("ld." in b and ".acquire" in b and ".sys" in b for b in body)
-        timer = any("%globaltimer" in b for b in body)
-        barrier = any("bar.sync" in b or "barrier.sync" in b for b in body)
-        if polls and timer and not barrier:
-            out.append(Op(labels[m.group(1)] + 1, lines[labels[m.group(1)]].strip()))
-    return out
-
-
 def release_ops(ptx: str) -> list[Op]:
     """Release stores/atomics (notifies)."""
     return [Op(i + 1, l.strip()) for i, l in enumerate(ptx.splitlines()) if ".release" in l and ("st." in l or "atom." in l or "red." in l)]

@@ -25,6 +25,11 @@ def _entry(rank: int, fn, world: int, port: int, out_dir: str, args: tuple, inte
     import torch.distributed as dist
 
     torch.set_num_threads(1)
+    if os.environ.get("SYNCOPY_HANG_DUMP_S"):
+        # Diagnosing a hung world: every rank prints its threads' stacks (stderr) after that long.
+        import faulthandler
+
+        faulthandler.dump_traceback_later(float(os.environ["SYNCOPY_HANG_DUMP_S"]), exit=False)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world, timeout=timedelta(seconds=120))
     try:
         result = ("ok", fn(rank, world, *args))

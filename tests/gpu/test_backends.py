@@ -23,7 +23,7 @@ pytestmark = [
 two_gpus = pytest.mark.skipif(GPUS < 2, reason=f"needs 2 GPUs (NCCL refuses two ranks on one GPU); found {GPUS}")
 
 TOL = 2e-2  # fp16 operands, fp32 accumulation
-WORLD_TIMEOUT_S = 150  # the whole world; gpu_check.sh gives all GPU tests 300 s
+WORLD_TIMEOUT_S = float(os.environ.get("SYNCOPY_GPU_WORLD_TIMEOUT_S", 150))  # the whole world; gpu_check.sh gives all GPU tests 300 s
 
 
 def _exclusive_compute_mode() -> bool:
@@ -87,7 +87,7 @@ def test_p2p_producer_templates_equal_torch(one_gpu, name):
 
 
 def test_p2p_withheld_chunk_raises_timeout_naming_it(one_gpu):
-    # Rank 1 never pushes its chunk 0: rank 0's kernel gives up after timeout_s (1 s of %globaltimer)
+    # Rank 1 never pushes its chunk 0: rank 0's kernel gives up after timeout_s (a 1 s poll budget)
     # and the host raises SyncopyTimeout(rank 0, chunk (1, 0), epoch 1); rank 1 gets everything.
     recs = dict(_records(one_gpu, "withheld p2p"))
     assert recs[1]["raised"] is None, recs[1]

@@ -9,7 +9,7 @@ assert os.environ.get("TRITON_INTERPRET", "0") != "1"
 import torch  # noqa: E402
 
 import syncopy  # noqa: E402
-from syncopy.emit.ptx import acquire_polls, compile_ptx, release_ops, signature_of, timed_spins  # noqa: E402
+from syncopy.emit.ptx import acquire_polls, compile_ptx, release_ops, signature_of  # noqa: E402
 
 
 def gemm_args(fk, dtype, table):
@@ -63,7 +63,7 @@ def main(arch: int) -> None:
         ptx = compile_ptx(fk.fused, sig, const, arch)
         out[f"{dtype} table={table}"] = {
             "polls": [op.text for op in acquire_polls(ptx)],
-            "timed_spins": len(timed_spins(ptx)),
+            "globaltimer": "%globaltimer" in ptx,
             "releases": [op.text for op in release_ops(ptx)],
             "has_mma": ("mma" in ptx) or ("wgmma" in ptx),
         }
@@ -72,7 +72,7 @@ def main(arch: int) -> None:
         ptx = compile_ptx(fn, sig, const, arch)
         out[label] = {
             "polls": [op.text for op in acquire_polls(ptx)],
-            "timed_spins": len(timed_spins(ptx)),
+            "globaltimer": "%globaltimer" in ptx,
             "releases": [op.text for op in release_ops(ptx)],
             "has_mma": ("mma" in ptx) or ("wgmma" in ptx),
             "tma": "cp.async.bulk.tensor" in ptx,

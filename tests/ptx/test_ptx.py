@@ -1,6 +1,5 @@
 """Rung 3: compile the fused GEMMs for sm_80 and sm_90 with triton.compile (no GPU needed) and check
-that each wait is an acquire load at system scope inside a loop, spinning without block barriers
-and bounded by %globaltimer. Besides the grouped GEMM: the
+that each wait is an acquire load at system scope inside a loop, bounded by a poll budget. Besides the grouped GEMM: the
 persistent tensor-descriptor template (both branches of its tile-start wait, and its probe) and the
 other persistent loop shapes (tutorial `tl.range(..., flatten=True)` with a second counter, a
 while loop, a flat K x tiles loop). Triton 3.9 lowers tensor descriptors to TMA copies on sm_90 and
@@ -39,22 +38,12 @@ def test_wait_is_acquire_load_in_a_loop(compiled):
             assert op.startswith(("ld.", "@")) and ("ld.global" in op or "atom.global" in op), op
 
 
-def test_waits_spin_without_block_barriers_bounded_by_the_global_timer(compiled):
-    # The spin itself is each thread's own acquire load plus a %globaltimer read: no bar.sync and no
-    # shared-memory broadcast per poll (a scalar atomic poll would emit both on every iteration).
+def test_waits_poll_block_wide_and_never_read_the_global_timer(compiled):
+    # One acquire poll per block (a scalar atomic: one thread loads, the block shares the value) and
+    # a poll budget: a per-thread spin bounded by %globaltimer was measured to slow the overlap (see
+    # syncopy/device.py).
     for label, info in _kernels(compiled).items():
-        assert info["timed_spins"] >= 1, f"{label}: no barrier-free, timer-bounded spin loop"
-
-
-def test_timed_spin_finder_on_hand_written_ptx():
-    from syncopy.emit.ptx import timed_spins
-
-    loop = ("$L__BB0_4:\n\tld.global.acquire.sys.b32 %r8, [%rd10];\n\tmov.u64 %rd11, %globaltimer;\n"
-            "\tsetp.lt.s64 %p9, %rd11, %rd1;\n\t@%p9 bra $L__BB0_4;\n")
-    assert len(timed_spins(loop)) == 1
-    assert timed_spins(loop.replace("\tmov.u64", "\tbar.sync 0;\n\tmov.u64")) == []  # a barrier per poll
-    assert timed_spins(loop.replace("%globaltimer", "%clock64")) == []  # not bounded by the timer
-    assert timed_spins(loop.replace("acquire.sys", "relaxed.sys")) == []  # not an acquire
+        assert not info["globaltimer"], f"{label}: a wait reads %globaltimer"
 
 
 def test_kernel_still_computes_with_tensor_cores(compiled):
