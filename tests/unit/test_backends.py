@@ -118,6 +118,8 @@ def test_persistent_programs_leave_nccl_its_sms(no_sm_env):
     assert occupancy.programs_for(132, "p2p") == 132
     assert occupancy.programs_for(132, "nccl", n_tiles=40) == 40  # never more programs than tiles
     assert occupancy.programs_for(132, "p2p", n_tiles=0) == 132
+    assert occupancy.programs_for(132, "p2p", sharing=2) == 66  # two ranks on one GPU split its SMs
+    assert occupancy.programs_for(132, "nccl", n_tiles=500, sharing=4) == 31
     with pytest.raises(LaunchError, match="reserves 8 SMs but the device has only 6"):
         occupancy.programs_for(6, "nccl")
 

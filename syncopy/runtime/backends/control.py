@@ -9,6 +9,7 @@ import torch.distributed as dist
 
 _groups: dict[tuple, object] = {}
 _hosts: dict[tuple, list[str]] = {}
+_devices: dict[tuple, int] = {}
 
 
 def _key(group) -> tuple:
@@ -43,3 +44,21 @@ def hosts(group) -> list[str]:
 def on_one_node(group) -> bool:
     """Do all ranks of `group` run on one host (so CUDA IPC can map their buffers)?"""
     return len(set(hosts(group))) == 1
+
+
+def ranks_on_device(group, device) -> int:
+    """How many ranks of `group` (this one included) run on this very GPU (collective the first
+    time). One GPU may host several ranks (tests, emulation); they then share its SMs."""
+    import torch
+
+    key = (*_key(group), str(device))
+    if key not in _devices:
+        props = torch.cuda.get_device_properties(device)
+        mine = (socket.gethostname(), str(getattr(props, "uuid", "")) or f"cuda:{torch.device(device).index}")
+        ids: list = [None] * dist.get_world_size(group)
+        if len(ids) == 1:
+            ids = [mine]
+        else:
+            dist.all_gather_object(ids, mine, group=control_group(group))
+        _devices[key] = ids.count(mine)
+    return _devices[key]
