@@ -93,21 +93,22 @@ def _chunks_of(src: int, c: int) -> list[int]:
     return [src * c + i for i in range(c)]
 
 
-def all_gather(schedule: Schedule, rank: int, world: int, rows_per_rank: int) -> RankPlan:
-    """The transfers rank `rank` performs for an all-gather under `schedule` (auto already resolved)."""
+def _check_lowerable(schedule: Schedule, world: int, rows_per_rank: int, part: str) -> None:
+    """What every lowering needs of a schedule at launch: auto resolved, the world it was written
+    for, no more chunks than rows (`part` names what is cut), an explicit order for this world."""
     if schedule.planned:
         raise LaunchError("chunks_per_rank or order is auto; resolve it with syncopy.planner.auto before lowering "
                           "(syncopy.overlap does at the first launch)")
-    c = schedule.chunks_per_rank
     if schedule.world is not None and schedule.world != world:
         written = "its transfers are written" if schedule.transfers is not None else "it is written"
         raise LaunchError(
             f"the schedule says `world: {schedule.world}` ({written} for {schedule.world} ranks) but the group has {world} "
             f"ranks; launch on {schedule.world} ranks or write the schedule for {world} (`syncopy expand` writes a named order for any world)"
         )
+    c = schedule.chunks_per_rank
     if schedule.chunks is None and c > rows_per_rank:
         raise LaunchError(
-            f"chunks_per_rank is {c} but each shard of '{schedule.tensor}' has only {rows_per_rank} rows along dim "
+            f"chunks_per_rank is {c} but {part} of '{schedule.tensor}' has only {rows_per_rank} rows along dim "
             f"{schedule.dim}; use chunks_per_rank <= {rows_per_rank}"
         )
     order = schedule.order
@@ -116,6 +117,13 @@ def all_gather(schedule: Schedule, rank: int, world: int, rows_per_rank: int) ->
             f"the explicit order {order} lists {len(order)} peer offsets but the world has {world} ranks; "
             f"list each of the offsets 1..{world - 1} once"
         )
+
+
+def all_gather(schedule: Schedule, rank: int, world: int, rows_per_rank: int) -> RankPlan:
+    """The transfers rank `rank` performs for an all-gather under `schedule` (auto already resolved)."""
+    _check_lowerable(schedule, world, rows_per_rank, "each shard")
+    c = schedule.chunks_per_rank
+    order = schedule.order
     plan = RankPlan(rank, world, c, rows_per_rank, [])
     if schedule.chunks is not None:
         plan.slices = tuple((lo, hi) for lo, hi in schedule.chunks)
@@ -339,18 +347,14 @@ def reduce(schedule: Schedule, rank: int, world: int, rows_per_rank: int, nbytes
     above followed by an all-gather of the reduced chunks (ring or direct, like the schedule).
     bidirectional_ring: even chunk indices go clockwise, odd ones counter-clockwise.
     """
+    if schedule.transfers is not None or schedule.chunks is not None:
+        raise LaunchError(
+            f"the full schedule form (`chunks:` / `transfers:`) is lowered for all_gather only, not {schedule.pattern}; "
+            "write this schedule with chunks_per_rank and ring, local_first, bidirectional_ring or a list of peer offsets"
+        )
+    _check_lowerable(schedule, world, rows_per_rank, "each rank's part")
     c = schedule.chunks_per_rank
-    if c > rows_per_rank:
-        raise LaunchError(
-            f"chunks_per_rank is {c} but each rank's part of '{schedule.tensor}' has only {rows_per_rank} rows along dim "
-            f"{schedule.dim}; use chunks_per_rank <= {rows_per_rank}"
-        )
     order = schedule.order
-    if isinstance(order, list) and len(order) != world - 1:
-        raise LaunchError(
-            f"the explicit order {order} lists {len(order)} peer offsets but the world has {world} ranks; "
-            f"list each of the offsets 1..{world - 1} once"
-        )
     if schedule.pattern == "all_reduce" and world > 1 and nbytes <= one_shot_max_bytes:
         algorithm = "one_shot"
     else:

@@ -175,3 +175,15 @@ def test_all_to_all_sends_the_peers_block_and_keeps_the_gather_layout():
     assert p.bounds(3) == (6, 8)
     assert torch.equal(ctx.send_view(3, 2), ctx.source[10:12])
     assert torch.equal(ctx.send_view(2, 0), ctx.source[0:2])
+
+
+def test_the_full_form_is_refused_for_reduce_patterns_at_launch():
+    from pathlib import Path
+
+    from syncopy.schedule import load_schedule
+
+    example = load_schedule(Path(__file__).resolve().parents[2] / "examples" / "explicit_all_gather.yaml")
+    s = example.model_copy(update={"pattern": "reduce_scatter"})
+    with pytest.raises(LaunchError, match=r"the full schedule form \(`chunks:` / `transfers:`\) is lowered for all_gather only, "
+                                          r"not reduce_scatter"):
+        planning.reduce(s, 0, 3, 10)
