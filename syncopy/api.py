@@ -390,13 +390,7 @@ class FusedKernel:
             backend.check_grid(g0 * g1 * g2, t.persistent is not None, self.local.fn.__name__, shard.device)
         order, ranges, exec_order = self._order(ctx, grid, call_args, backend)
         epoch = ctx.begin(_spin_limit(self.timeout_s, shard.device.type))
-        trace = Trace(ctx.plan.rank, epoch, {g: ctx.plan.bounds(g) for g in range(ctx.n_chunks)}, total_chunks=ctx.n_chunks) if self.trace else None
-        if trace is not None:
-            trace.started_at = ctx.t0_wall
-            trace.planned = ctx.resolution.describe() if ctx.resolution is not None else ""
-        ctx.trace = trace
-        n_tiles = len(ranges)
-        trace_buf = torch.zeros(2 * n_tiles if self.trace else 1, dtype=torch.int32, device=shard.device)
+        trace, trace_buf = self._new_trace(ctx, epoch, len(ranges))
         if self.poison_receive and ctx.buffer.is_floating_point():
             ctx.buffer.fill_(float("nan"))
         if backend is None:
@@ -430,16 +424,32 @@ class FusedKernel:
             ctx.broken = f"chunk {transfer.lost[0]} lost"
             raise SyncopyTimeout(ctx.plan.rank, divmod(transfer.lost[0], c), epoch, self.timeout_s, "the transfer never completed")
         if trace is not None:
-            flat = trace_buf.tolist()
-            by_slot = list(range(n_tiles)) if t.persistent is not None else slot_tiles(order, n_tiles)
-            trace.tile_ranges = ranges
-            trace.tile_order = exec_order
-            trace.tile_starts = sorted(
-                ((by_slot[s], flat[2 * s] - 1, flat[2 * s + 1]) for s in range(n_tiles) if flat[2 * s] > 0), key=lambda x: x[1]
-            )
-            trace.kernel_s = (k0, k1)
-            self.last_trace = trace
+            self._finish_trace(trace, trace_buf, order, ranges, exec_order, (k0, k1), persistent=t.persistent is not None)
         return None
+
+    def _new_trace(self, ctx: Context, epoch: int, n_tiles: int) -> tuple[Trace | None, torch.Tensor]:
+        """This launch's Trace (None without trace=True) and the buffer its tiles record starts in."""
+        trace = None
+        if self.trace:
+            trace = Trace(ctx.plan.rank, epoch, {g: ctx.plan.bounds(g) for g in range(ctx.n_chunks)}, total_chunks=ctx.n_chunks,
+                          producer=self.producer, started_at=ctx.t0_wall,
+                          planned=ctx.resolution.describe() if ctx.resolution is not None else "")
+        ctx.trace = trace
+        return trace, torch.zeros(2 * n_tiles if self.trace else 1, dtype=torch.int32, device=ctx.buffer.device)
+
+    def _finish_trace(self, trace: Trace, trace_buf: torch.Tensor, order: torch.Tensor, ranges: list, exec_order: list,
+                      kernel_s: tuple[float, float], persistent: bool = False) -> None:
+        """Tile starts from the kernel's records (slot -> tile through the order table), then publish."""
+        n_tiles = len(ranges)
+        flat = trace_buf.tolist()
+        by_slot = list(range(n_tiles)) if persistent else slot_tiles(order, n_tiles)
+        trace.tile_ranges = ranges
+        trace.tile_order = exec_order
+        trace.tile_starts = sorted(
+            ((by_slot[s], flat[2 * s] - 1, flat[2 * s + 1]) for s in range(n_tiles) if flat[2 * s] > 0), key=lambda x: x[1]
+        )
+        trace.kernel_s = kernel_s
+        self.last_trace = trace
 
     def _launch_producer(self, grid, bound: dict, out: torch.Tensor, options: dict, ctx: Context, backend):
         """reduce_scatter / all_reduce: the kernel writes its full partial result into our buffer and
@@ -450,13 +460,7 @@ class FusedKernel:
         order, ranges, exec_order = self._order(ctx, grid, call_args, backend)
         ctx.set_targets(self._tiles_per_chunk(ctx, ranges))
         epoch = ctx.begin(_spin_limit(self.timeout_s, out.device.type))
-        trace = None
-        if self.trace:
-            trace = Trace(ctx.plan.rank, epoch, {g: ctx.plan.bounds(g) for g in range(ctx.n_chunks)},
-                          total_chunks=ctx.n_chunks, producer=True, started_at=ctx.t0_wall)
-        ctx.trace = trace
-        n_tiles = len(ranges)
-        trace_buf = torch.zeros(2 * n_tiles if self.trace else 1, dtype=torch.int32, device=out.device)
+        trace, trace_buf = self._new_trace(ctx, epoch, len(ranges))
         if self.poison_receive and ctx.buffer.is_floating_point():
             ctx.buffer.fill_(float("nan"))
             out.fill_(float("nan"))
@@ -485,15 +489,7 @@ class FusedKernel:
                 raise SyncopyTimeout(ctx.plan.rank, divmod(unfinished[0], ctx.plan.chunks_per_rank), epoch, self.timeout_s,
                                      "it was never reduced")
         if trace is not None:
-            flat = trace_buf.tolist()
-            by_slot = slot_tiles(order, n_tiles)
-            trace.tile_ranges = ranges
-            trace.tile_order = exec_order
-            trace.tile_starts = sorted(
-                ((by_slot[s], flat[2 * s] - 1, flat[2 * s + 1]) for s in range(n_tiles) if flat[2 * s] > 0), key=lambda x: x[1]
-            )
-            trace.kernel_s = (k0, k1)
-            self.last_trace = trace
+            self._finish_trace(trace, trace_buf, order, ranges, exec_order, (k0, k1))
         return None
 
     def _reference(self, grid, args, kwargs, group):

@@ -28,26 +28,25 @@ from syncopy.runtime.link import Faults, Link
 comm_group = control_group
 
 
-class Transfer:
-    """The threads moving one launch's chunks; `join()` waits for them and reports lost chunks."""
+class _Threads:
+    """One launch's transfer threads: a receive thread and one send thread per peer, errors kept for
+    `join()` to surface on the main thread."""
 
     def __init__(self, ctx: Context, group, timeout_s: float, link: Link, faults: Faults, seed: int):
         self.ctx, self.group, self.timeout_s, self.link, self.faults = ctx, group, timeout_s, link, faults
         self.global_ranks = dist.get_process_group_ranks(group)
-        self.landed = {g: threading.Event() for g in range(ctx.n_chunks)}
-        self.lost: list[int] = []
         self.errors: list[BaseException] = []
         self.rng = random.Random(seed)
         self.threads: list[threading.Thread] = []
 
-    def start(self) -> "Transfer":
-        plan = self.ctx.plan
-        self.threads.append(threading.Thread(target=self._guard, args=(self._receive,), daemon=True))
+    def _run(self, sends: list):
+        """Start `_receive`, and `_send(steps)` for each peer's sends in plan order."""
         by_peer: dict[int, list] = {}
-        for node in plan.sends():
-            by_peer.setdefault(node.peer, []).append(node)
-        for peer, nodes in by_peer.items():
-            self.threads.append(threading.Thread(target=self._guard, args=(self._send, nodes), daemon=True))
+        for step in sends:
+            by_peer.setdefault(step.peer, []).append(step)
+        self.threads.append(threading.Thread(target=self._guard, args=(self._receive,), daemon=True))
+        for steps in by_peer.values():
+            self.threads.append(threading.Thread(target=self._guard, args=(self._send, steps), daemon=True))
         for t in self.threads:
             t.start()
         return self
@@ -57,6 +56,22 @@ class Transfer:
             fn(*args)
         except BaseException as exc:  # surfaced by join() on the main thread
             self.errors.append(exc)
+
+    def join(self) -> None:
+        for t in self.threads:
+            t.join(self.timeout_s * 2 + 5)
+
+
+class Transfer(_Threads):
+    """The threads moving one launch's chunks; `join()` waits for them and reports lost chunks."""
+
+    def __init__(self, ctx: Context, group, timeout_s: float, link: Link, faults: Faults, seed: int):
+        super().__init__(ctx, group, timeout_s, link, faults, seed)
+        self.landed = {g: threading.Event() for g in range(ctx.n_chunks)}
+        self.lost: list[int] = []
+
+    def start(self) -> "Transfer":
+        return self._run(self.ctx.plan.sends())
 
     def _receive(self):
         ctx = self.ctx
@@ -103,12 +118,8 @@ class Transfer:
         for w in works:
             w.wait(timeout=timedelta(seconds=self.timeout_s))
 
-    def join(self) -> None:
-        for t in self.threads:
-            t.join(self.timeout_s * 2 + 5)
 
-
-class ReduceTransfer:
+class ReduceTransfer(_Threads):
     """The threads of one reduce_scatter / all_reduce launch: as the kernel raises each chunk's flag,
     send this rank's partial (or running sum) of it; receive and add the peers' partials; put reduced
     chunks in the output (and, for all_reduce, pass them on).
@@ -121,16 +132,13 @@ class ReduceTransfer:
     POLL_S = 2e-4
 
     def __init__(self, ctx: Context, out: torch.Tensor, group, timeout_s: float, link: Link, faults: Faults, seed: int):
-        self.ctx, self.out, self.group, self.timeout_s, self.link, self.faults = ctx, out, group, timeout_s, link, faults
-        self.global_ranks = dist.get_process_group_ranks(group)
+        super().__init__(ctx, group, timeout_s, link, faults, seed)
+        self.out = out
         n = ctx.n_chunks
         self.sums: dict[int, torch.Tensor] = {}
         self.summed = {g: threading.Event() for g in range(n)}
         self.final = {g: threading.Event() for g in range(n)}
         self.lost: list[tuple[int, int]] = []  # (chunk, peer whose data never came)
-        self.errors: list[BaseException] = []
-        self.rng = random.Random(seed)
-        self.threads: list[threading.Thread] = []
         self.reduced_here = set(ctx.plan.reduced_here)
 
     def out_view(self, chunk: int) -> torch.Tensor:
@@ -140,23 +148,7 @@ class ReduceTransfer:
         return self.out.narrow(self.ctx.dim, start, hi - lo)
 
     def start(self) -> "ReduceTransfer":
-        plan = self.ctx.plan
-        self.threads.append(threading.Thread(target=self._guard, args=(self._receive,), daemon=True))
-        by_peer: dict[int, list] = {}
-        for step in plan.steps:
-            if step.kind == "send":
-                by_peer.setdefault(step.peer, []).append(step)
-        for nodes in by_peer.values():
-            self.threads.append(threading.Thread(target=self._guard, args=(self._send, nodes), daemon=True))
-        for t in self.threads:
-            t.start()
-        return self
-
-    def _guard(self, fn, *args):
-        try:
-            fn(*args)
-        except BaseException as exc:  # surfaced by join() on the main thread
-            self.errors.append(exc)
+        return self._run([step for step in self.ctx.plan.steps if step.kind == "send"])
 
     @staticmethod
     def _tag(step) -> int:
@@ -249,10 +241,6 @@ class ReduceTransfer:
                 ctx.trace.sent.setdefault(g, time.perf_counter() - ctx.t0)
         for w in works:
             w.wait(timeout=timedelta(seconds=self.timeout_s))
-
-    def join(self) -> None:
-        for t in self.threads:
-            t.join(self.timeout_s * 2 + 5)
 
 
 class GlooBackend:
