@@ -175,17 +175,18 @@ def _descriptor_of(call: cst.Call, descs: dict[str, Descriptor]) -> tuple[str, D
 def _reads(ks: KernelSource, stmt: cst.CSTNode, derived: set[str], tensor: str, dim: int = 0, explicit: bool = False,
            descs: dict[str, Descriptor] | None = None, writes: bool = False):
     """(call, pointer, mask) for each read of the tensor inside `stmt`, in source order; with
-    `writes`, for each store into it instead (the producer side)."""
-    if writes:
-        return _writes(ks, stmt, derived, tensor, dim, explicit, descs or {})
+    `writes`, for each store into it instead (the producer side): pointer stores, atomics,
+    `desc.store([row, ...], value)` and user helpers handed a pointer into it."""
     out = []
     descs = descs or {}
+    verb, access = ("written", "store([row, ...], v)") if writes else ("read", "load([row, ...])")
+    hint = _binding_hint(tensor, dim, writes)
     for call in cu.calls_in(stmt):
         name = cu.call_name(call) or ""
         leaf = name.rsplit(".", 1)[-1]
         method, desc, coords = _descriptor_of(call, descs)
-        if isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name) and call.func.value.value == tensor \
-                and call.func.attr.value in ("load", "gather", "store", "scatter"):
+        if not writes and isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name) \
+                and call.func.value.value == tensor and call.func.attr.value in ("load", "gather", "store", "scatter"):
             raise InferenceError(
                 f"'{tensor}' is used as a tensor descriptor made on the host ({name}); syncopy gathers tensors, so pass "
                 f"the tensor and make its descriptor in the kernel with tl.make_tensor_descriptor({tensor}, shape=[...], "
@@ -193,91 +194,40 @@ def _reads(ks: KernelSource, stmt: cst.CSTNode, derived: set[str], tensor: str, 
                 ks.location(call),
             )
         if desc is not None:
-            if method in cu.WRITE_CALLS or method == "scatter":
+            stores = method in cu.WRITE_CALLS or method == "scatter"
+            if stores and not writes:
                 raise KernelError(
                     f"the kernel writes into '{tensor}' through its tensor descriptor '{desc.name}' ({name}); an all-gathered "
                     "input is read-only, so write results to another argument",
                     ks.location(call),
                 )
+            if writes and method in ("load", "gather"):
+                continue
             if explicit:
                 out.append((call, call, None))
-            elif method == "load" and isinstance(coords, (cst.List, cst.Tuple)) and coords.elements:
+            elif method == ("store" if writes else "load") and isinstance(coords, (cst.List, cst.Tuple)) and coords.elements:
                 out.append((call, _DescRead(desc, coords.elements[0].value), None))
             else:
                 raise InferenceError(
-                    f"'{tensor}' is read through {name}, whose rows inference cannot follow (only desc.load([row, ...]) "
-                    f"with a literal coordinate list is understood); {_binding_hint(tensor, dim)}",
+                    f"'{tensor}' is {verb} through {name}, whose rows inference cannot follow (only desc.{access} "
+                    f"with a literal coordinate list is understood); {hint}",
                     ks.location(call),
                 )
             continue
         if leaf == "load":
             ptr = cu.arg(call, 0, "pointer")
-            if ptr is not None and cu.names_in(ptr) & derived:
+            if not writes and ptr is not None and cu.names_in(ptr) & derived:
                 out.append((call, ptr, cu.arg(call, 1, "mask")))
             continue
         if leaf in cu.WRITE_CALLS:
             ptr = cu.arg(call, 0, "pointer")
             if ptr is not None and cu.names_in(ptr) & derived:
-                raise KernelError(
-                    f"the kernel writes into '{tensor}' ({name}); an all-gathered input is read-only, "
-                    "so write results to another argument",
-                    ks.location(call),
-                )
-            continue
-        if leaf == "make_block_ptr" and any(cu.names_in(a.value) & derived for a in call.args):
-            if explicit:
-                out.append((call, call, None))
-                continue
-            raise InferenceError(
-                f"'{tensor}' is read through {name}, whose rows inference cannot follow yet; {_binding_hint(tensor, dim)}",
-                ks.location(call),
-            )
-        head = name.split(".", 1)[0]
-        if not name or head in ("tl", "triton", "math", "libdevice") or leaf in _PURE_METHODS or leaf in ("range", "min", "max", "len", "int", "float", "static_range"):
-            continue
-        # A user helper handed a pointer into the tensor reads through it.
-        for a in call.args:
-            if cu.names_in(a.value) & derived:
-                handed = sorted(cu.names_in(a.value) & set(descs))
-                if handed and not explicit:
-                    raise InferenceError(
-                        f"'{tensor}' is read through the tensor descriptor '{handed[0]}' handed to {name}, which inference "
-                        f"does not follow; load with {handed[0]}.load([row, col]) in the kernel or {_binding_hint(tensor, dim)}",
+                if not writes:
+                    raise KernelError(
+                        f"the kernel writes into '{tensor}' ({name}); an all-gathered input is read-only, "
+                        "so write results to another argument",
                         ks.location(call),
                     )
-                out.append((call, a.value, None))
-                break
-    return out
-
-
-def _writes(ks: KernelSource, stmt: cst.CSTNode, derived: set[str], tensor: str, dim: int, explicit: bool,
-            descs: dict[str, Descriptor]):
-    """(call, pointer, mask) for each store into the tensor inside `stmt`: pointer stores, atomics,
-    `desc.store([row, ...], value)` and user helpers handed a pointer into it."""
-    out = []
-    for call in cu.calls_in(stmt):
-        name = cu.call_name(call) or ""
-        leaf = name.rsplit(".", 1)[-1]
-        method, desc, coords = _descriptor_of(call, descs)
-        if desc is not None:
-            if method in ("load", "gather"):
-                continue
-            if explicit:
-                out.append((call, call, None))
-            elif method == "store" and isinstance(coords, (cst.List, cst.Tuple)) and coords.elements:
-                out.append((call, _DescRead(desc, coords.elements[0].value), None))
-            else:
-                raise InferenceError(
-                    f"'{tensor}' is written through {name}, whose rows inference cannot follow (only desc.store([row, ...], v) "
-                    f"with a literal coordinate list is understood); {_binding_hint(tensor, dim, True)}",
-                    ks.location(call),
-                )
-            continue
-        if leaf == "load":
-            continue
-        if leaf in cu.WRITE_CALLS:
-            ptr = cu.arg(call, 0, "pointer")
-            if ptr is not None and cu.names_in(ptr) & derived:
                 out.append((call, ptr, cu.arg(call, 2, "mask")))
             continue
         if leaf == "make_block_ptr" and any(cu.names_in(a.value) & derived for a in call.args):
@@ -285,15 +235,23 @@ def _writes(ks: KernelSource, stmt: cst.CSTNode, derived: set[str], tensor: str,
                 out.append((call, call, None))
                 continue
             raise InferenceError(
-                f"'{tensor}' is written through {name}, whose rows inference cannot follow yet; {_binding_hint(tensor, dim, True)}",
+                f"'{tensor}' is {verb} through {name}, whose rows inference cannot follow yet; {hint}",
                 ks.location(call),
             )
         head = name.split(".", 1)[0]
         if not name or head in ("tl", "triton", "math", "libdevice") or leaf in _PURE_METHODS or leaf in ("range", "min", "max", "len", "int", "float", "static_range"):
             continue
-        # A user helper handed a pointer into the tensor may write through it: count it as a store.
+        # A user helper handed a pointer into the tensor reads (or, on the producer side, may write)
+        # through it.
         for a in call.args:
             if cu.names_in(a.value) & derived:
+                handed = sorted(cu.names_in(a.value) & set(descs))
+                if handed and not explicit and not writes:
+                    raise InferenceError(
+                        f"'{tensor}' is read through the tensor descriptor '{handed[0]}' handed to {name}, which inference "
+                        f"does not follow; load with {handed[0]}.load([row, col]) in the kernel or {hint}",
+                        ks.location(call),
+                    )
                 out.append((call, a.value, None))
                 break
     return out
