@@ -69,14 +69,20 @@ def test_syncopy_run_verifies_against_torch(name, world, extra):
     assert f"{name} on {world} rank(s): correct" in proc.stdout
 
 
-@pytest.mark.parametrize("name", ["ag_gemm", "ag_gemm_persistent", "ag_rmsnorm", "a2a_gemm"])
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
-def test_compile_template_has_acquire_polls_in_loops(name, arch, tmp_path):
+def _compile(name: str, arch: str, tmp_path: Path):
+    """`syncopy compile NAME --arch ARCH -o OUT` in a process without the interpreter."""
     out = tmp_path / f"{name}.ptx"
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = str(ROOT)
     proc = subprocess.run([sys.executable, "-m", "syncopy.cli", "compile", name, "--arch", arch, "-o", str(out)],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    return proc, out
+
+
+@pytest.mark.parametrize("name", ["ag_gemm", "ag_gemm_persistent", "ag_rmsnorm", "a2a_gemm"])
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_compile_template_has_acquire_polls_in_loops(name, arch, tmp_path):
+    proc, out = _compile(name, arch, tmp_path)
     if proc.returncode != 0 and name == "ag_gemm_persistent" and arch == "sm_80" and "descriptor" in proc.stderr.lower():
         # Tensor descriptors are TMA, an sm_90 unit; triton 3.9 lowers them to plain loads for
         # sm_80, an older triton may refuse: then only sm_90 is checked for this template.
@@ -95,11 +101,7 @@ def test_compile_template_has_acquire_polls_in_loops(name, arch, tmp_path):
 @pytest.mark.parametrize("name", ["gemm_rs", "gemm_ar"])
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_compile_producer_template_notifies_with_release_after_its_stores(name, arch, tmp_path):
-    out = tmp_path / f"{name}.ptx"
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = str(ROOT)
-    proc = subprocess.run([sys.executable, "-m", "syncopy.cli", "compile", name, "--arch", arch, "-o", str(out)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    proc, out = _compile(name, arch, tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     from syncopy.emit.ptx import acquire_polls, notifies, stores_then_barrier_then_notify
 
