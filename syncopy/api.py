@@ -311,10 +311,9 @@ class FusedKernel:
             from syncopy.runtime import persistent
 
             return persistent.order(self, ctx, grid, args, sequential=z_fastest)
-        dims = self._grid(grid, args)
+        key = self._shape_key(grid, args)
+        dims = key[0]
         n = dims[0] * dims[1] * dims[2]
-        scalars = tuple((k, v) for k, v in sorted(args.items()) if not isinstance(v, torch.Tensor))
-        key = (dims, scalars)
         if key in ctx.orders:
             return ctx.orders[key]
         ranges: list[tuple[int, int]] = [(0, -1)] * n
@@ -327,6 +326,7 @@ class FusedKernel:
         tiles = planning.tile_order(ranges, ctx.plan.position(), producer=self.producer)
         if self.producer:
             self._check_coverage(ctx, ranges)
+            ctx.tiles_per_chunk[key] = self._tiles_per_chunk(ctx, ranges)
         # The table is indexed by hardware linear id; place tiles so that the backend's execution
         # order (z fastest under the interpreter, x fastest on GPUs) runs them in sorted order.
         g0, g1, g2 = dims
@@ -344,6 +344,12 @@ class FusedKernel:
         order = torch.tensor(records + table, dtype=torch.int32, device=ctx.buffer.device)
         ctx.orders[key] = (order, ranges, [table[s] for s in slots])
         return ctx.orders[key]
+
+    def _shape_key(self, grid, args: dict) -> tuple:
+        """What a tile order depends on: the grid and the scalar arguments (tensor shapes are part of the
+        context's key already)."""
+        scalars = tuple((k, v) for k, v in sorted(args.items()) if not isinstance(v, torch.Tensor))
+        return self._grid(grid, args), scalars
 
     def _check_coverage(self, ctx: Context, ranges: list[tuple[int, int]]) -> None:
         missing = [g for g in range(ctx.n_chunks) if not ctx.plan.empty(g) and not any(lo <= g <= hi for lo, hi in ranges)]
@@ -458,7 +464,7 @@ class FusedKernel:
         call_args = dict(bound)
         call_args[self.schedule.tensor] = ctx.buffer
         order, ranges, exec_order = self._order(ctx, grid, call_args, backend)
-        ctx.set_targets(self._tiles_per_chunk(ctx, ranges))
+        ctx.set_targets(ctx.tiles_per_chunk[self._shape_key(grid, call_args)])
         epoch = ctx.begin(_spin_limit(self.timeout_s, out.device.type))
         trace, trace_buf = self._new_trace(ctx, epoch, len(ranges))
         if self.poison_receive and ctx.buffer.is_floating_point():

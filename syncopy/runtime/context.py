@@ -93,6 +93,7 @@ class Context:
         # [error x4 | flags x n | arrived (or sent) | started | producer: counters x n | targets x n]
         self.signals = torch.zeros(dev.SIG_HEADER + n + 2 + (2 * n if producer else 0), dtype=torch.int32, device=device)
         self.targets = [0] * n
+        self.tiles_per_chunk: dict[tuple, list[int]] = {}  # producer: per launch shape, from the probe
         self.ctx = torch.zeros(dev.CTX_LEN, dtype=torch.int64, device=device)
         self.ctx[dev.CTX_RANK.value] = plan.rank
         self.ctx[dev.CTX_ROWS.value] = plan.rows_per_rank

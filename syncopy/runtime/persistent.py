@@ -69,9 +69,8 @@ def build_table(records: list[list[int]] | None, position: dict[int, int], n_chu
 def order(fk, ctx, grid, args: dict, sequential: bool):
     """`FusedKernel._order` for a persistent kernel: the table per launch shape, cached in `ctx`."""
     t, _, probe, _ = fk._built
-    dims = fk._grid(grid, args)
-    scalars = tuple((k, v) for k, v in sorted(args.items()) if not isinstance(v, torch.Tensor))
-    key = (dims, scalars)
+    key = fk._shape_key(grid, args)
+    dims = key[0]
     if key in ctx.orders:
         return ctx.orders[key]
     records = None
