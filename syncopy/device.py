@@ -145,7 +145,8 @@ def _flag_of_block(ptr):
 
 @triton.jit
 def _spin_polls(ptr, epoch, limit):
-    """The interpreter (no inline assembly, no timer): at most `limit` more polls."""
+    """After the block saw the flag down: at most `limit` more block-wide polls (compiled and
+    interpreted alike; see the comment below for why not a per-thread timed spin)."""
     flag = _flag_of_block(ptr)
     polls = 0
     while (flag < epoch) & (polls < limit):
@@ -163,7 +164,6 @@ def _spin_polls(ptr, epoch, limit):
 # 1.33 ms to 1.82 ms (8192x8192x4096, world 4): the polls competed with the copy engine and the
 # tiles that compute. A bound that is a poll count is looser in time, which a timeout can afford.
 INTERPRETED = type(_spin_polls).__name__ == "InterpretedFunction"
-_spin = _spin_polls
 
 
 @triton.jit
@@ -185,7 +185,7 @@ def wait_chunks(signals, ctx, g_lo, g_hi):
             # Read for the whole block (uniform): a plain load could differ between warps.
             failed = tl.atomic_add(signals + SIG_ERROR, 0, sem="relaxed", scope="sys")
             if failed == 0:
-                flag = _spin(signals + SIG_BASE + g, epoch, limit)
+                flag = _spin_polls(signals + SIG_BASE + g, epoch, limit)
                 if flag < epoch:
                     tl.atomic_xchg(signals + SIG_ERROR + 1, tl.load(ctx + CTX_RANK).to(tl.int32))
                     tl.atomic_xchg(signals + SIG_ERROR + 2, g)
