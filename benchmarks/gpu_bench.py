@@ -143,10 +143,40 @@ def overlap(m, n, k, world=4, chunks=4, reps=10):
         for lo, hi in bounds:
             gathered[lo:hi].copy_(peers[lo // rows][lo - (lo // rows) * rows : hi - (lo // rows) * rows], non_blocking=True)
 
+    def copies_timed(poll) -> float:
+        """ms of the copies alone (events on the copy stream), optionally while every SM polls a flag."""
+        flag = torch.zeros(1, dtype=torch.int32, device="cuda")
+        out = torch.zeros(sms, dtype=torch.int32, device="cuda")
+        times = []
+        for _ in range(reps):
+            torch.cuda.synchronize()
+            if poll:  # ~3x the copies' time of block-wide acquire polls on every SM, on the compute stream
+                poll[(sms,)](flag, out, 15000 if poll is _poll_block else 7000)
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            with torch.cuda.stream(side):
+                s.record(side)
+                copies_only()
+                e.record(side)
+            torch.cuda.synchronize()
+            times.append(s.elapsed_time(e))
+        return statistics.median(times)
+
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
     t_comm = _wall(copies_only, reps)
     t_comp = _wall(lambda: ag_gemm_kernel[grid](*_args(full, b, c, m, n, k), **META), reps)
     res = dict(m=m, n=n, k=k, world=world, chunks=chunks, comm_ms=t_comm, compute_ms=t_comp,
                sequential_ms=_wall(sequential, reps), stream_overlap_ms=_wall(stream_level, reps), fused_ms=_wall(fused, reps))
+    res["comm_events_ms"], res["comm_while_polling_ms"] = copies_timed(None), copies_timed(_poll_block)
+    res["comm_while_polling_backoff_ms"] = copies_timed(_poll_block_backoff)
+    # Where a fused launch's time goes (GPU events and host stamps), copies enqueued before the
+    # kernel (the default) and after it; and the wall time of the latter order.
+    res["fused_kernel_first_ms"] = _wall(lambda: lw.launch(grid, _args(shard0, b, c, m, n, k), dict(META), peers, sync=False,
+                                                           copies_first=False), reps)
+    for key, first in (("fused_timeline_ms", True), ("fused_kernel_first_timeline_ms", False)):
+        lw.launch(grid, _args(shard0, b, c, m, n, k), dict(META), peers, timeline=True, copies_first=first)
+        tl = lw.timeline_ms()
+        landed = [v for name, v in tl.items() if isinstance(name, int)]
+        res[key] = dict(kernel_launched=tl["kernel"], first_chunk=min(landed), last_chunk=max(landed), end=tl["end"], host=tl["host"])
     fused()
     torch.cuda.synchronize()
     res["fused_max_err"] = (c.float() - full.float() @ b.float()).abs().max().item()
@@ -160,6 +190,16 @@ def _poll_block(flag, out, n):
     acc = 0
     for _ in range(n):
         acc += tl.atomic_add(flag, 0, sem="acquire", scope="sys")
+    tl.store(out + tl.program_id(0), acc)
+
+
+@triton.jit
+def _poll_block_backoff(flag, out, n):
+    """_poll_block with a ~256 ns nanosleep between polls (the backoff candidate)."""
+    acc = 0
+    for _ in range(n):
+        acc += tl.atomic_add(flag, 0, sem="acquire", scope="sys")
+        acc += tl.inline_asm_elementwise("nanosleep.u32 256;\n mov.u32 $0, 0;", "=r", [], dtype=tl.int32, is_pure=False, pack=1)
     tl.store(out + tl.program_id(0), acc)
 
 
@@ -190,7 +230,8 @@ def poll_cost(polls: int = 20000, bound_s: float = 1e-3) -> dict:
     flag = torch.zeros(1, dtype=torch.int32, device="cuda")
     out = torch.zeros(sms, dtype=torch.int32, device="cuda")
     rows = []
-    for form, kernel in (("block atomic (barrier + broadcast)", _poll_block), ("per-thread ld.acquire.sys", _poll_thread),
+    for form, kernel in (("block atomic (barrier + broadcast)", _poll_block), ("block atomic + 256 ns backoff", _poll_block_backoff),
+                         ("per-thread ld.acquire.sys", _poll_thread),
                          ("per-thread ld.acquire.sys + globaltimer", _poll_thread_timer)):
         for programs in (1, sms):
             ms = _time(lambda: kernel[(programs,)](flag, out, polls), reps=5)
@@ -229,6 +270,15 @@ def main(argv=None) -> int:
         print(f"  {r['m']}x{r['n']}x{r['k']} world {r['world']} chunks {r['chunks']}: comm {r['comm_ms']:.2f} ms, compute {r['compute_ms']:.2f} ms | "
               f"sequential {r['sequential_ms']:.2f}, stream-level {r['stream_overlap_ms']:.2f}, fused {r['fused_ms']:.2f} ms "
               f"(fused/sequential {r['fused_over_sequential']:.2f}, max err {r['fused_max_err']:.3f})")
+        print(f"    fused with the kernel enqueued before the copies: {r['fused_kernel_first_ms']:.2f} ms")
+        for key, what in (("fused_timeline_ms", "copies first"), ("fused_kernel_first_timeline_ms", "kernel first")):
+            t = r[key]
+            host = ", ".join(f"{name} {ms:.3f}" for name, ms in t["host"].items())
+            print(f"    fused timeline ({what}): kernel reached at {t['kernel_launched']:.3f} ms, first chunk landed {t['first_chunk']:.3f}, "
+                  f"last {t['last_chunk']:.3f}, kernel done {t['end']:.3f} | host ms: {host}")
+        print(f"    copies alone {r['comm_events_ms']:.3f} ms, "
+              f"while every SM polls {r['comm_while_polling_ms']:.3f} ms "
+              f"(with a 256 ns backoff {r['comm_while_polling_backoff_ms']:.3f} ms)")
     try:
         out["poll_cost"] = poll_cost()
     except Exception as exc:  # keep (a) and (b) whatever happens here

@@ -13,8 +13,9 @@ if [ -d .whl ] && ! python3 -c "import libcst, pydantic, yaml" 2>/dev/null; then
   export PYTHONPATH="/tmp/site:${PYTHONPATH:-}"
 fi
 export PYTHONPATH="$PWD:${PYTHONPATH:-}"
-{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"; } | tee "$OUT/device.txt"
-timeout 300 python3 -m pytest -m gpu tests/gpu -q -p no:cacheprovider --junitxml="$OUT/gpu_tests.xml" 2>&1 | tee "$OUT/gpu_tests.log"
+{ nvidia-smi --query-gpu=name,driver_version,memory.total,compute_mode --format=csv; python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"; } | tee "$OUT/device.txt"
+SYNCOPY_HANG_DUMP_S="${SYNCOPY_HANG_DUMP_S:-80}" SYNCOPY_GPU_WORLD_TIMEOUT_S="${SYNCOPY_GPU_WORLD_TIMEOUT_S:-120}" \
+  timeout 300 python3 -m pytest -m gpu tests/gpu -q -p no:cacheprovider --junitxml="$OUT/gpu_tests.xml" 2>&1 | tee "$OUT/gpu_tests.log"
 tests_rc=${PIPESTATUS[0]}
 timeout 180 python3 benchmarks/gpu_bench.py --json "$OUT/gpu_bench.json" 2>&1 | tee "$OUT/gpu_bench.txt"
 bench_rc=${PIPESTATUS[0]}

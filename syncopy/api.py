@@ -441,7 +441,11 @@ class FusedKernel:
                           producer=self.producer, started_at=ctx.t0_wall,
                           planned=ctx.resolution.describe() if ctx.resolution is not None else "")
         ctx.trace = trace
-        return trace, torch.zeros(2 * n_tiles if self.trace else 1, dtype=torch.int32, device=ctx.buffer.device)
+        if trace is not None:
+            return trace, torch.zeros(2 * n_tiles, dtype=torch.int32, device=ctx.buffer.device)
+        if ctx.no_trace is None:  # untraced kernels never touch it: one per context, not one per launch
+            ctx.no_trace = torch.zeros(1, dtype=torch.int32, device=ctx.buffer.device)
+        return None, ctx.no_trace
 
     def _finish_trace(self, trace: Trace, trace_buf: torch.Tensor, order: torch.Tensor, ranges: list, exec_order: list,
                       kernel_s: tuple[float, float], persistent: bool = False) -> None:

@@ -109,6 +109,7 @@ class Context:
         self.resolution = None
         self.lock = threading.Lock()
         self.trace: Trace | None = None
+        self.no_trace: torch.Tensor | None = None  # the trace argument of untraced launches
         self.source: torch.Tensor | None = None  # all_to_all: the input whose blocks go to the peers
         self.t0 = 0.0
         self.t0_wall = 0.0

@@ -45,8 +45,16 @@ class LoopbackWorld:
         return self.contexts[key]
 
     def launch(self, grid, args: tuple, kwargs: dict, peers: list[torch.Tensor], delay_s: float = 0.0,
-               presignal: bool = False, sync: bool = True, withhold: frozenset = frozenset()) -> Context:
-        """Launch the fused kernel with `peers[r]` (pinned host shards, None for this rank) arriving."""
+               presignal: bool = False, sync: bool = True, withhold: frozenset = frozenset(), timeline: bool = False,
+               copies_first: bool | None = None) -> Context:
+        """Launch the fused kernel with `peers[r]` (pinned host shards, None for this rank) arriving.
+
+        Without pacing the copies are enqueued before the kernel, as a real peer's pushes start
+        independently of this rank's launch; with `delay_s` the host enqueues them one by one after
+        it (`copies_first` overrides the choice). timeline: record CUDA events (start, kernel
+        launch, each chunk landed, end) and host times for `timeline_ms()`.
+        """
+        host0 = time.perf_counter()
         fk = self.fk
         fk.build()
         _, fused, _, _ = fk._built
@@ -56,39 +64,93 @@ class LoopbackWorld:
         call = dict(bound)
         call[fk.schedule.tensor] = ctx.buffer
         order, _, _ = fk._order(ctx, grid, call, None)
-        epoch = ctx.begin(_spin_limit(fk.timeout_s, "cuda"))
+        cur = torch.cuda.current_stream()
+        events = self._events(timeline)
+        events.mark("start", cur)
+        events.host("setup", host0)
         c = ctx.plan.chunks_per_rank
-        rows = ctx.plan.rows_per_rank
-        ctx.buffer.narrow(ctx.dim, self.rank * rows, rows).copy_(shard)
-        widest = max(len(ctx.plan.flags(g)) for g in range(ctx.n_chunks))
-        flag = torch.full((widest,), epoch, dtype=torch.int32).pin_memory()
-        remote = [g for g in range(ctx.n_chunks) if g // c != self.rank]
-        for g in range(self.rank * c, (self.rank + 1) * c):
-            ctx.signals[self._flags(ctx, g)] = epoch
-        if presignal:
-            for g in remote:
-                self._copy_chunk(ctx, peers, g, c)
-                ctx.signals[self._flags(ctx, g)] = epoch
-        torch.cuda.current_stream().wait_stream(self.side)
-        dummy = torch.zeros(1, dtype=torch.int32, device=shard.device)
-        fused[grid](**call, **fk._extra(ctx, order, dummy), **options)
-        if not presignal:
+        epoch = ctx.epoch + 1  # this launch's; ctx.begin below, after the copies are on their way, makes it so
+        flag = self._epoch_words(ctx, epoch)
+        moves = self._moves(ctx, peers)
+        cur.wait_stream(self.side)  # the last launch's copies are done
+        self.side.wait_stream(cur)  # this launch's copies follow the last kernel
+
+        pending = [g for g in ctx.plan.arrival if g in moves and g not in withhold]
+
+        def arrive():
+            """Enqueue the pending chunk copies, each followed by its flags."""
+            take = list(pending)
+            pending.clear()
             with torch.cuda.stream(self.side):
-                for g in ctx.plan.arrival:
-                    if g in withhold:
-                        continue
+                for g in take:
                     if delay_s:
                         time.sleep(delay_s)
-                    self._copy_chunk(ctx, peers, g, c)
-                    flags = self._flags(ctx, g)
-                    ctx.signals[flags].copy_(flag[: flags.stop - flags.start], non_blocking=True)
+                    dst, src, flags = moves[g]
+                    dst.copy_(src, non_blocking=True)
+                    flags.copy_(flag[: flags.numel()], non_blocking=True)
+                    events.mark(g, self.side)
+
+        # Unpaced, the copies go first: they are the critical path, and this rank's own writes below
+        # (epoch, own slot, own flags) concern only the kernel. (Measured on an H200: enqueueing two
+        # copies, then the kernel, then the rest left the copy engine idle while the host launched
+        # the kernel; the last chunk landed 0.4 ms later.)
+        if copies_first is None:
+            copies_first = not presignal and not delay_s
+        if copies_first and not presignal:
+            arrive()
+            events.host("copies enqueued", host0)
+        ctx.begin(_spin_limit(fk.timeout_s, "cuda"))  # epoch + 1 -> epoch
+        rows, per = ctx.plan.rows_per_rank, ctx.plan.flags_per_rank
+        ctx.buffer.narrow(ctx.dim, self.rank * rows, rows).copy_(shard)
+        ctx.signals[dev.SIG_HEADER + self.rank * per : dev.SIG_HEADER + (self.rank + 1) * per] = epoch
+        if presignal:
+            for g, (dst, src, flags) in moves.items():
+                dst.copy_(src)
+                flags.fill_(epoch)
+        if ctx.no_trace is None:
+            ctx.no_trace = torch.zeros(1, dtype=torch.int32, device=shard.device)
+        dummy = ctx.no_trace
+        events.mark("kernel", cur)
+        events.host("own writes", host0)
+        fused[grid](**call, **fk._extra(ctx, order, dummy), **options)
+        events.mark("end", cur)
+        events.host("kernel launched", host0)
+        if not presignal and pending:
+            arrive()
+            events.host("copies enqueued", host0)
         if sync:
             torch.cuda.synchronize()
             err = ctx.error()
             if err is not None:
                 raise SyncopyTimeout(err[0], divmod(ctx.plan.chunk_of_flag(err[1]), c), err[2], fk.timeout_s)
-        ctx._keep = flag  # pinned source must outlive the async copy
         return ctx
+
+    EPOCH_ROWS = 1024  # launches served by one fill of the pinned epoch table
+
+    def _epoch_words(self, ctx: Context, epoch: int) -> torch.Tensor:
+        """A pinned row of `epoch` values, the source of this launch's flag copies. Rows for the next
+        EPOCH_ROWS epochs are filled at once, so a launch allocates no pinned memory (a pinned
+        allocation can cost the host more than every copy it feeds); refilling waits for the copies
+        still reading the old rows."""
+        widest = max(len(ctx.plan.flags(g)) for g in range(ctx.n_chunks))
+        table = getattr(ctx, "_loopback_epochs", None)
+        if table is None or not table[0] <= epoch < table[0] + self.EPOCH_ROWS or table[1].shape[1] < widest:
+            if table is not None:
+                self.side.synchronize()
+            rows = torch.arange(epoch, epoch + self.EPOCH_ROWS, dtype=torch.int32).unsqueeze(1).expand(-1, widest)
+            table = (epoch, rows.contiguous().pin_memory())
+            ctx._loopback_epochs = table
+        return table[1][epoch - table[0]]
+
+    def _events(self, on: bool) -> "_Timeline":
+        self.timeline = _Timeline() if on else _Timeline.OFF
+        return self.timeline
+
+    def timeline_ms(self) -> dict:
+        """After a synchronised launch(timeline=True): GPU ms from its start to the kernel's launch
+        point, to each chunk's landing (flag raised) and to the kernel's end; and under "host", ms of
+        host time from the call to each step (setup, copies enqueued, own writes, kernel launched)."""
+        return self.timeline.ms()
 
     @staticmethod
     def _flags(ctx: Context, g: int) -> slice:
@@ -96,9 +158,49 @@ class LoopbackWorld:
         f = ctx.plan.flags(g)
         return slice(dev.SIG_HEADER + f.start, dev.SIG_HEADER + f.stop)
 
-    @staticmethod
-    def _copy_chunk(ctx: Context, peers, g: int, c: int) -> None:
-        src, _ = divmod(g, c)
-        lo, hi = ctx.plan.bounds(g)
-        base = src * ctx.plan.rows_per_rank
-        ctx.buffer.narrow(ctx.dim, lo, hi - lo).copy_(peers[src].narrow(ctx.dim, lo - base, hi - lo), non_blocking=True)
+    def _moves(self, ctx: Context, peers) -> dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """Per remote chunk: (its rows in the buffer, the same rows of the peer's pinned shard, its
+        flags), views made once per context and peer list (each view costs the host a few us)."""
+        cached = getattr(ctx, "_loopback_moves", None)  # (the peer tensors themselves, their moves)
+        if cached is not None and len(cached[0]) == len(peers) and all(a is b for a, b in zip(cached[0], peers)):
+            return cached[1]
+        c, rows = ctx.plan.chunks_per_rank, ctx.plan.rows_per_rank
+        moves = {}
+        for g in range(ctx.n_chunks):
+            src = g // c
+            if src == self.rank:
+                continue
+            lo, hi = ctx.plan.bounds(g)
+            moves[g] = (ctx.chunk_view(g), peers[src].narrow(ctx.dim, lo - src * rows, hi - lo), ctx.signals[self._flags(ctx, g)])
+        ctx._loopback_moves = (list(peers), moves)
+        return moves
+
+
+class _Timeline:
+    """CUDA events marked on streams during one launch (a no-op when off)."""
+
+    OFF: "_Timeline"
+
+    def __init__(self, on: bool = True):
+        self.on = on
+        self.events: dict = {}
+        self.host_ms: dict = {}
+
+    def host(self, name: str, since: float) -> None:
+        if self.on:
+            self.host_ms[name] = (time.perf_counter() - since) * 1e3
+
+    def mark(self, name, stream) -> None:
+        if self.on:
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record(stream)
+            self.events[name] = ev
+
+    def ms(self) -> dict:
+        start = self.events["start"]
+        out = {name: start.elapsed_time(ev) for name, ev in self.events.items() if name != "start"}
+        out["host"] = dict(self.host_ms)
+        return out
+
+
+_Timeline.OFF = _Timeline(on=False)

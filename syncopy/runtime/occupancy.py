@@ -61,34 +61,24 @@ def sm_count(device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def programs_for(sms: int, backend: str, n_tiles: int | None = None, sharing: int = 1) -> int:
+def programs_for(sms: int, backend: str, n_tiles: int | None = None) -> int:
     """Programs a persistent kernel launches on a device with `sms` SMs: one per SM the backend leaves
-    to the kernel, split between the `sharing` ranks that run on the same GPU (each rank's kernel
-    spins on chunks another rank's kernel must get SMs to send: neither may take them all), never
-    more than there are tiles, at least one."""
-    p = (sms - reserved_sms(backend)) // max(1, sharing)
+    to the kernel, never more than there are tiles, at least one. (Ranks that share one GPU need no
+    share of their own: p2p delivers their chunks before either kernel starts, see backends/p2p.py.)"""
+    p = sms - reserved_sms(backend)
     if p < 1:
         raise LaunchError(f"the {backend} backend reserves {reserved_sms(backend)} SMs but the device has only {sms}; "
                           "lower $SYNCOPY_NCCL_SMS")
     return max(1, min(p, n_tiles) if n_tiles else p)
 
 
-def programs(device, backend: str, n_tiles: int | None = None, group=None) -> int:
-    """`programs_for` the SM count of CUDA `device` (and, given `group`, the ranks of it on this very
-    GPU; collective the first time). Use it as a persistent kernel's NUM_SMS:
+def programs(device, backend: str, n_tiles: int | None = None) -> int:
+    """`programs_for` the SM count of CUDA `device`. Use it as a persistent kernel's NUM_SMS:
 
-        p = occupancy.programs(a.device, fused.backend_for(a.device, group), n_tiles, group)
+        p = occupancy.programs(a.device, fused.backend_for(a.device, group), n_tiles)
         fused[(p,)](..., NUM_SMS=p, group=group)
     """
-    sharing = 1
-    if group is not None:
-        import torch.distributed as dist
-
-        from syncopy.runtime.backends.control import ranks_on_device
-
-        if dist.get_world_size(group) > 1:
-            sharing = ranks_on_device(group, device)
-    return programs_for(sm_count(device), backend, n_tiles, sharing)
+    return programs_for(sm_count(device), backend, n_tiles)
 
 
 def check_grid(n_programs: int, sms: int, backend: str, persistent: bool, kernel: str) -> None:

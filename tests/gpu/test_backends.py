@@ -68,6 +68,7 @@ def test_p2p_ag_gemm_two_ranks_on_one_gpu_equals_torch(one_gpu):
     # a row the pushes did not fill, or a flag that rose before its data, shows up as an error.
     for rank, rec in _records(one_gpu, "ag_gemm p2p"):
         assert rec["backend"] == "P2PBackend", rank
+        assert rec["shared_device"], (rank, rec)  # found the other rank on GPU 0: chunks land before the launch
         assert rec["epochs"] == [2, 2], (rank, rec)
         assert rec["worst"] < TOL, (rank, rec)
 
@@ -95,6 +96,19 @@ def test_p2p_withheld_chunk_raises_timeout_naming_it(one_gpu):
     assert r0["raised"] == "SyncopyTimeout", r0
     assert (r0["rank"], tuple(r0["chunk"]), r0["epoch"]) == (0, (1, 0), 1), r0
     assert r0["seconds"] < 60, r0  # bounded (the first launch also compiles the kernel)
+
+
+def test_p2p_world_works_on_after_a_timeout(one_gpu):
+    # The withheld-chunk check left rank 0 with a timed-out operator; a new one must run normally.
+    for rank, rec in _records(one_gpu, "after timeout p2p"):
+        assert rec["worst"] < TOL, (rank, rec)
+
+
+def test_p2p_ranks_on_one_gpu_wait_for_a_late_peer_before_launching(one_gpu):
+    # Rank 1 enqueues its pushes 0.5 s late. A kernel launched before they landed would hold the GPU
+    # while they queue behind it (measured: both ranks timed out); rank 0 must wait for them instead.
+    for rank, rec in _records(one_gpu, "late p2p"):
+        assert rec["worst"] < TOL, (rank, rec)
 
 
 @two_gpus

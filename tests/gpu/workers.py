@@ -40,12 +40,59 @@ def _gathered(world: int, rows: int, k: int, n: int, seed: int):
     return full, b
 
 
+class _Watch:
+    """If a launch has not returned after `seconds`, print what every context of `fused` holds on the
+    device (epoch, error slot, flags), read on a side stream while the kernel still runs: a hung
+    world then says whether the chunks' flags never rose or the kernel never saw them."""
+
+    def __init__(self, fused, seconds: float, label: str):
+        import threading
+
+        self.fused, self.seconds, self.label = fused, seconds, label
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        import torch
+
+        if self.done.wait(self.seconds):
+            return
+        side = torch.cuda.Stream()
+        with torch.cuda.stream(side):
+            for ctx, _ in list(self.fused._contexts.values()):
+                snap = ctx.signals.to("cpu", non_blocking=False).tolist()
+                print(f"[gpu world] {self.label}: still in the launch after {self.seconds:g}s; epoch {ctx.epoch}, "
+                      f"signals {snap[:64]}", flush=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.done.set()
+
+
+def _snapshot(fused) -> str:
+    """Every context's signal pad as this rank sees it, and each peer's as seen through our mapping of
+    it (p2p): a flag a peer raised that its owner does not see means a mapping to the wrong memory."""
+    import torch
+
+    torch.cuda.synchronize()
+    out = []
+    for ctx, backend in fused._contexts.values():
+        n = ctx.n_flags + 6
+        mine = ctx.signals[:n].tolist()
+        peers = {r: s[:n].tolist() for r, (_, s) in (getattr(backend, "peers", None) or {}).items()}
+        out.append(f"epoch {ctx.epoch} mine {mine} peers' via IPC {peers} ptr {ctx.signals.data_ptr():#x}")
+    return "; ".join(out)
+
+
 def _backend_of(fused) -> str:
     return next(type(backend).__name__ for _, backend in fused._contexts.values())
 
 
 def ag_gemm(rank: int, world: int, backend: str, template: str = "ag_gemm", launches: int = 4,
-            shapes=((100, 128, 96), (64, 64, 64))) -> dict:
+            shapes=((100, 128, 96), (64, 64, 64)), timeout_s: float = 30.0) -> dict:
     """C = all_gather(A) @ B through `backend`, fp16, receive buffers NaN-poisoned before every
     launch, shapes alternating (one context each); against torch on the full A."""
     import torch
@@ -54,16 +101,44 @@ def ag_gemm(rank: int, world: int, backend: str, template: str = "ag_gemm", laun
 
     t = templates.get(template)
     fused = t.fused(chunks_per_rank=3 if template == "ag_gemm" else 2, order="ring", backend=backend, poison_receive=True,
-                    timeout_s=30.0)
+                    timeout_s=timeout_s)
     dev = torch.device("cuda", torch.cuda.current_device())
     worst = 0.0
     for it in range(launches):
         rows, n, k = shapes[it % len(shapes)]
         full, b = _gathered(world, rows, k, n, seed=it)
         a = full[rank * rows:(rank + 1) * rows].contiguous().to(dev)
-        c = t.module.launch(fused, a, b.to(dev), **META, GROUP_M=4)
+        try:
+            with _Watch(fused, 2 * timeout_s + 20, f"{template} {backend} launch {it}"):
+                c = t.module.launch(fused, a, b.to(dev), **META, GROUP_M=4)
+        except Exception as exc:
+            raise RuntimeError(f"launch {it}: {type(exc).__name__}: {exc} | {_snapshot(fused)}") from exc
         worst = max(worst, _rel_err(c, full.to(dev).float() @ b.to(dev).float()))
-    return {"worst": worst, "backend": _backend_of(fused), "epochs": sorted(ctx.epoch for ctx, _ in fused._contexts.values())}
+    return {"worst": worst, "backend": _backend_of(fused), "epochs": sorted(ctx.epoch for ctx, _ in fused._contexts.values()),
+            "shared_device": any(getattr(b, "shared_device", False) for _, b in fused._contexts.values())}
+
+
+def late_pushes(rank: int, world: int, delay_s: float = 0.5) -> dict:
+    """ag_gemm on p2p with rank 1's pushes held back `delay_s` after the launch handshake. Two ranks on
+    one GPU deliver every chunk before either kernel starts (processes on one GPU take turns; see
+    backends/p2p.py), so rank 0 must wait for the late pushes, not launch and time out."""
+    from syncopy.runtime.backends import p2p
+
+    start = p2p.Push.start
+
+    def late_start(self):
+        if rank == 1:
+            time.sleep(delay_s)
+        return start(self)
+
+    p2p.Push.start = late_start
+    try:
+        t0 = time.perf_counter()
+        out = ag_gemm(rank, world, "p2p", launches=2, timeout_s=10.0)
+        out["seconds"] = time.perf_counter() - t0
+        return out
+    finally:
+        p2p.Push.start = start
 
 
 def reduce(rank: int, world: int, backend: str, template: str, launches: int = 3) -> dict:
@@ -140,11 +215,14 @@ def one_gpu(rank: int, world: int) -> dict:
     torch.cuda.set_device(0)
     return {
         "ag_gemm p2p": _check("ag_gemm p2p", lambda: ag_gemm(rank, world, "p2p")),
+        "late p2p": _check("late p2p", lambda: late_pushes(rank, world)),
         "ag_gemm_persistent auto": _check("ag_gemm_persistent auto", lambda: ag_gemm(
-            rank, world, "auto", template="ag_gemm_persistent", launches=2, shapes=((200, 128, 96),))),
+            rank, world, "auto", template="ag_gemm_persistent", launches=2, shapes=((200, 128, 96),), timeout_s=10.0)),
         "gemm_rs p2p": _check("gemm_rs p2p", lambda: reduce(rank, world, "p2p", "gemm_rs")),
         "gemm_ar p2p": _check("gemm_ar p2p", lambda: reduce(rank, world, "p2p", "gemm_ar")),
         "withheld p2p": _check("withheld p2p", lambda: withheld(rank, world, "p2p")),
+        # A world that saw a timeout goes on working: a fresh operator after it.
+        "after timeout p2p": _check("after timeout p2p", lambda: ag_gemm(rank, world, "p2p", launches=2, timeout_s=10.0)),
     }
 
 

@@ -118,8 +118,6 @@ def test_persistent_programs_leave_nccl_its_sms(no_sm_env):
     assert occupancy.programs_for(132, "p2p") == 132
     assert occupancy.programs_for(132, "nccl", n_tiles=40) == 40  # never more programs than tiles
     assert occupancy.programs_for(132, "p2p", n_tiles=0) == 132
-    assert occupancy.programs_for(132, "p2p", sharing=2) == 66  # two ranks on one GPU split its SMs
-    assert occupancy.programs_for(132, "nccl", n_tiles=500, sharing=4) == 31
     with pytest.raises(LaunchError, match="reserves 8 SMs but the device has only 6"):
         occupancy.programs_for(6, "nccl")
 
@@ -227,3 +225,43 @@ def test_interpreted_waits_count_polls(monkeypatch):
     monkeypatch.setattr(api, "_poll_cost_s", 1e-4)
     assert api._spin_limit(1.0, "cpu") == 10_000
     assert api._spin_limit(1e-6, "cpu") == 100  # at least 100 polls
+
+
+def test_p2p_pushes_follow_the_compute_stream_before_any_copy():
+    # The epoch word a push copies from is zeroed on the compute stream when the context connects;
+    # every push stream must wait for the compute stream before its first copy (an H200 run without
+    # this wait left a peer's flags at 0, and the peer timed out).
+    import torch
+
+    from syncopy.runtime.backends.p2p import HostMemory, P2PBackend, Push
+    from syncopy.runtime.context import Context
+
+    calls = []
+
+    class Recording(HostMemory):
+        def stream(self, device):
+            return object()
+
+        def after_compute(self, stream, device):
+            calls.append(("after_compute", stream))
+
+        def using(self, stream):
+            calls.append(("using", stream))
+            return super().using(stream)
+
+    world, rows = 3, 8
+    schedule = Schedule(pattern="all_gather", tensor="A", dim=0, chunks_per_rank=2, order="ring")
+    ctx = Context(all_gather(schedule, 0, world, rows), (rows, 4), torch.float32, torch.device("cpu"), 0)
+    ctx.schedule = schedule
+    be = object.__new__(P2PBackend)
+    be.rank, be.world, be.memory, be.faults, be.shared_device = 0, world, Recording(), Faults(), False
+    be.order = be._push_order(ctx)
+    be.streams = {p: be.memory.stream(None) for p in be.order}
+    be.peers = {p: (torch.empty_like(ctx.buffer), torch.zeros_like(ctx.signals)) for p in be.order}
+    be.epoch_host = torch.zeros(1, dtype=torch.int32)
+    be.epoch_dev = torch.zeros(world, 1, dtype=torch.int32)
+    ctx.begin(100)
+    Push(be, ctx, 1).start()
+    for p, stream in be.streams.items():
+        assert calls.index(("after_compute", stream)) < calls.index(("using", stream)), calls
+    assert [peer[1][4:10].tolist() for peer in be.peers.values()] == [[1, 1, 0, 0, 0, 0]] * 2  # our chunks' flags, raised

@@ -370,3 +370,23 @@ def test_subprocess_success_and_check(work):
     assert (work / "fused.py").read_text().count("syncopy_device.wait_chunks(") == 1
     proc = _run("check", "s.yaml", cwd=work)
     assert proc.returncode == 0 and proc.stdout.startswith("s.yaml: ok")
+
+
+def test_a_reader_that_stops_early_gets_no_traceback(work, capsys, monkeypatch, tmp_path):
+    # `syncopy transform K.py -s S.yaml --diff | head`: the pipe closes while the output is written.
+    sink = open(tmp_path / "sink", "w")
+
+    class ClosedPipe:
+        def write(self, text):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        writelines = write
+
+        def fileno(self):
+            return sink.fileno()  # where main points stdout afterwards (a pipe's fd in real life)
+
+    monkeypatch.setattr(sys, "stdout", ClosedPipe())
+    for args in (["transform", "kern.py", "-s", "s.yaml"], ["transform", "kern.py", "-s", "s.yaml", "--diff"]):
+        assert main(args) == 141
+    assert capsys.readouterr().err == ""
+    sink.close()

@@ -37,10 +37,13 @@ def run_templates(rank: int, world: int, cases: list[dict]) -> list[dict]:
     import torch
 
     from syncopy import templates
+    from syncopy.runtime.backends.p2p import HostMemory
 
     _use_host_backends()
     out = []
     for case in cases:
+        # shared: the ranks behave as if they shared one GPU (p2p then completes pushes before the launch)
+        HostMemory.shares_device = (lambda self, group, device: True) if case.get("shared") else (lambda self, group, device: False)
         t = templates.get(case["template"])
         mod = t.module
         fused = t.fused(chunks_per_rank=case["chunks"], order=case["order"], backend=case["backend"], poison_receive=True,
@@ -53,7 +56,8 @@ def run_templates(rank: int, world: int, cases: list[dict]) -> list[dict]:
             diff = torch.nan_to_num((got.float() - ref.float()).abs(), nan=float("inf"))
             worst = max(worst, float(diff.max()) / max(1.0, float(ref.float().abs().max())))
         backend = next(type(b).__name__ for _, b in fused._contexts.values())
-        out.append({**case, "worst": worst, "tolerance": mod.TOLERANCE[torch.float32], "backend": backend,
+        shared = any(getattr(b, "shared_device", False) for _, b in fused._contexts.values())
+        out.append({**case, "worst": worst, "tolerance": mod.TOLERANCE[torch.float32], "backend": backend, "shared_device": shared,
                     "epochs": [ctx.epoch for ctx, _ in fused._contexts.values()]})
     return out
 
@@ -88,6 +92,30 @@ def run_nccl_big_grid(rank: int, world: int) -> dict:
     inp = t.module.inputs(rank, world, (64, 32 * 22, 16), torch.float32)  # 6 x 22 tiles of 32 x 32
     try:
         t.module.launch(fused, **inp)
+        return {"type": None}
+    except Exception as exc:
+        return _exc(exc)
+
+
+def run_bad_mapping(rank: int, world: int) -> dict:
+    """p2p whose mapping of the peers' signal pads reaches other memory: the connect check refuses it."""
+    import torch
+
+    from syncopy import templates
+    from syncopy.runtime.backends.p2p import HostMemory
+
+    _use_host_backends()
+    real_open = HostMemory.open
+
+    def elsewhere(self, shared):
+        t = real_open(self, shared)
+        return torch.zeros_like(t) if t.dtype == torch.int32 else t  # the pad: a copy of it, not it
+
+    HostMemory.open = elsewhere
+    t = templates.get("ag_gemm")
+    fused = t.fused(chunks_per_rank=1, backend="p2p", timeout_s=5)
+    try:
+        t.module.launch(fused, **t.module.inputs(rank, world, (8, 16, 16), torch.float32))
         return {"type": None}
     except Exception as exc:
         return _exc(exc)

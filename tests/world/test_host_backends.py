@@ -20,6 +20,7 @@ CASES = [
     dict(backend="p2p", template="ag_gemm", chunks=3, order="bidirectional_ring", shape=(7, 16, 16)),
     dict(backend="p2p", template="ag_gemm", chunks=1, order=[2, 1], shape=(8, 16, 16), launches=1),
     dict(backend="p2p", template="ag_gemm_persistent", chunks=2, order="local_first", shape=(9, 32, 32), launches=1),
+    dict(backend="p2p", template="ag_gemm", chunks=2, order="ring", shape=(10, 16, 16), shared=True),
     dict(backend="p2p", template="a2a_gemm", chunks=1, order="local_first", shape=(96, 32, 32), launches=1),
     dict(backend="p2p", template="gemm_rs", chunks=2, order="ring", shape=(24, 16, 16)),
     dict(backend="p2p", template="gemm_ar", chunks=1, order="ring", shape=(10, 16, 16), launches=1),
@@ -40,13 +41,15 @@ def _templates() -> list[list[dict]]:
 
 @pytest.mark.world
 @pytest.mark.parametrize("case", range(len(CASES)),
-                         ids=[f"{c['backend']}-{c['template']}-{c['order']}-C{c['chunks']}" for c in CASES])
+                         ids=[f"{c['backend']}-{c['template']}-{c['order']}-C{c['chunks']}{'-shared' if c.get('shared') else ''}" for c in CASES])
 def test_backend_protocol_gives_the_reference_result(case):
     for rank, results in enumerate(_templates()):
         r = results[case]
         assert r["backend"] == HOST_CLASS[CASES[case]["backend"]], r
         assert r["epochs"] == [r.get("launches", 2)], r  # one context, one epoch per launch
         assert r["worst"] <= r["tolerance"], f"rank {rank}: {r}"
+        # Ranks on one GPU (here: told so) deliver every chunk before the launch; others never wait for that.
+        assert r["shared_device"] == bool(CASES[case].get("shared")), r
 
 
 @pytest.mark.world
@@ -65,3 +68,12 @@ def test_nccl_refuses_a_grid_that_could_hold_every_sm():
     for rank, r in enumerate(spawn(workers.run_nccl_big_grid, WORLD, timeout_s=300)):
         assert r["type"] == "LaunchError", (rank, r)
         assert r["str"].startswith("kernel 'ag_gemm_kernel' launches 132 programs on a GPU with 132 SMs"), r["str"]
+
+
+@pytest.mark.world
+def test_p2p_refuses_a_mapping_that_does_not_reach_the_peers_memory():
+    for rank, r in enumerate(spawn(workers.run_bad_mapping, 2, timeout_s=300)):
+        assert r["type"] == "LaunchError", (rank, r)
+        assert r["str"].startswith(f"rank {rank}: the CUDA IPC mapping of rank {1 - rank}'s signal pad reads 0x0 where rank "
+                                   f"{1 - rank} wrote 0x"), r["str"]
+        assert r["str"].endswith("; the mapping does not reach its memory, so pushes would be lost: use backend='nccl'"), r["str"]

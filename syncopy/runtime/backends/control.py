@@ -48,7 +48,7 @@ def on_one_node(group) -> bool:
 
 def ranks_on_device(group, device) -> int:
     """How many ranks of `group` (this one included) run on this very GPU (collective the first
-    time). One GPU may host several ranks (tests, emulation); they then share its SMs."""
+    time). One GPU may host several ranks (tests, emulation); p2p then delivers before launching."""
     import torch
 
     key = (*_key(group), str(device))

@@ -29,6 +29,14 @@ chunks while this rank's kernel e-1 still reads them, nor before this rank's pre
 its buffer (own slot, poisoning) are done: each launch starts with a host sync of the compute
 stream and a barrier on the control group.
 
+Ranks that share one GPU (tests, emulation) are the exception to in-kernel overlap. Without MPS,
+kernels of different processes on one GPU do not run concurrently, and a kernel that spins holds
+the GPU until it finishes: measured on an H200 (default compute mode), a rank's pushes enqueued
+while its peer's kernel waited for them did not run until that kernel's poll budget ran out, on
+both ranks. So when `ranks_on_device` finds more than one rank on this GPU, every rank's pushes
+complete (push streams synced, then a barrier) before any kernel starts: correct, not overlapped.
+One rank per GPU, the configuration the backend is for, launches at once and overlaps.
+
 Producer patterns (reduce_scatter, all_reduce) have no device-side way here to make a copy wait for
 a flag the kernel raises (that takes cuStreamWaitValue32), so they run correctly but without
 in-kernel overlap: after the kernel, every rank adds the peers' partials, read through the same
@@ -37,6 +45,7 @@ IPC mappings, in rank order (so every rank gets the same bits), between two barr
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 
 import torch
@@ -79,6 +88,10 @@ class CudaMemory:
     def using(self, stream):
         return torch.cuda.stream(stream)
 
+    def after_compute(self, stream, device) -> None:
+        """`stream`'s next work follows everything enqueued so far on the compute stream."""
+        stream.wait_stream(torch.cuda.current_stream(device))
+
     def sync(self, device) -> None:
         torch.cuda.current_stream(device).synchronize()
 
@@ -93,6 +106,12 @@ class CudaMemory:
     def open(self, shared: tuple) -> torch.Tensor:
         rebuild, args = shared
         return rebuild(*args)
+
+    def shares_device(self, group, device) -> bool:
+        """Does another rank of `group` run on this very GPU (collective the first time)?"""
+        from syncopy.runtime.backends.control import ranks_on_device
+
+        return ranks_on_device(group, device) > 1
 
 
 class Inline:
@@ -113,6 +132,9 @@ class HostMemory(CudaMemory):
     def using(self, stream):
         return contextlib.nullcontext()
 
+    def after_compute(self, stream, device) -> None:
+        pass
+
     def sync(self, device) -> None:
         pass
 
@@ -131,6 +153,9 @@ class HostMemory(CudaMemory):
         (rebuild, args), dtype, shape, stride, offset = shared
         return torch.empty(0, dtype=dtype).set_(rebuild(*args), offset, shape, stride)
 
+    def shares_device(self, group, device) -> bool:
+        return False  # CPU processes run side by side
+
 
 class P2PBackend:
     name = "p2p"
@@ -139,6 +164,7 @@ class P2PBackend:
 
     def __init__(self, group, timeout_s: float, link: Link | None, faults: Faults | None):
         refuse_emulation(self.name, link, faults, drop=True)
+        self.user_group = group
         self.group = control_group(group)
         self.timeout_s = timeout_s
         self.faults = faults or Faults()
@@ -152,6 +178,7 @@ class P2PBackend:
         self.order: dict[int, list[int]] = {}
         self.epoch_host: torch.Tensor | None = None
         self.epoch_dev: torch.Tensor | None = None
+        self.shared_device = False  # another rank on this GPU: pushes complete before the launch
 
     def check_grid(self, programs: int, persistent: bool, kernel: str, device) -> None:
         """Every grid is safe: the copy engines need no SM."""
@@ -160,12 +187,26 @@ class P2PBackend:
     def _connect(self, ctx: Context) -> None:
         """Exchange IPC handles of every rank's buffer and signal pad; map the peers' here."""
         mem = self.memory
-        mine = (mem.share(ctx.buffer), mem.share(ctx.signals))
+        # A token in our pad's spare word (the tile-start counter, which begin() zeroes and only a
+        # traced kernel uses) lets every peer check that its mapping reaches this very allocation.
+        spare = dev.SIG_HEADER + ctx.n_flags + 1
+        token = int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF | 1
+        ctx.signals[spare] = token
+        mem.sync(ctx.buffer.device)
+        mine = (mem.share(ctx.buffer), mem.share(ctx.signals), token)
         theirs: list = [None] * self.world
         dist.all_gather_object(theirs, mine, group=self.group)
-        self.peers = {r: (mem.open(b), mem.open(s)) for r, (b, s) in enumerate(theirs) if r != self.rank}
+        self.peers = {r: (mem.open(b), mem.open(s)) for r, (b, s, _) in enumerate(theirs) if r != self.rank}
+        for r, (_, sig) in self.peers.items():
+            seen = int(sig[spare])
+            if seen != theirs[r][2]:
+                raise LaunchError(f"rank {self.rank}: the CUDA IPC mapping of rank {r}'s signal pad reads {seen:#x} where rank {r} "
+                                  f"wrote {theirs[r][2]:#x}; the mapping does not reach its memory, so pushes would be lost: use backend='nccl'")
+        dist.barrier(group=self.group)  # every peer has read our token
+        ctx.signals[spare] = 0
         if ctx.producer:
             return
+        self.shared_device = mem.shares_device(self.user_group, ctx.buffer.device)
         widest = max(len(ctx.plan.flags(g)) for g in range(ctx.n_chunks))
         self.epoch_host = mem.host_words(widest)
         self.epoch_dev = torch.zeros(self.world, widest, dtype=torch.int32, device=ctx.buffer.device)
@@ -232,6 +273,11 @@ class Push:
         for p, chunks in be.order.items():
             buf, sig = be.peers[p]
             stream = be.streams[p]
+            # The compute stream's work since the last host sync comes first: the epoch source word
+            # is allocated (zeroed) there when the context connects, and streams are unordered. If
+            # the zeroing ran after the epoch's copy, the flags behind every chunk would carry 0 (an
+            # H200 run showed exactly that: a peer's flags at 0 after all pushes had completed).
+            be.memory.after_compute(stream, ctx.buffer.device)
             with be.memory.using(stream):
                 # This stream's own device copy of the epoch: the source of its flag copies (a copy
                 # into a peer on another GPU runs on the source device's stream, i.e. this one).
@@ -244,6 +290,11 @@ class Push:
                     buf.narrow(ctx.dim, lo, hi - lo).copy_(ctx.send_view(g, p), non_blocking=True)
                     f = plan.flags(g)
                     sig[dev.SIG_HEADER + f.start : dev.SIG_HEADER + f.stop].copy_(epoch_word[: len(f)], non_blocking=True)
+        if be.shared_device:
+            # Processes on one GPU take turns: a kernel launched now could hold the GPU while the
+            # pushes it waits for sit in a peer's queue (module doc). Deliver everything first.
+            self.join()
+            dist.barrier(group=be.group)
         return self
 
     def join(self) -> None:

@@ -12,13 +12,13 @@ META = dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_M=4)
 CPU_PROGRAMS = 3  # under the interpreter: fewer programs than tiles, so each one loops
 
 
-def programs(device: torch.device, n_tiles: int, backend: str = "p2p", group=None) -> int:
+def programs(device: torch.device, n_tiles: int, backend: str = "p2p") -> int:
     """Persistent grid: one program per SM the backend leaves to the kernel (all of them with the copy
     engines; nccl keeps some for its own kernels, see syncopy.runtime.occupancy), capped by the tiles."""
     if device.type == "cuda":
         from syncopy.runtime import occupancy
 
-        return occupancy.programs(device, backend, n_tiles, group if dist.is_initialized() else None)
+        return occupancy.programs(device, backend, n_tiles)
     return max(1, min(n_tiles, CPU_PROGRAMS))
 
 
@@ -37,8 +37,7 @@ def launch(fused, a, b, group=None, **meta):
     n = b.shape[1]
     c = torch.empty(m, n, dtype=a.dtype, device=a.device)
     backend = fused.backend_for(a.device, group) if world > 1 else "p2p"
-    p = programs(a.device, triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]), backend,
-                 group if group is not None else dist.group.WORLD)
+    p = programs(a.device, triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]), backend)
     fused[(p,)](a, b, c, m, n, k, **meta, NUM_SMS=p, group=group)
     return c
 
