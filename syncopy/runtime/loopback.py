@@ -8,9 +8,15 @@ stream order puts the data before the flag and communication uses no SMs:
     side stream        [chunk 0][flag 0]  (host waits delay_s)  [chunk 1][flag 1] ...
 
 Host-side pacing (`delay_s` between chunks) emulates a slower link without occupying an SM.
+
+`LoopbackWorld(..., device="cpu")` runs the same launch between CPU tensors under the Triton
+interpreter (tests): copies are done when issued, and arrivals after the kernel's launch come from
+a host thread while the interpreted kernel's tiles spin.
 """
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
 
 import torch
@@ -22,14 +28,76 @@ from syncopy.runtime import plan as planning
 from syncopy.runtime.context import Context
 
 
+class _Cuda:
+    """Streams, events and pinned memory of the GPU the loopback world runs on."""
+
+    device_type = "cuda"
+    concurrent = True  # a launch returns at once; the side stream's copies run beside the kernel
+
+    def stream(self):
+        return torch.cuda.Stream(priority=-1)
+
+    def current(self):
+        return torch.cuda.current_stream()
+
+    def using(self, stream):
+        return torch.cuda.stream(stream)
+
+    def pin(self, t: torch.Tensor) -> torch.Tensor:
+        return t.pin_memory()
+
+    def event(self, stream):
+        ev = torch.cuda.Event(enable_timing=True)
+        ev.record(stream)
+        return ev
+
+    def synchronize(self) -> None:
+        torch.cuda.synchronize()
+
+
+class _HostStream:
+    """A CPU "stream": its work is done when issued."""
+
+    def wait_stream(self, other) -> None:
+        pass
+
+    def synchronize(self) -> None:
+        pass
+
+
+class _Host(_Cuda):
+    """The same launch between CPU tensors under the Triton interpreter, for tests."""
+
+    device_type = "cpu"
+    concurrent = False  # an interpreted launch returns when the kernel is done
+
+    def stream(self):
+        return _HostStream()
+
+    current = stream
+
+    def using(self, stream):
+        return contextlib.nullcontext()
+
+    def pin(self, t: torch.Tensor) -> torch.Tensor:
+        return t
+
+    def event(self, stream):
+        return time.perf_counter()
+
+    def synchronize(self) -> None:
+        pass
+
+
 class LoopbackWorld:
     """Drive a FusedKernel on one GPU with emulated peers (see module docstring)."""
 
-    def __init__(self, fused: FusedKernel, world: int, rank: int = 0):
-        if not torch.cuda.is_available():
-            raise LaunchError("the loopback world needs a CUDA device")
+    def __init__(self, fused: FusedKernel, world: int, rank: int = 0, device: str = "cuda"):
+        if device == "cuda" and not torch.cuda.is_available():
+            raise LaunchError("the loopback world needs a CUDA device (or device='cpu' under the Triton interpreter)")
         self.fk, self.world, self.rank = fused, world, rank
-        self.side = torch.cuda.Stream(priority=-1)
+        self.engine = _Cuda() if device == "cuda" else _Host()
+        self.side = self.engine.stream()
         self.contexts: dict[tuple, Context] = {}
 
     def _context(self, shard: torch.Tensor, args: dict) -> Context:
@@ -51,7 +119,7 @@ class LoopbackWorld:
 
         Without pacing the copies are enqueued before the kernel, as a real peer's pushes start
         independently of this rank's launch; with `delay_s` the host enqueues them one by one after
-        it (`copies_first` overrides the choice). timeline: record CUDA events (start, kernel
+        it (`copies_first` overrides the choice). timeline: record events (CUDA events on a GPU: start, kernel
         launch, each chunk landed, end) and host times for `timeline_ms()`.
         """
         host0 = time.perf_counter()
@@ -64,7 +132,8 @@ class LoopbackWorld:
         call = dict(bound)
         call[fk.schedule.tensor] = ctx.buffer
         order, _, _ = fk._order(ctx, grid, call, None)
-        cur = torch.cuda.current_stream()
+        eng = self.engine
+        cur = eng.current()
         events = self._events(timeline)
         events.mark("start", cur)
         events.host("setup", host0)
@@ -78,10 +147,10 @@ class LoopbackWorld:
         pending = [g for g in ctx.plan.arrival if g in moves and g not in withhold]
 
         def arrive():
-            """Enqueue the pending chunk copies, each followed by its flags."""
+            """Issue the pending chunk copies, each followed by its flags."""
             take = list(pending)
             pending.clear()
-            with torch.cuda.stream(self.side):
+            with eng.using(self.side):
                 for g in take:
                     if delay_s:
                         time.sleep(delay_s)
@@ -99,7 +168,7 @@ class LoopbackWorld:
         if copies_first and not presignal:
             arrive()
             events.host("copies enqueued", host0)
-        ctx.begin(_spin_limit(fk.timeout_s, "cuda"))  # epoch + 1 -> epoch
+        ctx.begin(_spin_limit(fk.timeout_s, eng.device_type))  # epoch + 1 -> epoch
         rows, per = ctx.plan.rows_per_rank, ctx.plan.flags_per_rank
         ctx.buffer.narrow(ctx.dim, self.rank * rows, rows).copy_(shard)
         ctx.signals[dev.SIG_HEADER + self.rank * per : dev.SIG_HEADER + (self.rank + 1) * per] = epoch
@@ -110,16 +179,26 @@ class LoopbackWorld:
         if ctx.no_trace is None:
             ctx.no_trace = torch.zeros(1, dtype=torch.int32, device=shard.device)
         dummy = ctx.no_trace
+        # Arrivals after the launch: enqueued behind it on a GPU; on the host, from a thread that
+        # runs while the interpreted kernel does (its launch returns only when the kernel is done).
+        late = None
+        if not presignal and pending and not eng.concurrent:
+            late = threading.Thread(target=arrive, name="syncopy-loopback", daemon=True)
+            late.start()
         events.mark("kernel", cur)
         events.host("own writes", host0)
-        fused[grid](**call, **fk._extra(ctx, order, dummy), **options)
+        try:
+            fused[grid](**call, **fk._extra(ctx, order, dummy), **options)
+        finally:
+            if late is not None:
+                late.join()
         events.mark("end", cur)
         events.host("kernel launched", host0)
         if not presignal and pending:
             arrive()
             events.host("copies enqueued", host0)
         if sync:
-            torch.cuda.synchronize()
+            eng.synchronize()
             err = ctx.error()
             if err is not None:
                 raise SyncopyTimeout(err[0], divmod(ctx.plan.chunk_of_flag(err[1]), c), err[2], fk.timeout_s)
@@ -138,12 +217,12 @@ class LoopbackWorld:
             if table is not None:
                 self.side.synchronize()
             rows = torch.arange(epoch, epoch + self.EPOCH_ROWS, dtype=torch.int32).unsqueeze(1).expand(-1, widest)
-            table = (epoch, rows.contiguous().pin_memory())
+            table = (epoch, self.engine.pin(rows.contiguous()))
             ctx._loopback_epochs = table
         return table[1][epoch - table[0]]
 
     def _events(self, on: bool) -> "_Timeline":
-        self.timeline = _Timeline() if on else _Timeline.OFF
+        self.timeline = _Timeline(self.engine) if on else _Timeline.OFF
         return self.timeline
 
     def timeline_ms(self) -> dict:
@@ -177,30 +256,31 @@ class LoopbackWorld:
 
 
 class _Timeline:
-    """CUDA events marked on streams during one launch (a no-op when off)."""
+    """Events marked on streams during one launch, and host times (a no-op when off)."""
 
     OFF: "_Timeline"
 
-    def __init__(self, on: bool = True):
-        self.on = on
+    def __init__(self, engine=None):
+        self.engine = engine
         self.events: dict = {}
         self.host_ms: dict = {}
 
-    def host(self, name: str, since: float) -> None:
-        if self.on:
-            self.host_ms[name] = (time.perf_counter() - since) * 1e3
-
     def mark(self, name, stream) -> None:
-        if self.on:
-            ev = torch.cuda.Event(enable_timing=True)
-            ev.record(stream)
-            self.events[name] = ev
+        if self.engine is not None:
+            self.events[name] = self.engine.event(stream)
+
+    def host(self, name: str, since: float) -> None:
+        if self.engine is not None:
+            self.host_ms[name] = (time.perf_counter() - since) * 1e3
 
     def ms(self) -> dict:
         start = self.events["start"]
-        out = {name: start.elapsed_time(ev) for name, ev in self.events.items() if name != "start"}
+        if isinstance(start, float):  # host clock (the CPU engine)
+            out = {name: (t - start) * 1e3 for name, t in self.events.items() if name != "start"}
+        else:
+            out = {name: start.elapsed_time(ev) for name, ev in self.events.items() if name != "start"}
         out["host"] = dict(self.host_ms)
         return out
 
 
-_Timeline.OFF = _Timeline(on=False)
+_Timeline.OFF = _Timeline()

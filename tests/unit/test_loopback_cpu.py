@@ -1,0 +1,94 @@
+"""The loopback world's launch logic on CPU tensors under the Triton interpreter: the copies and
+flags it issues, their order against the kernel, the epoch table, the per-context views, a withheld
+chunk. (On a GPU, tests/gpu/test_loopback.py runs the same class with the copy engine.)"""
+from __future__ import annotations
+
+import pytest
+import torch
+import triton
+
+import syncopy
+from syncopy.runtime.loopback import LoopbackWorld
+from syncopy.templates.ag_gemm.kernel import ag_gemm_kernel
+
+WORLD, ROWS, N, K = 3, 16, 16, 16
+META = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=2)
+
+
+def _fused(timeout_s=20.0):
+    return syncopy.overlap(dict(pattern="all_gather", tensor="A", dim=0, chunks_per_rank=2, order="ring"), timeout_s=timeout_s)(ag_gemm_kernel)
+
+
+def _case(seed: int):
+    g = torch.Generator().manual_seed(seed)
+    shards = [torch.randn(ROWS, K, generator=g) for _ in range(WORLD)]
+    return shards, torch.randn(K, N, generator=g)
+
+
+def _launch(lw: LoopbackWorld, shards, b, rank=0, **kw):
+    m = ROWS * WORLD
+    c = torch.full((m, N), float("nan"))
+    for ctx in lw.contexts.values():
+        ctx.buffer.fill_(float("nan"))  # stale rows cannot pass
+    a = shards[rank]
+    grid = (triton.cdiv(m, META["BLOCK_M"]) * triton.cdiv(N, META["BLOCK_N"]),)
+    ctx = lw.launch(grid, (a, b, c, m, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1)),
+                    dict(META), shards, **kw)
+    return c, ctx
+
+
+def _err(c, shards, b) -> float:
+    ref = torch.cat(shards) @ b
+    return float(torch.nan_to_num((c - ref).abs(), nan=float("inf")).max())
+
+
+@pytest.mark.parametrize("rank", [0, 2])
+def test_copies_first_then_kernel_equals_torch_launch_after_launch(rank):
+    lw = LoopbackWorld(_fused(), WORLD, rank, device="cpu")
+    for seed in range(2):
+        shards, b = _case(seed)
+        c, ctx = _launch(lw, shards, b, rank=rank, timeline=True)
+        assert _err(c, shards, b) < 1e-4
+        t = lw.timeline_ms()
+        landed = [v for name, v in t.items() if isinstance(name, int)]
+        assert len(landed) == (WORLD - 1) * 2 and max(landed) <= t["kernel"]  # every copy issued before the kernel
+        assert list(t["host"]) == ["setup", "copies enqueued", "own writes", "kernel launched"]
+    assert ctx.epoch == 2 and len(lw.contexts) == 1
+
+
+def test_paced_chunks_land_while_the_kernel_runs():
+    lw = LoopbackWorld(_fused(), WORLD, 0, device="cpu")
+    shards, b = _case(3)
+    c, _ = _launch(lw, shards, b, delay_s=0.05, timeline=True)
+    assert _err(c, shards, b) < 1e-4
+    t = lw.timeline_ms()
+    landed = sorted(v for name, v in t.items() if isinstance(name, int))
+    assert landed[0] > t["kernel"] and landed[-1] < t["end"]  # all four landed after the launch, before it ended
+
+
+def test_new_peer_tensors_are_read_not_the_last_ones():
+    # The per-context views are keyed by the peer tensors themselves: a new list of new tensors
+    # (which may reuse the old ones' ids once those are freed) is read afresh.
+    lw = LoopbackWorld(_fused(), WORLD, 0, device="cpu")
+    for seed in (4, 5):
+        shards, b = _case(seed)
+        c, _ = _launch(lw, [s.clone() for s in shards], b)
+        assert _err(c, shards, b) < 1e-4
+
+
+def test_presignalled_chunks_and_the_epoch_table_refill(monkeypatch):
+    monkeypatch.setattr(LoopbackWorld, "EPOCH_ROWS", 2)  # refill every second launch
+    lw = LoopbackWorld(_fused(), WORLD, 1, device="cpu")
+    for seed in range(3):
+        shards, b = _case(seed)
+        c, ctx = _launch(lw, shards, b, rank=1, presignal=seed == 1)
+        assert _err(c, shards, b) < 1e-4
+    assert ctx.epoch == 3 and ctx._loopback_epochs[0] == 3
+
+
+def test_withheld_chunk_is_a_timeout_naming_it():
+    lw = LoopbackWorld(_fused(timeout_s=0.5), WORLD, 0, device="cpu")
+    shards, b = _case(6)
+    with pytest.raises(syncopy.SyncopyTimeout) as info:
+        _launch(lw, shards, b, withhold=frozenset({2}))  # chunk 0 of rank 1
+    assert (info.value.rank, info.value.chunk, info.value.epoch) == (0, (1, 0), 1)
