@@ -115,7 +115,7 @@ def ag_gemm(rank: int, world: int, backend: str, template: str = "ag_gemm", laun
             raise RuntimeError(f"launch {it}: {type(exc).__name__}: {exc} | {_snapshot(fused)}") from exc
         worst = max(worst, _rel_err(c, full.to(dev).float() @ b.to(dev).float()))
     return {"worst": worst, "backend": _backend_of(fused), "epochs": sorted(ctx.epoch for ctx, _ in fused._contexts.values()),
-            "shared_device": any(getattr(b, "shared_device", False) for _, b in fused._contexts.values())}
+            "shared_device": any(getattr(be, "shared_device", False) for _, be in fused._contexts.values())}
 
 
 def late_pushes(rank: int, world: int, delay_s: float = 0.5) -> dict:

@@ -227,20 +227,27 @@ def test_interpreted_waits_count_polls(monkeypatch):
     assert api._spin_limit(1e-6, "cpu") == 100  # at least 100 polls
 
 
-def test_p2p_pushes_follow_the_compute_stream_before_any_copy():
+@pytest.mark.parametrize("shared", [False, True])
+def test_p2p_pushes_follow_the_compute_stream_and_ranks_on_one_gpu_deliver_first(monkeypatch, shared):
     # The epoch word a push copies from is zeroed on the compute stream when the context connects;
     # every push stream must wait for the compute stream before its first copy (an H200 run without
-    # this wait left a peer's flags at 0, and the peer timed out).
+    # this wait left a peer's flags at 0, and the peer timed out). Ranks that share a GPU then wait
+    # for every push to finish and meet in a barrier before any of them launches its kernel.
     import torch
 
+    from syncopy.runtime.backends import p2p
     from syncopy.runtime.backends.p2p import HostMemory, P2PBackend, Push
     from syncopy.runtime.context import Context
 
     calls = []
 
+    class Stream:
+        def synchronize(self):
+            calls.append(("synchronize", self))
+
     class Recording(HostMemory):
         def stream(self, device):
-            return object()
+            return Stream()
 
         def after_compute(self, stream, device):
             calls.append(("after_compute", stream))
@@ -249,12 +256,13 @@ def test_p2p_pushes_follow_the_compute_stream_before_any_copy():
             calls.append(("using", stream))
             return super().using(stream)
 
+    monkeypatch.setattr(p2p.dist, "barrier", lambda group=None: calls.append(("barrier", group)))
     world, rows = 3, 8
     schedule = Schedule(pattern="all_gather", tensor="A", dim=0, chunks_per_rank=2, order="ring")
     ctx = Context(all_gather(schedule, 0, world, rows), (rows, 4), torch.float32, torch.device("cpu"), 0)
     ctx.schedule = schedule
     be = object.__new__(P2PBackend)
-    be.rank, be.world, be.memory, be.faults, be.shared_device = 0, world, Recording(), Faults(), False
+    be.rank, be.world, be.memory, be.faults, be.shared_device, be.group = 0, world, Recording(), Faults(), shared, "control"
     be.order = be._push_order(ctx)
     be.streams = {p: be.memory.stream(None) for p in be.order}
     be.peers = {p: (torch.empty_like(ctx.buffer), torch.zeros_like(ctx.signals)) for p in be.order}
@@ -265,3 +273,9 @@ def test_p2p_pushes_follow_the_compute_stream_before_any_copy():
     for p, stream in be.streams.items():
         assert calls.index(("after_compute", stream)) < calls.index(("using", stream)), calls
     assert [peer[1][4:10].tolist() for peer in be.peers.values()] == [[1, 1, 0, 0, 0, 0]] * 2  # our chunks' flags, raised
+    last_push = max(i for i, call in enumerate(calls) if call[0] == "using")
+    after = calls[last_push + 1:]
+    if shared:
+        assert after == [("synchronize", s) for s in be.streams.values()] + [("barrier", "control")], after
+    else:
+        assert after == [], after  # the kernel launches at once; join() syncs after it
