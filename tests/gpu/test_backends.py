@@ -106,7 +106,7 @@ def test_p2p_world_works_on_after_a_timeout(one_gpu):
 
 def test_p2p_ranks_on_one_gpu_wait_for_a_late_peer_before_launching(one_gpu):
     # Rank 1 enqueues its pushes 0.5 s late. A kernel launched before they landed would hold the GPU
-    # while they queue behind it (measured: both ranks timed out); rank 0 must wait for them instead.
+    # while they queue in the other process (kernels of two processes take turns); rank 0 must wait.
     for rank, rec in _records(one_gpu, "late p2p"):
         assert rec["worst"] < TOL, (rank, rec)
 

@@ -30,12 +30,12 @@ its buffer (own slot, poisoning) are done: each launch starts with a host sync o
 stream and a barrier on the control group.
 
 Ranks that share one GPU (tests, emulation) are the exception to in-kernel overlap. Without MPS,
-kernels of different processes on one GPU do not run concurrently, and a kernel that spins holds
-the GPU until it finishes: measured on an H200 (default compute mode), a rank's pushes enqueued
-while its peer's kernel waited for them did not run until that kernel's poll budget ran out, on
-both ranks. So when `ranks_on_device` finds more than one rank on this GPU, every rank's pushes
-complete (push streams synced, then a barrier) before any kernel starts: correct, not overlapped.
-One rank per GPU, the configuration the backend is for, launches at once and overlaps.
+kernels of different processes on one GPU take turns: on an H200 (default compute mode) two ranks
+whose kernels each spun out a 1 s poll budget took 2.5 s each, one kernel after the other. A rank
+whose kernel spins while the pushes it waits for sit in the other process's queue would then wait
+on the GPU's time-slicing at best. So when `ranks_on_device` finds more than one rank on this GPU,
+every rank's pushes complete (push streams synced, then a barrier) before any kernel starts:
+correct, not overlapped. One rank per GPU, the configuration the backend is for, launches at once.
 
 Producer patterns (reduce_scatter, all_reduce) have no device-side way here to make a copy wait for
 a flag the kernel raises (that takes cuStreamWaitValue32), so they run correctly but without
