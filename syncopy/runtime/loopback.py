@@ -211,11 +211,11 @@ class LoopbackWorld:
         EPOCH_ROWS epochs are filled at once, so a launch allocates no pinned memory (a pinned
         allocation can cost the host more than every copy it feeds); refilling waits for the copies
         still reading the old rows."""
-        widest = max(len(ctx.plan.flags(g)) for g in range(ctx.n_chunks))
-        table = getattr(ctx, "_loopback_epochs", None)
-        if table is None or not table[0] <= epoch < table[0] + self.EPOCH_ROWS or table[1].shape[1] < widest:
+        table = getattr(ctx, "_loopback_epochs", None)  # (first epoch, rows); a context's plan never changes
+        if table is None or not table[0] <= epoch < table[0] + self.EPOCH_ROWS:
             if table is not None:
                 self.side.synchronize()
+            widest = max(len(ctx.plan.flags(g)) for g in range(ctx.n_chunks))
             rows = torch.arange(epoch, epoch + self.EPOCH_ROWS, dtype=torch.int32).unsqueeze(1).expand(-1, widest)
             table = (epoch, self.engine.pin(rows.contiguous()))
             ctx._loopback_epochs = table
