@@ -168,15 +168,18 @@ def overlap(m, n, k, world=4, chunks=4, reps=10):
                sequential_ms=_wall(sequential, reps), stream_overlap_ms=_wall(stream_level, reps), fused_ms=_wall(fused, reps))
     res["comm_events_ms"], res["comm_while_polling_ms"] = copies_timed(None), copies_timed(_poll_block)
     res["comm_while_polling_backoff_ms"] = copies_timed(_poll_block_backoff)
-    # Where a fused launch's time goes (GPU events and host stamps), copies enqueued before the
-    # kernel (the default) and after it; and the wall time of the latter order.
-    res["fused_kernel_first_ms"] = _wall(lambda: lw.launch(grid, _args(shard0, b, c, m, n, k), dict(META), peers, sync=False,
-                                                           copies_first=False), reps)
-    for key, first in (("fused_timeline_ms", True), ("fused_kernel_first_timeline_ms", False)):
-        lw.launch(grid, _args(shard0, b, c, m, n, k), dict(META), peers, timeline=True, copies_first=first)
+    # Where a fused launch's time goes (GPU events and host stamps) when the host issues the copies
+    # before the kernel (the default), after it, or from a thread beside its launch; and the wall
+    # time of each order.
+    res["fused_by_copies_ms"], res["fused_timelines_ms"] = {}, {}
+    for mode in LoopbackWorld.COPIES:
+        res["fused_by_copies_ms"][mode] = _wall(lambda: lw.launch(grid, _args(shard0, b, c, m, n, k), dict(META), peers, sync=False,
+                                                                  copies=mode), reps)
+        lw.launch(grid, _args(shard0, b, c, m, n, k), dict(META), peers, timeline=True, copies=mode)
         tl = lw.timeline_ms()
         landed = [v for name, v in tl.items() if isinstance(name, int)]
-        res[key] = dict(kernel_launched=tl["kernel"], first_chunk=min(landed), last_chunk=max(landed), end=tl["end"], host=tl["host"])
+        res["fused_timelines_ms"][mode] = dict(kernel_launched=tl["kernel"], first_chunk=min(landed), last_chunk=max(landed),
+                                               end=tl["end"], host=tl["host"])
     fused()
     torch.cuda.synchronize()
     res["fused_max_err"] = (c.float() - full.float() @ b.float()).abs().max().item()
@@ -270,12 +273,10 @@ def main(argv=None) -> int:
         print(f"  {r['m']}x{r['n']}x{r['k']} world {r['world']} chunks {r['chunks']}: comm {r['comm_ms']:.2f} ms, compute {r['compute_ms']:.2f} ms | "
               f"sequential {r['sequential_ms']:.2f}, stream-level {r['stream_overlap_ms']:.2f}, fused {r['fused_ms']:.2f} ms "
               f"(fused/sequential {r['fused_over_sequential']:.2f}, max err {r['fused_max_err']:.3f})")
-        print(f"    fused with the kernel enqueued before the copies: {r['fused_kernel_first_ms']:.2f} ms")
-        for key, what in (("fused_timeline_ms", "copies first"), ("fused_kernel_first_timeline_ms", "kernel first")):
-            t = r[key]
+        for mode, t in r["fused_timelines_ms"].items():
             host = ", ".join(f"{name} {ms:.3f}" for name, ms in t["host"].items())
-            print(f"    fused timeline ({what}): kernel reached at {t['kernel_launched']:.3f} ms, first chunk landed {t['first_chunk']:.3f}, "
-                  f"last {t['last_chunk']:.3f}, kernel done {t['end']:.3f} | host ms: {host}")
+            print(f"    copies {mode:6s} the kernel: fused {r['fused_by_copies_ms'][mode]:.2f} ms | kernel reached at {t['kernel_launched']:.3f} ms, "
+                  f"first chunk landed {t['first_chunk']:.3f}, last {t['last_chunk']:.3f}, kernel done {t['end']:.3f} | host ms: {host}")
         print(f"    copies alone {r['comm_events_ms']:.3f} ms, "
               f"while every SM polls {r['comm_while_polling_ms']:.3f} ms "
               f"(with a 256 ns backoff {r['comm_while_polling_backoff_ms']:.3f} ms)")

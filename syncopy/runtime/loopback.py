@@ -4,8 +4,8 @@ Peers' shards live in pinned host memory and "arrive" by copy-engine copies on a
 chunk's flag is raised by a second copy (of the epoch, from pinned memory) on the same stream, so
 stream order puts the data before the flag and communication uses no SMs:
 
-    compute stream  |== fused kernel: tiles spin on flags, compute as chunks land ==|
-    side stream        [chunk 0][flag 0]  (host waits delay_s)  [chunk 1][flag 1] ...
+    compute stream  [own rows, own flags][== fused kernel: tiles spin on flags, compute as chunks land ==]
+    side stream                          [chunk 0][flag 0]  (host waits delay_s)  [chunk 1][flag 1] ...
 
 Host-side pacing (`delay_s` between chunks) emulates a slower link without occupying an SM.
 
@@ -89,8 +89,21 @@ class _Host(_Cuda):
         pass
 
 
+class _Loop:
+    """What the loopback world keeps per context: the context, its chunk moves (views made once per
+    peer list) and its pinned epoch table."""
+
+    def __init__(self, ctx: Context, shard_shape: tuple[int, ...]):
+        self.ctx, self.shard_shape = ctx, shard_shape
+        self.peers: list | None = None  # the peer tensors the moves were made from (compared by identity)
+        self.moves: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+        self.epochs: tuple[int, torch.Tensor] | None = None  # (first epoch, pinned rows)
+
+
 class LoopbackWorld:
     """Drive a FusedKernel on one GPU with emulated peers (see module docstring)."""
+
+    COPIES = ("before", "after", "beside")
 
     def __init__(self, fused: FusedKernel, world: int, rank: int = 0, device: str = "cuda"):
         if device == "cuda" and not torch.cuda.is_available():
@@ -98,29 +111,41 @@ class LoopbackWorld:
         self.fk, self.world, self.rank = fused, world, rank
         self.engine = _Cuda() if device == "cuda" else _Host()
         self.side = self.engine.stream()
-        self.contexts: dict[tuple, Context] = {}
+        self.loops: dict[tuple, _Loop] = {}
 
-    def _context(self, shard: torch.Tensor, args: dict) -> Context:
+    @property
+    def contexts(self) -> dict[tuple, Context]:
+        """The contexts made so far, by (shard shape, dtype)."""
+        return {key: loop.ctx for key, loop in self.loops.items()}
+
+    def _loop(self, shard: torch.Tensor, args: dict) -> _Loop:
         key = (tuple(shard.shape), shard.dtype)
-        if key not in self.contexts:
+        if key not in self.loops:
             # One process plays every rank here: the planner's choice needs no exchange.
             choice = self.fk._resolve(shard, self.world, args) if self.fk.schedule.planned else None
             schedule, resolution = self.fk._lowered(choice)
             p = planning.all_gather(schedule, self.rank, self.world, shard.shape[schedule.dim])
             ctx = Context(p, tuple(shard.shape), shard.dtype, shard.device, schedule.dim)
             ctx.schedule, ctx.resolution = schedule, resolution
-            self.contexts[key] = ctx
-        return self.contexts[key]
+            self.loops[key] = _Loop(ctx, key[0])
+        return self.loops[key]
 
     def launch(self, grid, args: tuple, kwargs: dict, peers: list[torch.Tensor], delay_s: float = 0.0,
                presignal: bool = False, sync: bool = True, withhold: frozenset = frozenset(), timeline: bool = False,
-               copies_first: bool | None = None) -> Context:
+               copies: str | None = None) -> Context:
         """Launch the fused kernel with `peers[r]` (pinned host shards, None for this rank) arriving.
 
-        Without pacing the copies are enqueued before the kernel, as a real peer's pushes start
-        independently of this rank's launch; with `delay_s` the host enqueues them one by one after
-        it (`copies_first` overrides the choice). timeline: record events (CUDA events on a GPU: start, kernel
-        launch, each chunk landed, end) and host times for `timeline_ms()`.
+        copies: when the host issues the chunk copies, against the kernel's launch --
+          "before": all enqueued, then the kernel (the default unpaced: a real peer's pushes start
+                    independently of this rank's launch, and the copies are the critical path);
+          "after":  the kernel, then the copies (the default with `delay_s`, which paces them);
+          "beside": from a host thread started just before the kernel's launch, so that neither
+                    waits for the other's host time.
+        This rank's own writes (epoch, own rows, own flags) always go first: they are all the
+        kernel needs to start, and on a GPU its own-rows copy would otherwise queue behind the
+        chunk copies on the copy engine.
+        timeline: record events (CUDA events on a GPU: start, kernel launch, each chunk landed,
+        end) and host times for `timeline_ms()`.
         """
         host0 = time.perf_counter()
         fk = self.fk
@@ -128,75 +153,78 @@ class LoopbackWorld:
         _, fused, _, _ = fk._built
         bound, shard, options = fk._bind(args, dict(kwargs))
         _ensure_allocator(shard.device)
-        ctx = self._context(shard, bound)
+        loop = self._loop(shard, bound)
+        ctx = loop.ctx
         call = dict(bound)
         call[fk.schedule.tensor] = ctx.buffer
         order, _, _ = fk._order(ctx, grid, call, None)
+        if copies is None:
+            copies = "after" if presignal or delay_s else "before"
+        if copies not in self.COPIES:
+            raise ValueError(f"copies={copies!r}: expected one of {', '.join(self.COPIES)}")
+        moves = self._moves(loop, peers)
         eng = self.engine
         cur = eng.current()
         events = self._events(timeline)
         events.mark("start", cur)
         events.host("setup", host0)
         c = ctx.plan.chunks_per_rank
-        epoch = ctx.epoch + 1  # this launch's; ctx.begin below, after the copies are on their way, makes it so
-        flag = self._epoch_words(ctx, epoch)
-        moves = self._moves(ctx, peers)
         cur.wait_stream(self.side)  # the last launch's copies are done
-        self.side.wait_stream(cur)  # this launch's copies follow the last kernel
+        self.side.wait_stream(cur)  # this launch's copies follow the last kernel (not this launch's own writes)
 
-        pending = [g for g in ctx.plan.arrival if g in moves and g not in withhold]
-
-        def arrive():
-            """Issue the pending chunk copies, each followed by its flags."""
-            take = list(pending)
-            pending.clear()
-            with eng.using(self.side):
-                for g in take:
-                    if delay_s:
-                        time.sleep(delay_s)
-                    dst, src, flags = moves[g]
-                    dst.copy_(src, non_blocking=True)
-                    flags.copy_(flag[: flags.numel()], non_blocking=True)
-                    events.mark(g, self.side)
-
-        # Unpaced, the copies go first: they are the critical path, and this rank's own writes below
-        # (epoch, own slot, own flags) concern only the kernel. (Measured on an H200: enqueueing two
-        # copies, then the kernel, then the rest left the copy engine idle while the host launched
-        # the kernel; the last chunk landed 0.4 ms later.)
-        if copies_first is None:
-            copies_first = not presignal and not delay_s
-        if copies_first and not presignal:
-            arrive()
-            events.host("copies enqueued", host0)
-        ctx.begin(_spin_limit(fk.timeout_s, eng.device_type))  # epoch + 1 -> epoch
+        epoch = ctx.begin(_spin_limit(fk.timeout_s, eng.device_type))
         rows, per = ctx.plan.rows_per_rank, ctx.plan.flags_per_rank
         ctx.buffer.narrow(ctx.dim, self.rank * rows, rows).copy_(shard)
         ctx.signals[dev.SIG_HEADER + self.rank * per : dev.SIG_HEADER + (self.rank + 1) * per] = epoch
+        flag = self._epoch_words(loop, epoch)
         if presignal:
             for g, (dst, src, flags) in moves.items():
                 dst.copy_(src)
                 flags.fill_(epoch)
         if ctx.no_trace is None:
             ctx.no_trace = torch.zeros(1, dtype=torch.int32, device=shard.device)
-        dummy = ctx.no_trace
-        # Arrivals after the launch: enqueued behind it on a GPU; on the host, from a thread that
-        # runs while the interpreted kernel does (its launch returns only when the kernel is done).
-        late = None
-        if not presignal and pending and not eng.concurrent:
-            late = threading.Thread(target=arrive, name="syncopy-loopback", daemon=True)
-            late.start()
-        events.mark("kernel", cur)
         events.host("own writes", host0)
+
+        pending = [] if presignal else [g for g in ctx.plan.arrival if g in moves and g not in withhold]
+        failed: list[BaseException] = []
+
+        def arrive():
+            """Issue the pending chunk copies, each followed by its flags."""
+            take = list(pending)
+            pending.clear()
+            try:
+                with eng.using(self.side):
+                    for g in take:
+                        if delay_s:
+                            time.sleep(delay_s)
+                        dst, src, flags = moves[g]
+                        dst.copy_(src, non_blocking=True)
+                        flags.copy_(flag[: flags.numel()], non_blocking=True)
+                        events.mark(g, self.side)
+                events.host("copies enqueued", host0)
+            except BaseException as exc:  # surfaced by the launching thread
+                failed.append(exc)
+
+        if copies == "before":
+            arrive()
+        # A thread issues the copies beside the launch; on the host engine also "after", since an
+        # interpreted launch returns only when the kernel is done.
+        beside = None
+        if pending and (copies == "beside" or (copies == "after" and not eng.concurrent)):
+            beside = threading.Thread(target=arrive, name="syncopy-loopback", daemon=True)
+            beside.start()
+        events.mark("kernel", cur)
         try:
-            fused[grid](**call, **fk._extra(ctx, order, dummy), **options)
+            fused[grid](**call, **fk._extra(ctx, order, ctx.no_trace), **options)
         finally:
-            if late is not None:
-                late.join()
+            if beside is not None:
+                beside.join()
         events.mark("end", cur)
         events.host("kernel launched", host0)
-        if not presignal and pending:
+        if pending:
             arrive()
-            events.host("copies enqueued", host0)
+        if failed:
+            raise failed[0]
         if sync:
             eng.synchronize()
             err = ctx.error()
@@ -206,19 +234,19 @@ class LoopbackWorld:
 
     EPOCH_ROWS = 1024  # launches served by one fill of the pinned epoch table
 
-    def _epoch_words(self, ctx: Context, epoch: int) -> torch.Tensor:
+    def _epoch_words(self, loop: _Loop, epoch: int) -> torch.Tensor:
         """A pinned row of `epoch` values, the source of this launch's flag copies. Rows for the next
         EPOCH_ROWS epochs are filled at once, so a launch allocates no pinned memory (a pinned
         allocation can cost the host more than every copy it feeds); refilling waits for the copies
         still reading the old rows."""
-        table = getattr(ctx, "_loopback_epochs", None)  # (first epoch, rows); a context's plan never changes
+        table = loop.epochs
         if table is None or not table[0] <= epoch < table[0] + self.EPOCH_ROWS:
             if table is not None:
                 self.side.synchronize()
-            widest = max(len(ctx.plan.flags(g)) for g in range(ctx.n_chunks))
+            ctx = loop.ctx
+            widest = max(len(ctx.plan.flags(g)) for g in range(ctx.n_chunks))  # a context's plan never changes
             rows = torch.arange(epoch, epoch + self.EPOCH_ROWS, dtype=torch.int32).unsqueeze(1).expand(-1, widest)
-            table = (epoch, self.engine.pin(rows.contiguous()))
-            ctx._loopback_epochs = table
+            table = loop.epochs = (epoch, self.engine.pin(rows.contiguous()))
         return table[1][epoch - table[0]]
 
     def _events(self, on: bool) -> "_Timeline":
@@ -228,7 +256,8 @@ class LoopbackWorld:
     def timeline_ms(self) -> dict:
         """After a synchronised launch(timeline=True): GPU ms from its start to the kernel's launch
         point, to each chunk's landing (flag raised) and to the kernel's end; and under "host", ms of
-        host time from the call to each step (setup, copies enqueued, own writes, kernel launched)."""
+        host time from the call to each step (setup, own writes, copies enqueued, kernel launched),
+        in the order they happened."""
         return self.timeline.ms()
 
     @staticmethod
@@ -237,13 +266,19 @@ class LoopbackWorld:
         f = ctx.plan.flags(g)
         return slice(dev.SIG_HEADER + f.start, dev.SIG_HEADER + f.stop)
 
-    def _moves(self, ctx: Context, peers) -> dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    def _moves(self, loop: _Loop, peers) -> dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
         """Per remote chunk: (its rows in the buffer, the same rows of the peer's pinned shard, its
         flags), views made once per context and peer list (each view costs the host a few us)."""
-        cached = getattr(ctx, "_loopback_moves", None)  # (the peer tensors themselves, their moves)
-        if cached is not None and len(cached[0]) == len(peers) and all(a is b for a, b in zip(cached[0], peers)):
-            return cached[1]
+        if loop.peers is not None and len(loop.peers) == len(peers) and all(a is b for a, b in zip(loop.peers, peers)):
+            return loop.moves
+        ctx = loop.ctx
         c, rows = ctx.plan.chunks_per_rank, ctx.plan.rows_per_rank
+        if len(peers) != self.world:
+            raise LaunchError(f"the loopback world has {self.world} ranks but got {len(peers)} peer shards; pass one per rank (any value for rank {self.rank})")
+        for r, t in enumerate(peers):
+            if r != self.rank and (t is None or tuple(t.shape) != loop.shard_shape):
+                got = "None" if t is None else tuple(t.shape)
+                raise LaunchError(f"peer shard {r} has shape {got}; every peer's shard must have this rank's shard shape {loop.shard_shape}")
         moves = {}
         for g in range(ctx.n_chunks):
             src = g // c
@@ -251,7 +286,7 @@ class LoopbackWorld:
                 continue
             lo, hi = ctx.plan.bounds(g)
             moves[g] = (ctx.chunk_view(g), peers[src].narrow(ctx.dim, lo - src * rows, hi - lo), ctx.signals[self._flags(ctx, g)])
-        ctx._loopback_moves = (list(peers), moves)
+        loop.peers, loop.moves = list(peers), moves
         return moves
 
 

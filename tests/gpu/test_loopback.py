@@ -28,7 +28,7 @@ def _gemm_case(world, rows, n, k, dtype, rank=0, seed=0):
     return shards[rank].cuda(), b, peers, full
 
 
-def _run_ag_gemm(fk, world, rows, n, k, dtype, delay_s=0.0, presignal=False, rank=0, seed=0, lw=None, poison=False):
+def _run_ag_gemm(fk, world, rows, n, k, dtype, delay_s=0.0, presignal=False, rank=0, seed=0, lw=None, poison=False, copies=None):
     import triton
 
     from syncopy.runtime.loopback import LoopbackWorld
@@ -43,7 +43,7 @@ def _run_ag_gemm(fk, world, rows, n, k, dtype, delay_s=0.0, presignal=False, ran
         for ctx in lw.contexts.values():
             ctx.buffer.fill_(float("nan"))
     lw.launch(grid, (shard, b, c, m, n, k, shard.stride(0), shard.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1)),
-              meta, peers, delay_s=delay_s, presignal=presignal)
+              meta, peers, delay_s=delay_s, presignal=presignal, copies=copies)
     ref = (full.float() @ b.float())
     return (c.float() - ref).abs().max().item() / max(1.0, ref.abs().max().item())
 
@@ -54,6 +54,18 @@ def test_ag_gemm_template_on_loopback(world, chunks, order):
 
     fk = _fused(ag_gemm_kernel, "A", chunks, order)
     assert _run_ag_gemm(fk, world, 200, 128, 96, torch.float16, delay_s=0.002) < 2e-2
+
+
+@pytest.mark.parametrize("copies", ["before", "after", "beside"])
+def test_copies_issued_before_after_or_beside_the_launch(copies):
+    # The three host orders the benchmark compares: all correct, launch after launch on one world.
+    from syncopy.runtime.loopback import LoopbackWorld
+    from syncopy.templates.ag_gemm.kernel import ag_gemm_kernel
+
+    fk = _fused(ag_gemm_kernel, "A", 3)
+    lw = LoopbackWorld(fk, 4, rank=2)
+    for seed in range(3):
+        assert _run_ag_gemm(fk, 4, 129, 128, 96, torch.float16, rank=2, seed=seed, lw=lw, poison=True, copies=copies) < 2e-2
 
 
 def test_ag_gemm_fp32_presignalled_equals_reference():

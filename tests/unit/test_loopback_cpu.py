@@ -52,7 +52,8 @@ def test_copies_first_then_kernel_equals_torch_launch_after_launch(rank):
         t = lw.timeline_ms()
         landed = [v for name, v in t.items() if isinstance(name, int)]
         assert len(landed) == (WORLD - 1) * 2 and max(landed) <= t["kernel"]  # every copy issued before the kernel
-        assert list(t["host"]) == ["setup", "copies enqueued", "own writes", "kernel launched"]
+        # This rank's own writes go first: on a GPU its own-rows copy would queue behind the chunk copies.
+        assert list(t["host"]) == ["setup", "own writes", "copies enqueued", "kernel launched"]
     assert ctx.epoch == 2 and len(lw.contexts) == 1
 
 
@@ -83,7 +84,42 @@ def test_presignalled_chunks_and_the_epoch_table_refill(monkeypatch):
         shards, b = _case(seed)
         c, ctx = _launch(lw, shards, b, rank=1, presignal=seed == 1)
         assert _err(c, shards, b) < 1e-4
-    assert ctx.epoch == 3 and ctx._loopback_epochs[0] == 3
+    (loop,) = lw.loops.values()
+    assert ctx.epoch == 3 and loop.epochs[0] == 3 and loop.epochs[1].shape == (2, 1)  # refilled at epoch 3, one flag per chunk
+
+
+def test_copies_issued_beside_the_launch_from_a_thread():
+    lw = LoopbackWorld(_fused(), WORLD, 1, device="cpu")
+    for seed in range(2):
+        shards, b = _case(seed)
+        c, _ = _launch(lw, shards, b, rank=1, copies="beside", timeline=True)
+        assert _err(c, shards, b) < 1e-4
+        t = lw.timeline_ms()
+        assert len([name for name in t if isinstance(name, int)]) == (WORLD - 1) * 2
+        assert list(t["host"])[:2] == ["setup", "own writes"] and set(t["host"]) == {"setup", "own writes", "copies enqueued", "kernel launched"}
+
+
+def test_a_failure_in_the_copy_thread_is_raised_by_the_launch():
+    lw = LoopbackWorld(_fused(timeout_s=0.3), WORLD, 0, device="cpu")
+
+    def broken(stream):
+        raise RuntimeError("copy engine gone")
+
+    lw.engine.using = broken
+    shards, b = _case(7)
+    with pytest.raises(RuntimeError, match="copy engine gone"):
+        _launch(lw, shards, b, copies="beside")
+
+
+def test_bad_peer_shards_and_copy_modes_are_one_line_errors():
+    lw = LoopbackWorld(_fused(), WORLD, 0, device="cpu")
+    shards, b = _case(8)
+    with pytest.raises(syncopy.LaunchError, match=r"^peer shard 2 has shape \(15, 16\); every peer's shard must have this rank's shard shape \(16, 16\)$"):
+        _launch(lw, shards[:2] + [shards[2][:15]], b)
+    with pytest.raises(syncopy.LaunchError, match=r"^the loopback world has 3 ranks but got 2 peer shards"):
+        _launch(lw, shards[:2], b)
+    with pytest.raises(ValueError, match=r"^copies='sideways': expected one of before, after, beside$"):
+        _launch(lw, shards, b, copies="sideways")
 
 
 def test_withheld_chunk_is_a_timeout_naming_it():
