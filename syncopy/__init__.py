@@ -18,12 +18,17 @@ def __getattr__(name):
         from syncopy import api
 
         return getattr(api, name)
+    if name == "templates":  # `syncopy.templates.ag_gemm(...)` after a plain `import syncopy`
+        import importlib
+
+        return importlib.import_module("syncopy.templates")
     raise AttributeError(name)
 
 
 __all__ = [
     "overlap",
     "FusedKernel",
+    "templates",
     "Schedule",
     "load_schedule",
     "SyncopyError",

@@ -98,6 +98,20 @@ def slot_records(order: torch.Tensor, n_tiles: int) -> list[tuple[int, ...]]:
     return [tuple(flat[k : k + dev.SLOT_WORDS]) for k in range(0, len(flat), dev.SLOT_WORDS)]
 
 
+def _require_jit(jit_fn) -> None:
+    """Decorating a plain function (no @triton.jit, or the decorators swapped) fails here, at
+    decoration time, pointing at the function's def line."""
+    if callable(getattr(jit_fn, "fn", None)):
+        return
+    from syncopy.errors import KernelError, SourceLocation
+
+    code = getattr(jit_fn, "__code__", None)
+    where = SourceLocation(code.co_filename, code.co_firstlineno, 1) if code is not None else None
+    name = getattr(jit_fn, "__name__", None)
+    got = f"function '{name}'" if code is not None else f"'{name}'" if name else type(jit_fn).__name__
+    raise KernelError(f"@syncopy.overlap needs a @triton.jit kernel: put @triton.jit under @syncopy.overlap (got {got})", where)
+
+
 class FusedKernel:
     """A local Triton kernel fused with the communication its schedule describes.
 
@@ -109,6 +123,7 @@ class FusedKernel:
                  link: Link | None = None, faults: Faults | None = None, trace: bool = False,
                  poison_receive: bool = False, dump_dir: str | Path | None = None,
                  one_shot_max_bytes: int = planning.ONE_SHOT_MAX_BYTES, hardware: str | None = None, workload=None):
+        _require_jit(jit_fn)
         self.local = jit_fn
         self.producer = schedule.pattern in PRODUCER_PATTERNS
         self.one_shot_max_bytes = one_shot_max_bytes

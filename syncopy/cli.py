@@ -25,19 +25,47 @@ def _transform(args) -> int:
     ks = from_file(args.kernel, schedule.kernel)
     t = transform(ks, schedule)
     out = emit.rewrite_file(t)
-    if args.dump_dir:
-        emit.dump(t, args.dump_dir)
+    # Every check before the first byte is written: a mistake leaves nothing behind.
+    output = _output_path(args.output, "-o") if args.output else None
+    dump_dir = _dump_dir(args.dump_dir) if args.dump_dir else None
     if args.diff:
-        sys.stdout.writelines(difflib.unified_diff(ks.module.code.splitlines(True), out.splitlines(True),
-                                                   fromfile=args.kernel, tofile=args.output or f"{args.kernel} (fused)"))
-    elif not args.output:
+        # With -o the diff goes to that file; the fused kernel is only ever printed or written without --diff.
+        out = "".join(difflib.unified_diff(ks.module.code.splitlines(True), out.splitlines(True),
+                                           fromfile=args.kernel, tofile=f"{args.kernel} (fused)"))
+    if dump_dir is not None:
+        _write(lambda: emit.dump(t, dump_dir), f"--dump-dir {args.dump_dir}")
+    if output is not None:
+        _write(lambda: emit.write_atomic(output, out), f"-o {args.output}")
+    else:
         sys.stdout.write(out)
-    if args.output:
-        try:
-            emit.write_atomic(Path(args.output), out)
-        except OSError as exc:
-            raise SyncopyError(f"{args.output}: cannot write the output: {exc.strerror or exc}; choose a writable -o path") from None
     return 0
+
+
+def _output_path(text: str, option: str) -> Path:
+    """The `-o` path, if its folder exists (a typo in it should not create folders)."""
+    path = Path(text)
+    folder = path.parent
+    if folder.exists() and not folder.is_dir():
+        raise SyncopyError(f"{option} {text}: {str(folder)!r} is not a directory; choose another path")
+    if not folder.is_dir():
+        raise SyncopyError(f"{option} {text}: the directory {str(folder)!r} does not exist; create it first or choose another path")
+    if path.is_dir():
+        raise SyncopyError(f"{option} {text}: is a directory; give a file path")
+    return path
+
+
+def _dump_dir(text: str) -> Path:
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise SyncopyError(f"--dump-dir {text}: is a file, not a directory; choose a directory path (it is created if missing)")
+    return path
+
+
+def _write(write, option: str) -> None:
+    try:
+        write()
+    except OSError as exc:
+        raise SyncopyError(f"{option}: cannot write there: {exc.strerror or exc}; choose a writable path") from None
 
 
 def _check(args) -> int:
@@ -58,12 +86,31 @@ def _expand(args) -> int:
     from syncopy.schedule.explicit import expand, to_yaml
 
     schedule = load_schedule(Path(args.schedule))
+    planned = [k for k in ("chunks_per_rank", "order") if getattr(schedule, k) == "auto"]
+    if planned:
+        key, fixed = planned[0], {"chunks_per_rank": "a chunk count (e.g. chunks_per_rank: 2)",
+                                  "order": "a named order (ring, local_first, bidirectional_ring) or a list of peer offsets"}
+        also = f" ({planned[1]} is auto too)" if len(planned) > 1 else ""
+        raise ScheduleError(f"auto is resolved at launch by the planner, so there is nothing fixed to expand{also}; "
+                            f"write {fixed[key]} to expand", ScheduleLocation(args.schedule, key, _key_line(args.schedule, key)))
     try:
         text = to_yaml(expand(schedule, args.world))
     except ScheduleError as exc:  # name the file, as every schedule error does
         raise ScheduleError(exc.message, ScheduleLocation(args.schedule, exc.location.key if exc.location else "")) from None
     sys.stdout.write(text)
     return 0
+
+
+def _key_line(path: str, key: str) -> int | None:
+    """The line of a top-level key in a schedule file that has already loaded (None if not written)."""
+    import yaml
+
+    node = yaml.compose(Path(path).read_text())
+    if isinstance(node, yaml.MappingNode):
+        for k, _ in node.value:
+            if k.value == key:
+                return k.start_mark.line + 1
+    return None
 
 
 def _schema(args) -> int:
@@ -91,8 +138,8 @@ def _shape(text: str | None):
         parts = tuple(int(x) for x in text.split(","))
     except ValueError:
         parts = ()
-    if len(parts) != 3 or min(parts) < 0:
-        raise SyncopyError(f"--shape {text!r}: give three non-negative integers M,N,K (M = rows per rank)")
+    if len(parts) != 3:
+        raise SyncopyError(f"--shape {text!r}: give three integers M,N,K, e.g. --shape 96,64,64 (see `syncopy run --help` for what M is)")
     return parts
 
 
@@ -109,12 +156,79 @@ def _run(args) -> int:
     from syncopy.run import run
 
     results = run(args.name, args.world, _shape(args.shape), args.dtype, args.chunks, args.order, args.iters, args.backend)
+    first = results[0]
+    sizes = ", ".join(f"{k} {'x'.join(map(str, v))}" for k, v in first["inputs"].items())
+    out = f"; output {'x'.join(map(str, first['output']))} per rank" if first["output"] else ""
+    print(f"{args.name} on {len(results)} CPU rank(s), {args.dtype}: inputs per rank {sizes}{out}")
+    if first["planner"]:
+        print(first["planner"])
     for r in results:
         print(f"rank {r['rank']}: max relative error {r['max_err']:.2e} {'OK' if r['ok'] else 'WRONG'}; "
               f"median launch {r['median_s'] * 1e3:.0f} ms")
     ok = all(r["ok"] for r in results)
     print(f"{args.name} on {len(results)} rank(s): {'correct' if ok else 'WRONG'}")
     return 0 if ok else 1
+
+
+# Element types `--signature` accepts (triton's names); a leading * makes a pointer to one.
+_SCALAR_TYPES = ("i1", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "fp8e4nv", "fp8e5", "fp16", "bf16", "fp32", "fp64")
+
+
+def _kernel_signature(kernel, name: str, signature: str, const: str | None) -> tuple[dict, dict]:
+    """(signature, constexprs) for `kernel` from --signature and --const, every parameter accounted for."""
+    params = kernel.params
+    plain = [p.name for p in params if not p.is_constexpr]
+    constexprs = [p.name for p in params if p.is_constexpr]
+    sig: dict[str, str] = {}
+    for item in signature.split(","):
+        pname, sep, ty = (part.strip() for part in item.partition(":"))
+        if not sep or not pname or not ty:
+            raise SyncopyError(f"--signature: {item!r} is not name:type; write e.g. --signature A:*fp16,M:i32")
+        if pname in constexprs:
+            raise SyncopyError(f"--signature: '{pname}' of {name} is a tl.constexpr; give its value with --const {pname}=INT")
+        if pname not in plain:
+            raise SyncopyError(f"--signature: {name} has no parameter '{pname}'; its parameters are {', '.join(plain)}")
+        if ty.removeprefix("*") not in _SCALAR_TYPES:
+            raise SyncopyError(f"--signature: {pname}:{ty}: unknown type '{ty}'; use one of {', '.join(_SCALAR_TYPES)}, "
+                               "with a leading * for a pointer (e.g. *fp16)")
+        sig[pname] = ty
+    missing = [n for n in plain if n not in sig]
+    if missing:
+        raise SyncopyError(f"--signature: no type for {', '.join(missing)}; give name:type for every parameter of {name}: "
+                           f"{', '.join(plain)}")
+    values: dict[str, int] = {}
+    for item in const.split(",") if const else []:
+        pname, sep, value = (part.strip() for part in item.partition("="))
+        if pname not in constexprs:
+            listed = ", ".join(constexprs) or "none"
+            raise SyncopyError(f"--const: {name} has no tl.constexpr parameter {pname!r}; its constexpr parameters are {listed}")
+        try:
+            values[pname] = int(value)
+        except ValueError:
+            raise SyncopyError(f"--const: {pname}={value}: not an integer; give NAME=INT, e.g. {pname}=64") from None
+    for p in params:
+        if p.is_constexpr and p.name not in values and p.has_default:
+            values[p.name] = p.default
+    missing = [n for n in constexprs if n not in values]
+    if missing:
+        raise SyncopyError(f"--const: no value for {', '.join(missing)}; give NAME=INT for every tl.constexpr parameter of "
+                           f"{name}: {', '.join(constexprs)}")
+    return sig, values
+
+
+def _user_kernel(path: str, name: str):
+    """The @triton.jit function `name` of the file at `path` (imported, as triton needs)."""
+    import importlib.util
+
+    if not Path(path).is_file():
+        raise SyncopyError(f"{path}: cannot read the kernel file: No such file; check the path")
+    spec = importlib.util.spec_from_file_location("syncopy_user_kernel", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    kernel = getattr(mod, name, None)
+    if not hasattr(kernel, "params"):
+        raise SyncopyError(f"{path}: no @triton.jit function '{name}' (the schedule's `kernel:`); fix `kernel:` or the file")
+    return kernel
 
 
 def _compile(args) -> int:
@@ -129,21 +243,20 @@ def _compile(args) -> int:
     from syncopy.emit.ptx import acquire_polls, compile_ptx, notifies, release_ops
 
     arch = int(args.arch.removeprefix("sm_"))
+    output = _output_path(args.output, "-o") if args.output else None
     if args.target.endswith(".py"):
-        import importlib.util
-
         import syncopy
         from syncopy.schedule import load_schedule
 
         if not args.schedule or not args.signature:
             raise SyncopyError("compiling a kernel file needs --schedule S.yaml and --signature 'name:type,...' (e.g. A:*fp16,M:i32)")
         sched = load_schedule(Path(args.schedule))
-        spec = importlib.util.spec_from_file_location("syncopy_user_kernel", args.target)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        fused = syncopy.overlap(sched)(getattr(mod, sched.kernel))
-        sig = dict(item.split(":", 1) for item in args.signature.split(","))
-        const = {k: int(v) for k, v in (item.split("=", 1) for item in (args.const.split(",") if args.const else []))}
+        if sched.kernel is None:
+            raise ScheduleError("missing required key for the CLI; add `kernel: NAME` (the @triton.jit function to compile)",
+                                ScheduleLocation(args.schedule, "kernel"))
+        kernel = _user_kernel(args.target, sched.kernel)
+        sig, const = _kernel_signature(kernel, sched.kernel, args.signature, args.const)
+        fused = syncopy.overlap(sched)(kernel)
     else:
         from syncopy import templates
 
@@ -157,10 +270,10 @@ def _compile(args) -> int:
         sig.setdefault(k, "constexpr")
     ptx = compile_ptx(fused.fused, {p.name: sig[p.name] for p in fused.fused.params}, const, arch)
     polls, releases = acquire_polls(ptx), release_ops(ptx)
-    if args.output:
+    if output is not None:
         from syncopy.emit.source import write_atomic
 
-        write_atomic(Path(args.output), ptx)
+        _write(lambda: write_atomic(output, ptx), f"-o {args.output}")
     else:
         sys.stdout.write(ptx)
     what = f"{len(polls)} acquire polls inside loops, {len(releases)} release ops"
@@ -176,58 +289,85 @@ def _demo(args) -> int:
     return demo_main(world=args.world, chunks=args.chunks, latency_ms=args.latency_ms)
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows `(default: X)` after an option's help, unless there is no default or the help says it."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if action.default in (None, False, argparse.SUPPRESS) or "default" in text:
+            return text
+        return super()._get_help_string(action)
+
+
+_RUN_SHAPE_HELP = ("the problem as the template defines it, printed on the first output line as per-rank sizes. "
+                   "M is the rows of ONE rank's shard for ag_gemm, ag_gemm_persistent and ag_rmsnorm (the gathered "
+                   "problem has world x M rows; K is unused by ag_rmsnorm), the total output rows for gemm_rs, the output "
+                   "rows for gemm_ar and the token rows a rank holds for a2a_gemm; note that `syncopy plan --shape` "
+                   "counts the gathered rows instead (default: the template's own shape)")
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from syncopy.demo import ROWS as DEMO_ROWS
+    from syncopy.run import BACKENDS, DTYPES
+
     p = argparse.ArgumentParser(prog="syncopy", description="Fuse communication into Triton kernels.")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    t = sub.add_parser("transform", help="rewrite one kernel of a file for a chunk schedule")
-    t.add_argument("kernel", metavar="KERNEL.py")
-    t.add_argument("--schedule", "-s", required=True, metavar="S.yaml")
-    t.add_argument("-o", "--output", metavar="OUT.py", help="write here (atomically) instead of stdout")
-    t.add_argument("--diff", action="store_true", help="print a unified diff instead of the file")
-    t.add_argument("--dump-dir", metavar="DIR", help="write each stage's artifact (kernel, binding, fused, probe)")
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help, description=help[:1].upper() + help[1:] + ".", formatter_class=_HelpFormatter)
+
+    t = command("transform", "rewrite one kernel of a file for a chunk schedule")
+    t.add_argument("kernel", metavar="KERNEL.py", help="the file holding the @triton.jit kernel (never modified)")
+    t.add_argument("--schedule", "-s", required=True, metavar="S.yaml", help="the chunk schedule; its `kernel:` names the kernel to rewrite")
+    t.add_argument("-o", "--output", metavar="OUT", help="write here (atomically) instead of stdout: the fused file, or the diff with --diff; "
+                   "the directory must exist")
+    t.add_argument("--diff", action="store_true", help="a unified diff of the kernel file instead of the fused file (to stdout, or to -o)")
+    t.add_argument("--dump-dir", metavar="DIR", help="write each stage's artifact (kernel, binding, fused, probe) into DIR (created if missing)")
     t.set_defaults(run=_transform)
 
-    c = sub.add_parser("check", help="validate a schedule file")
-    c.add_argument("schedule", metavar="S.yaml")
+    c = command("check", "validate a schedule file")
+    c.add_argument("schedule", metavar="S.yaml", help="the schedule file (YAML or JSON)")
     c.set_defaults(run=_check)
 
-    e = sub.add_parser("expand", help="write a schedule's order out as explicit transfers (the full form) for a world size")
-    e.add_argument("schedule", metavar="S.yaml")
-    e.add_argument("--world", type=int, required=True)
+    e = command("expand", "write a schedule's order out as explicit transfers (the full form) for a world size")
+    e.add_argument("schedule", metavar="S.yaml", help="a schedule with a fixed chunks_per_rank and order (not auto)")
+    e.add_argument("--world", type=int, required=True, metavar="N", help="number of ranks to write the transfers for")
     e.set_defaults(run=_expand)
 
-    s = sub.add_parser("schema", help="print the JSON Schema of schedules")
+    s = command("schema", "print the JSON Schema of schedules")
     s.set_defaults(run=_schema)
 
-    tp = sub.add_parser("templates", help="list the template library")
+    tp = command("templates", "list the template library")
     tp.set_defaults(run=_templates)
 
-    r = sub.add_parser("run", help="run a template end to end on a CPU world and verify it against torch")
-    r.add_argument("name")
-    r.add_argument("--world", type=int, default=2)
-    r.add_argument("--shape", metavar="M,N,K", help="M = rows per rank")
-    r.add_argument("--dtype", choices=["fp32", "fp16", "bf16"], default="fp32")
-    r.add_argument("--chunks", type=_chunks, help="chunks per rank or auto (default: the template's schedule)")
+    r = command("run", "run a template end to end on a CPU world and verify it against torch")
+    r.add_argument("name", metavar="NAME", help="template name (see `syncopy templates`)")
+    r.add_argument("--world", type=int, default=2, metavar="N", help="number of CPU ranks")
+    r.add_argument("--shape", metavar="M,N,K", help=_RUN_SHAPE_HELP)
+    r.add_argument("--dtype", choices=sorted(DTYPES), default="fp32", help="element type")
+    r.add_argument("--chunks", type=_chunks, metavar="N|auto", help="chunks per rank, or auto for the planner's choice (default: the template's schedule)")
     r.add_argument("--order", type=_order_arg, metavar="ring|local_first|bidirectional_ring|auto|OFFSETS",
-                   help="arrival order; OFFSETS is an explicit comma-separated list of peer offsets, e.g. 3,1,2")
-    r.add_argument("--iters", type=int, default=2)
-    r.add_argument("--backend", default="auto")
+                   help="arrival order; OFFSETS lists each peer offset 1..N-1 once, comma-separated, e.g. 3,1,2 "
+                        "(default: the template's schedule)")
+    r.add_argument("--iters", type=int, default=2, metavar="N", help="launches per rank, each checked against torch")
+    r.add_argument("--backend", default="auto", metavar="{" + ",".join(BACKENDS) + "}",
+                   help="how chunks move: auto or gloo (p2p and nccl move CUDA tensors; `syncopy run` uses CPU ranks)")
     r.set_defaults(run=_run)
 
-    cp = sub.add_parser("compile", help="lower a fused kernel to PTX with triton.compile (no GPU needed)")
-    cp.add_argument("target", metavar="NAME|KERNEL.py")
-    cp.add_argument("--arch", default="sm_90", choices=["sm_80", "sm_86", "sm_89", "sm_90"])
-    cp.add_argument("-o", "--output", metavar="OUT.ptx")
-    cp.add_argument("--schedule", metavar="S.yaml", help="for a kernel file")
-    cp.add_argument("--signature", help="for a kernel file: name:type,... (types *fp16, *fp32, i32, fp32)")
-    cp.add_argument("--const", help="for a kernel file: constexpr values NAME=INT,...")
+    cp = command("compile", "lower a fused kernel to PTX with triton.compile (no GPU needed)")
+    cp.add_argument("target", metavar="NAME|KERNEL.py", help="template NAME (see `syncopy templates`) or a kernel file")
+    cp.add_argument("--arch", default="sm_90", choices=["sm_80", "sm_86", "sm_89", "sm_90"], help="the NVIDIA target")
+    cp.add_argument("-o", "--output", metavar="OUT.ptx", help="write the PTX here (atomically) instead of stdout; the directory must exist")
+    cp.add_argument("--schedule", metavar="S.yaml", help="for a kernel file: its schedule (`kernel:` names the kernel)")
+    cp.add_argument("--signature", metavar="NAME:TYPE,...",
+                    help="for a kernel file: a type for every non-constexpr parameter (e.g. *fp16, *fp32, i32, fp32)")
+    cp.add_argument("--const", metavar="NAME=INT,...", help="for a kernel file: a value for every tl.constexpr parameter")
     cp.set_defaults(run=_compile, argv=None)
 
-    d = sub.add_parser("demo", help="all-gather GEMM on a CPU world, checked against the torch reference")
-    d.add_argument("--world", type=int, default=4)
-    d.add_argument("--chunks", type=int, default=2)
-    d.add_argument("--latency-ms", type=float, default=20.0, help="emulated per-chunk link latency")
+    d = command("demo", "all-gather GEMM on a CPU world, checked against the torch reference")
+    d.add_argument("--world", type=int, default=4, metavar="N", help="number of CPU ranks")
+    d.add_argument("--chunks", type=int, default=2, metavar="N", help=f"chunks per rank, 1 to {DEMO_ROWS} (the rows of each rank's shard)")
+    d.add_argument("--latency-ms", type=float, default=20.0, metavar="MS", help="emulated per-chunk link latency")
     d.set_defaults(run=_demo)
 
     try:
@@ -235,7 +375,7 @@ def build_parser() -> argparse.ArgumentParser:
     except ImportError:  # the planner is optional at import time; `plan` is absent without it
         plan_command = None
     if plan_command is not None:
-        pl = sub.add_parser("plan", help="predict sequential, stream-level and fused times; choose chunks and order")
+        pl = command("plan", "predict sequential, stream-level and fused times; choose chunks and order")
         plan_command.add_arguments(pl)
         pl.set_defaults(run=plan_command.run)
     return p

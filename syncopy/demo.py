@@ -16,8 +16,7 @@ def _rank_main(rank: int, world: int, chunks: int, latency_ms: float, rows: int,
     from syncopy.templates.ag_gemm.kernel import ag_gemm_kernel
 
     schedule = syncopy.load_schedule(str(resources.files("syncopy.templates") / "ag_gemm" / "schedule.yaml"))
-    schedule = schedule.model_copy(update={"chunks_per_rank": chunks})
-    fused = syncopy.overlap(schedule, trace=True, poison_receive=True, link=Link(latency_s=latency_ms / 1e3))(ag_gemm_kernel)
+    fused = syncopy.overlap(schedule, chunks_per_rank=chunks, trace=True, poison_receive=True, link=Link(latency_s=latency_ms / 1e3))(ag_gemm_kernel)
     torch.manual_seed(1234 + rank)
     a = torch.randn(rows, k)
     b = torch.randn(k, n, generator=torch.Generator().manual_seed(7))
@@ -33,9 +32,26 @@ def _rank_main(rank: int, world: int, chunks: int, latency_ms: float, rows: int,
     return err, elapsed, fused.last_trace.summary(), fused.last_trace.overlapped_tiles()
 
 
-def main(world: int = 4, chunks: int = 2, latency_ms: float = 20.0, rows: int = 45, n: int = 64, k: int = 64) -> int:
+#: Rows of each rank's shard of A.
+ROWS = 45
+
+
+def check_arguments(world: int, chunks: int, latency_ms: float, rows: int = ROWS) -> None:
+    """Raise a one-line SyncopyError, naming the `syncopy demo` option, before any rank starts."""
+    from syncopy.errors import SyncopyError
+
+    if world < 1:
+        raise SyncopyError(f"--world {world}: a world has at least one rank; pass --world N with N >= 1")
+    if not 1 <= chunks <= rows:
+        raise SyncopyError(f"--chunks {chunks}: each rank's shard has {rows} rows; give a chunk count from 1 to {rows}")
+    if not latency_ms >= 0:
+        raise SyncopyError(f"--latency-ms {latency_ms:g}: a link latency cannot be negative; give 0 or more")
+
+
+def main(world: int = 4, chunks: int = 2, latency_ms: float = 20.0, rows: int = ROWS, n: int = 64, k: int = 64) -> int:
     from syncopy.runtime.world import spawn
 
+    check_arguments(world, chunks, latency_ms, rows)
     print(f"syncopy demo: all-gather GEMM on {world} CPU ranks (gloo, Triton interpreter), "
           f"A shard {rows}x{k} per rank, B {k}x{n}, {chunks} chunks per rank, ring order, "
           f"emulated link latency {latency_ms:g} ms per chunk")

@@ -86,11 +86,27 @@ def _only_jit_decorator(func: cst.FunctionDef) -> cst.FunctionDef:
     return func.with_changes(decorators=[d for d in func.decorators if _is_jit(d)], leading_lines=[])
 
 
+def _file_mode(path: Path) -> int:
+    """The mode a write to `path` should leave: an existing file's own, else 0666 less the umask."""
+    try:
+        return path.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        umask = os.umask(0)  # the only way to read it; set it straight back
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
 def write_atomic(path: Path, text: str) -> None:
+    """Write `text` to `path` through a temporary file renamed over it (readers never see half a file).
+
+    Creates missing parent folders (the cache and --dump-dir rely on it; the CLI checks `-o` itself).
+    The file gets the mode a plain `open(path, "w")` would give it, not mkstemp's 0600.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:
+            os.fchmod(f.fileno(), _file_mode(path))
             f.write(text)
         os.replace(tmp, path)
     except BaseException:

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from syncopy.errors import InferenceError, KernelError
+from syncopy.errors import InferenceError, KernelError, SourceLocation
 from syncopy.frontend import cstutil as cu
-from syncopy.frontend import persistent
+from syncopy.frontend import persistent, scope
 from syncopy.frontend.source import KernelSource
 
 BASE_NAME = "syncopy_base"
@@ -556,6 +556,8 @@ def _infer_loop(ks: KernelSource, binding: TensorBinding, loop: persistent.Persi
         at_tile_start = flat and j > j_if
         if rows is not None:
             at = (j_if, tile_end) if at_tile_start else (j,)
+            _check_rows(ks, rows, outer | set().union(*(cu.assigned_in(x) for x in lbody[:at[0] + (1 if at_tile_start else 0)])),
+                        lbody[at[0]], tensor)
             if fine is None:
                 fine = persistent.determined(loop, stmt, at, tainted)
             start = (at_tile_start or not flat) and fine(cu.names_in(cst.parse_expression(rows)))
@@ -608,7 +610,59 @@ def _hoistable(ks, stmt, reads_of, before, tensor, dim) -> bool:
     return True
 
 
-def infer(ks: KernelSource, tensor: str, dim: int, rows: str | None = None, writes: bool = False) -> TensorBinding:
+def _check_rows(ks: KernelSource, rows: str, defined: set[str], at: cst.CSTNode, tensor: str) -> None:
+    """`binding.rows` may only use names the kernel has defined where its wait goes (before `at`)."""
+    unknown = scope.unknown_names(ks, rows, defined)
+    if unknown:
+        name, line = unknown[0], ks.location(at).line
+        why = "assigns only later" if name in cu.assigned_in(ks.func.body) else "does not define" + scope.suggestion(name, defined)
+        raise KernelError(
+            f"binding.rows uses '{name}', which kernel '{ks.name}' {why}; the wait for '{tensor}' goes before line {line}, "
+            "so write `rows:` with its parameters and the names it assigns above that line",
+            ks.location(at),
+        )
+
+
+def _check_pointer(ks: KernelSource, tensor: str) -> None:
+    """`tensor:` must name a pointer: a scalar (an `M` used in arithmetic) would drag every index
+    computed from it into the search for reads, and the error would point at some unrelated store."""
+    if tensor not in cu.names_in(ks.func.body):
+        return  # never used at all: the "never loads" error below says so
+    pointers = scope.pointer_params(ks)
+    if tensor in pointers:
+        return
+    param = next(p for p in (*ks.func.params.posonly_params, *ks.func.params.params, *ks.func.params.kwonly_params)
+                 if p.name.value == tensor)
+    which = f"one of {', '.join(pointers)}" if pointers else "the pointer argument that is communicated"
+    raise KernelError(
+        f"kernel '{ks.name}' never loads or stores through '{tensor}' as a pointer (it is used as a scalar); "
+        f"set `tensor:` to {which}",
+        ks.location(param),
+    )
+
+
+def _wait_index(ks: KernelSource, body: list, start: int, read_index: int, before_line: int, tensor: str) -> int:
+    """The statement `binding.before_line` names: one directly in the kernel's body, no later than
+    the one holding the first read (`read_index`)."""
+    first, last = ks.location(ks.func).line, ks.positions[ks.func].end.line + ks.line_offset
+    read_line = ks.location(body[read_index]).line
+    hint = (f"use the line of a statement directly in the body of '{ks.name}', at most {read_line} (the statement "
+            f"holding the first read of '{tensor}')")
+    if not first <= before_line <= last:
+        raise KernelError(f"binding.before_line {before_line} is outside kernel '{ks.name}' (lines {first}-{last}); {hint}",
+                          ks.location(ks.func))
+    for index in range(start, len(body)):
+        if ks.location(body[index]).line == before_line:
+            if index > read_index:
+                raise KernelError(f"binding.before_line {before_line} comes after line {read_line}, whose read of '{tensor}' "
+                                  f"would run before the wait; {hint}", ks.location(body[index]))
+            return index
+    raise KernelError(f"binding.before_line {before_line} does not start a statement directly in the body of "
+                      f"'{ks.name}'; {hint}", SourceLocation(ks.path, before_line, 1))
+
+
+def infer(ks: KernelSource, tensor: str, dim: int, rows: str | None = None, writes: bool = False,
+          before_line: int | None = None) -> TensorBinding:
     """Find every read of `tensor` and express its pointer at the point a wait can be placed.
 
     With `writes` (reduce_scatter, all_reduce), find every store into `tensor` instead: the same
@@ -619,6 +673,22 @@ def infer(ks: KernelSource, tensor: str, dim: int, rows: str | None = None, writ
         raise KernelError(
             f"kernel '{ks.name}' has no argument '{tensor}'; its arguments are {', '.join(ks.params)}; "
             "set `tensor:` to the communicated one",
+            ks.location(ks.func),
+        )
+    try:
+        return _infer(ks, tensor, dim, rows, writes, before_line)
+    except (KernelError, InferenceError):
+        # Only a kernel that failed is asked whether `tensor:` names a scalar (an `M` used in
+        # arithmetic): then that is the mistake to report, not whatever the search tripped on.
+        _check_pointer(ks, tensor)
+        raise
+
+
+def _infer(ks: KernelSource, tensor: str, dim: int, rows: str | None, writes: bool, before_line: int | None) -> TensorBinding:
+    if before_line is not None and writes:
+        raise KernelError(
+            "binding.before_line applies to the patterns that read the tensor (all_gather, all_to_all); a producer "
+            "announces its chunks after its stores, so drop before_line",
             ks.location(ks.func),
         )
     func = ks.func
@@ -643,6 +713,12 @@ def infer(ks: KernelSource, tensor: str, dim: int, rows: str | None = None, writ
     before: set[str] = set(ks.params)
     for index, stmt in enumerate(body):
         if loop is not None and index == loop.index:
+            if before_line is not None:
+                raise KernelError(
+                    f"binding.before_line is not supported for persistent kernels: the wait goes at the start of each tile, "
+                    f"inside the loop at line {ks.location(stmt).line}; drop before_line",
+                    ks.location(stmt),
+                )
             groups = _infer_loop(ks, binding, loop, stmt, before, reads_of, tainted, rows)
             loop.tile_start = any(g.tile_start for g in groups)
             if rows is not None or loop.tile_start or not _hoistable(ks, stmt, reads_of, before, tensor, dim):
@@ -657,7 +733,10 @@ def infer(ks: KernelSource, tensor: str, dim: int, rows: str | None = None, writ
             # but its rows are no function of it): one wait before the loop, as for any loop.
         reads = reads_of(stmt)
         if reads and rows is not None:
-            binding.groups.append(ReadGroup(index, [], ks.location(reads[0][0]).line))
+            at = index if before_line is None else _wait_index(ks, body, body_start(func), index, before_line, tensor)
+            _check_rows(ks, rows, set(ks.params).union(*(cu.assigned_in(s) for s in body[:at])), body[at], tensor)
+            line = ks.location(reads[0][0]).line if before_line is None else before_line
+            binding.groups.append(ReadGroup(at, [], line))
             break
         accesses = _hoist(ks, [stmt], reads, before, tensor, dim, writes) if reads else []
         # A read of rows already waited for needs no second wait; every write counts, because the

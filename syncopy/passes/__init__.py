@@ -43,9 +43,10 @@ def transform(ks: KernelSource, schedule: Schedule) -> Transformed:
         )
     signature.check_reserved(ks)
     rows = schedule.binding.rows if schedule.binding else None
+    before_line = schedule.binding.before_line if schedule.binding else None
     if schedule.pattern in PRODUCER_PATTERNS:
-        return _producer(ks, schedule, rows)
-    binding = inference.infer(ks, schedule.tensor, schedule.dim, rows)
+        return _producer(ks, schedule, rows, before_line)
+    binding = inference.infer(ks, schedule.tensor, schedule.dim, rows, before_line=before_line)
     stages = {"kernel": ks.code(ks.func), "binding": _describe(binding)}
     if binding.persistent is not None:
         from syncopy.passes import persistent
@@ -79,12 +80,12 @@ def transform(ks: KernelSource, schedule: Schedule) -> Transformed:
     return t
 
 
-def _producer(ks: KernelSource, schedule: Schedule, rows: str | None) -> Transformed:
+def _producer(ks: KernelSource, schedule: Schedule, rows: str | None, before_line: int | None = None) -> Transformed:
     """reduce_scatter / all_reduce: announce each chunk once every tile writing it has stored.
 
     Every tile is remapped (tiles finish in the order their chunks are sent) and counted, so the
     probe is required: it tells the runtime how many tiles write each chunk."""
-    binding = inference.infer(ks, schedule.tensor, schedule.dim, rows, writes=True)
+    binding = inference.infer(ks, schedule.tensor, schedule.dim, rows, writes=True, before_line=before_line)
     stages = {"kernel": ks.code(ks.func), "binding": _describe(binding, "notify after")}
     func = ks.func
     body = list(func.body.body)

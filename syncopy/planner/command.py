@@ -17,9 +17,13 @@ from syncopy.planner.workloads import TEMPLATES, make_workload, parse_shape
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the `plan` arguments to `parser`."""
     parser.add_argument("name", metavar="NAME", help=f"template: {', '.join(TEMPLATES)}")
-    parser.add_argument("--world", type=int, required=True, help="number of ranks")
+    parser.add_argument("--world", type=int, required=True, metavar="N", help="number of ranks")
     parser.add_argument(
-        "--shape", required=True, help="M,N,K (M: rows one rank computes; see syncopy/planner/workloads.py per template)"
+        "--shape", required=True, metavar="M,N,K",
+        help="the whole problem: M is the rows one rank's kernel computes, so for all-gather templates (ag_gemm, "
+             "ag_gemm_persistent, ag_rmsnorm) the gathered rows, world x a shard's rows (`syncopy run --shape` gives a "
+             "shard's rows instead); the output rows for gemm_rs and gemm_ar; the tokens a rank holds for a2a_gemm "
+             "(see syncopy/planner/workloads.py)",
     )
     parser.add_argument(
         "--hardware", default="h100-nvlink", help=f"profile name ({', '.join(profile_names())}) or a YAML file (default h100-nvlink)"

@@ -82,7 +82,16 @@ def validate(s: "Schedule") -> None:
     if s.transfers is None:
         if s.order == "explicit":
             raise PlanError(("order",), "`order: explicit` needs a `transfers:` list; write the transfers or use a named order")
+        if isinstance(s.order, list) and s.world is not None and len(s.order) != s.world - 1:
+            raise PlanError(("order",), f"the explicit order {s.order} lists {len(s.order)} peer offsets but `world: {s.world}` "
+                                        f"has {s.world - 1} peers; list each of the offsets 1..{s.world - 1} once, or fix `world`")
         return
+    if s.order == "auto":
+        raise PlanError(("order",), "order 'auto' lets the planner choose a named order, but the `transfers:` already fix "
+                                    "every transfer; write `order: explicit` (or drop `order`), or drop `transfers:` to let the planner choose")
+    if s.chunks_per_rank == "auto":
+        raise PlanError(("chunks_per_rank",), "chunks_per_rank 'auto' lets the planner choose the chunk count, but the "
+                                              "`transfers:` name chunk indices; give the chunk count the transfers are written for")
     if s.order != "explicit":
         raise PlanError(("order",), f"order {s.order!r} contradicts the explicit `transfers:`; write `order: explicit` (or drop `order`)")
     if s.world is None:
@@ -366,6 +375,10 @@ def expand(s: "Schedule", world: int) -> "Schedule":
             raise ScheduleError(f"the transfers are written for {s.world} ranks, not {world}; expand a named order instead",
                                 ScheduleLocation(None, "world"))
         return s
+    for key in ("chunks_per_rank", "order"):
+        if getattr(s, key) == "auto":
+            raise ScheduleError("auto is resolved at launch by the planner, so there is nothing fixed to expand; "
+                                f"give a fixed {key}", ScheduleLocation(None, key))
     if isinstance(s.order, list) and len(s.order) != world - 1:
         raise ScheduleError(f"the explicit order {s.order} lists {len(s.order)} peer offsets but the world has {world} ranks; "
                             f"list each of the offsets 1..{world - 1} once", ScheduleLocation(None, "order"))

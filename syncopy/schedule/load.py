@@ -21,6 +21,7 @@ _KEY_HINTS = {
     "chunks_per_rank": "write a chunk count no larger than the rows of one shard, or auto to let the planner choose",
     "order": "use ring, local_first, bidirectional_ring, auto, a list of peer offsets, or explicit (with `transfers:`)",
     "binding": "give `binding: {rows: <expression>}`",
+    "binding.before_line": "give the kernel file's line of a statement directly in the kernel's body; the wait goes before it",
     "units_per_rank": "give the number of equal units each shard is cut into, a positive integer",
     "chunks": "list each chunk's slice of a shard as [lo, hi] in units (units_per_rank)",
     "world": "give the number of ranks the transfers are written for, a positive integer",
@@ -66,7 +67,12 @@ def _compose_with_lines(text: str, file: str | None) -> tuple[Any, dict[tuple, i
             out = {}
             for k, v in n.value:
                 key = k.value
-                lines[path + (key,)] = k.start_mark.line + 1
+                line = k.start_mark.line + 1
+                if key in out:
+                    # YAML keeps the last value silently; a schedule with two values for a key is a mistake.
+                    raise ScheduleError(f"duplicate key (first on line {lines[path + (key,)]}, again on line {line}); "
+                                        "keep only one of them", ScheduleLocation(file, key_path(path + (key,)), line))
+                lines[path + (key,)] = line
                 out[key] = walk(v, path + (key,))
             return out
         if isinstance(n, yaml.SequenceNode):

@@ -19,6 +19,7 @@ plan from another system is written down verbatim.
 """
 from __future__ import annotations
 
+import ast
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator, model_validator
@@ -42,13 +43,32 @@ class Binding(BaseModel):
 
     `rows` is a Triton expression, written in the kernel's own names, that evaluates (at the point
     given by `before_line`, or before the first read of the tensor) to the indices along `dim` that a
-    program reads, e.g. ``pid_m * BLOCK_M + tl.arange(0, BLOCK_M)``.
+    program reads, e.g. ``pid_m * BLOCK_M + tl.arange(0, BLOCK_M)``. `before_line` is a line of the
+    kernel's file that starts a statement directly in the kernel's body, at or before the one holding
+    the first read: the wait goes right before it (not for persistent kernels or producer patterns).
     """
 
     model_config = ConfigDict(extra="forbid")
 
     rows: str = Field(min_length=1)
     before_line: int | None = Field(default=None, ge=1)
+
+    @field_validator("rows")
+    @classmethod
+    def _rows_is_one_expression(cls, rows: str) -> str:
+        # The text is pasted into the kernel as a call argument, so it must be one value on its own
+        # and inside parentheses (a trailing comment or an unbalanced bracket would swallow the rest).
+        example = "e.g. pid_m * BLOCK_M + tl.arange(0, BLOCK_M)"
+        for text in (rows, f"({rows})"):
+            try:
+                tree = ast.parse(text.strip(), mode="eval")
+            except SyntaxError as exc:
+                raise ValueError(f"{rows!r} is not a Python expression ({exc.msg}); write one expression in the "
+                                 f"kernel's names, {example}") from None
+        if isinstance(tree.body, (ast.Tuple, ast.Starred, ast.NamedExpr, ast.Lambda, ast.Yield, ast.YieldFrom, ast.Await)):
+            raise ValueError(f"{rows!r} is not one value (a {type(tree.body).__name__.lower()}); write one expression "
+                             f"for the row indices along `dim`, {example}")
+        return rows
 
 
 class Transfer(BaseModel):

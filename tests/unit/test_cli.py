@@ -245,6 +245,7 @@ def test_output_is_written_atomically_and_input_untouched(work, capsys, monkeypa
     monkeypatch.setattr(emit.os, "replace", spy)
     before = _digest(work / "kern.py")
     out = work / "new" / "dir" / "fused.py"
+    out.parent.mkdir(parents=True)  # -o never creates folders (see test_cli_args)
     assert main(["transform", "kern.py", "-s", "s.yaml", "-o", str(out)]) == 0
     assert capsys.readouterr().out == ""
     assert _digest(work / "kern.py") == before
@@ -286,10 +287,13 @@ def test_diff_is_a_unified_diff_of_the_kernel_only(work, capsys):
     assert not (work / "kern.py (fused)").exists()
 
 
-def test_diff_with_output_names_the_output_and_writes_it(work, capsys):
-    assert main(["transform", "kern.py", "-s", "s.yaml", "--diff", "-o", "fused.py"]) == 0
-    assert capsys.readouterr().out.splitlines()[1] == "+++ fused.py"
-    assert (work / "fused.py").exists()
+def test_diff_with_output_writes_the_diff_there_and_prints_nothing(work, capsys):
+    assert main(["transform", "kern.py", "-s", "s.yaml", "--diff"]) == 0
+    printed = capsys.readouterr().out
+    assert main(["transform", "kern.py", "-s", "s.yaml", "--diff", "-o", "fused.diff"]) == 0
+    assert capsys.readouterr().out == ""
+    assert (work / "fused.diff").read_text() == printed
+    assert printed.splitlines()[1] == "+++ kern.py (fused)"
 
 
 def test_dump_dir_writes_every_stage(work, capsys):

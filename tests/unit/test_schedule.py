@@ -190,7 +190,7 @@ ERRORS = [
     pytest.param(
         GOOD + "binding:\n  rows: r\n  before_line: 0\n",
         ("binding.before_line", 10),  # the line of the nested key itself
-        "must be at least 1 (got 0); give `binding: {rows: <expression>}`",
+        "must be at least 1 (got 0); give the kernel file's line of a statement directly in the kernel's body; the wait goes before it",
         id="binding-subkey",
     ),
     pytest.param(

@@ -57,7 +57,9 @@ def run_templates(rank: int, world: int, cases: list[dict]) -> list[dict]:
             worst = max(worst, float(diff.max()) / max(1.0, float(ref.float().abs().max())))
         backend = next(type(b).__name__ for _, b in fused._contexts.values())
         shared = any(getattr(b, "shared_device", False) for _, b in fused._contexts.values())
+        handshake = {type(getattr(b, "handshake", None)).__name__ for _, b in fused._contexts.values()}
         out.append({**case, "worst": worst, "tolerance": mod.TOLERANCE[torch.float32], "backend": backend, "shared_device": shared,
+                    "handshake": handshake,
                     "epochs": [ctx.epoch for ctx, _ in fused._contexts.values()]})
     return out
 

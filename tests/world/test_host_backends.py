@@ -50,6 +50,8 @@ def test_backend_protocol_gives_the_reference_result(case):
         assert r["worst"] <= r["tolerance"], f"rank {rank}: {r}"
         # Ranks on one GPU (here: told so) deliver every chunk before the launch; others never wait for that.
         assert r["shared_device"] == bool(CASES[case].get("shared")), r
+        # p2p's ranks share a host: its launch barriers go through shared memory, not gloo.
+        assert r["handshake"] == ({"NodeBarrier"} if CASES[case]["backend"] == "p2p" else {"NoneType"}), r
 
 
 @pytest.mark.world

@@ -4,8 +4,11 @@ those ranks run."""
 from __future__ import annotations
 
 import socket
+import time
 
 import torch.distributed as dist
+
+from syncopy.errors import LaunchError
 
 _groups: dict[tuple, object] = {}
 _hosts: dict[tuple, list[str]] = {}
@@ -62,3 +65,86 @@ def ranks_on_device(group, device) -> int:
             dist.all_gather_object(ids, mine, group=control_group(group))
         _devices[key] = ids.count(mine)
     return _devices[key]
+
+
+class NodeBarrier:
+    """A barrier between the ranks of one group on one host, through a small file that every rank
+    maps: each rank writes how many barriers it has reached into its own slot and polls the others'.
+    A gloo barrier takes a TCP round trip through every rank; this one is a store and a few loads
+    (`benchmarks/barrier_cpu.py` compares them). It also has a deadline: a peer that stopped or is
+    stuck makes the waiting ranks raise, naming it, where a gloo barrier would wait for the process
+    group's own timeout.
+
+    Created collectively (`node_barrier`); returns None from there when the ranks cannot map one file
+    (different hosts, or hosts whose temporary folders differ), and callers keep gloo's barrier.
+    """
+
+    SLOT = 64  # bytes per rank: one cache line each
+    SPIN = 200  # polls before the waiting rank starts to yield its CPU
+
+    def __init__(self, words: memoryview, keep: object, rank: int, world: int, timeout_s: float, path: str):
+        self.words, self._keep = words, keep  # _keep: the mmap the view points into
+        self.path = path  # the file's former name (removed once every rank had mapped it)
+        self.rank, self.world, self.timeout_s = rank, world, timeout_s
+        self.step = self.SLOT // 8
+        self.count = words[rank * self.step]
+
+    def behind(self, count: int) -> list[int]:
+        """Ranks that have not reached barrier number `count`."""
+        return [r for r in range(self.world) if self.words[r * self.step] < count]
+
+    def wait(self, what: str) -> None:
+        """Block until every rank has reached this barrier; `what` names it in the error."""
+        self.count += 1
+        count = self.count
+        self.words[self.rank * self.step] = count
+        polls, deadline = 0, None
+        while self.behind(count):
+            polls += 1
+            if polls < self.SPIN:
+                continue
+            now = time.monotonic()
+            if deadline is None:
+                deadline = now + self.timeout_s
+            elif now > deadline:
+                late = ", ".join(str(r) for r in self.behind(count))
+                raise LaunchError(f"rank {self.rank}: rank(s) {late} did not reach {what} within {self.timeout_s:g}s "
+                                  f"(stopped or stuck); re-create the process group")
+            time.sleep(0 if polls < 10 * self.SPIN else 1e-4)
+
+
+def node_barrier(group, timeout_s: float) -> NodeBarrier | None:
+    """A NodeBarrier for the ranks of `group` (collective), or None where they cannot share one."""
+    import mmap
+    import os
+    import tempfile
+
+    control = control_group(group)
+    rank, world = dist.get_rank(group), dist.get_world_size(group)
+    size = world * NodeBarrier.SLOT
+    token = int.from_bytes(os.urandom(7), "little") | 1
+    path = None
+    if rank == 0:
+        folder = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None  # memory-backed where there is one
+        fd, path = tempfile.mkstemp(prefix="syncopy-barrier-", dir=folder)
+        os.ftruncate(fd, size + 8)
+        os.pwrite(fd, token.to_bytes(8, "little"), size)  # after the slots: proves a mapping reaches this file
+        os.close(fd)
+    first: list = [None] * world
+    dist.all_gather_object(first, (path, token) if rank == 0 else None, group=control)
+    path, token = first[0]
+    mapped = None
+    try:
+        with open(path, "r+b") as f:
+            mapped = mmap.mmap(f.fileno(), size + 8)
+        ok = int.from_bytes(mapped[size:size + 8], "little") == token
+    except OSError:  # another host, or another temporary folder
+        ok = False
+    oks: list = [None] * world
+    dist.all_gather_object(oks, ok, group=control)
+    ok = all(oks)  # and every rank has mapped it (or failed to)
+    if rank == 0:
+        os.unlink(path)  # the mappings outlive the name: nothing is left behind
+    if not ok:
+        return None
+    return NodeBarrier(memoryview(mapped).cast("q"), mapped, rank, world, timeout_s, path)

@@ -27,7 +27,9 @@ and two ranks on one device are outside what it supports.
 Launch after launch nothing is reset (flags carry the epoch), but a peer must not push launch e's
 chunks while this rank's kernel e-1 still reads them, nor before this rank's pre-launch writes to
 its buffer (own slot, poisoning) are done: each launch starts with a host sync of the compute
-stream and a barrier on the control group.
+stream and a barrier. The ranks share a host, so the barrier goes through a small file all of them
+map (control.NodeBarrier: a store and a few loads, where gloo's barrier is a TCP round trip through
+every rank) and has a deadline that names the rank that never came.
 
 Ranks that share one GPU (tests, emulation) are the exception to in-kernel overlap. Without MPS,
 kernels of different processes on one GPU take turns: on an H200 (default compute mode) two ranks
@@ -54,7 +56,7 @@ import torch.distributed as dist
 from syncopy import device as dev
 from syncopy.errors import LaunchError
 from syncopy.runtime import plan as planning
-from syncopy.runtime.backends.control import control_group, hosts
+from syncopy.runtime.backends.control import NodeBarrier, control_group, hosts, node_barrier
 from syncopy.runtime.context import Context
 from syncopy.runtime.link import Faults, Link
 
@@ -161,6 +163,7 @@ class P2PBackend:
     name = "p2p"
     z_fastest = False  # GPUs dispatch programs x fastest
     memory = CudaMemory()
+    handshake: NodeBarrier | None = None  # the per-launch barrier through shared host memory (gloo's where none)
 
     def __init__(self, group, timeout_s: float, link: Link | None, faults: Faults | None):
         refuse_emulation(self.name, link, faults, drop=True)
@@ -204,6 +207,10 @@ class P2PBackend:
                                   f"wrote {theirs[r][2]:#x}; the mapping does not reach its memory, so pushes would be lost: use backend='nccl'")
         dist.barrier(group=self.group)  # every peer has read our token
         ctx.signals[spare] = 0
+        if self.handshake is None:
+            # Every rank is on this node: the launches' barriers go through shared memory, bounded
+            # like the transfers (a peer's previous launch, kernel included, may still be running).
+            self.handshake = node_barrier(self.user_group, self.timeout_s * 2 + 5)
         if ctx.producer:
             return
         self.shared_device = mem.shares_device(self.user_group, ctx.buffer.device)
@@ -232,6 +239,13 @@ class P2PBackend:
             order[p] = [g for g in arrival if g // c == self.rank]
         return order
 
+    def barrier(self, what: str) -> None:
+        """Every rank of the group reaches this point (the node barrier, else gloo's)."""
+        if self.handshake is not None:
+            self.handshake.wait(what)
+        else:
+            dist.barrier(group=self.group)
+
     def _ready(self, ctx: Context) -> None:
         """Host side of the per-launch handshake: our pending writes to our buffer (own slot,
         poisoning) and our previous kernel are done, and so are every peer's."""
@@ -239,7 +253,7 @@ class P2PBackend:
         if self.peers is None:
             self._connect(ctx)  # collective: a barrier too
         else:
-            dist.barrier(group=self.group)
+            self.barrier(f"the handshake of launch {ctx.epoch}")
 
     # -- consumer patterns ------------------------------------------------------------------------
     def local(self, ctx: Context, shard: torch.Tensor) -> None:
@@ -294,7 +308,7 @@ class Push:
             # Processes on one GPU take turns: a kernel launched now could hold the GPU while the
             # pushes it waits for sit in a peer's queue (module doc). Deliver everything first.
             self.join()
-            dist.barrier(group=be.group)
+            be.barrier(f"the delivery of launch {self.epoch}")
         return self
 
     def join(self) -> None:
@@ -320,7 +334,7 @@ class PullReduce:
     def join(self) -> None:
         be, ctx, out = self.backend, self.ctx, self.out
         be.memory.sync(out.device)  # our partial is complete
-        dist.barrier(group=be.group)  # so is every peer's
+        be.barrier(f"the partials of launch {ctx.epoch}")  # so is every peer's
         rank, dim = ctx.plan.rank, ctx.dim
         acc = None
         wide = torch.float32 if out.dtype in (torch.float16, torch.bfloat16) else out.dtype
@@ -333,6 +347,6 @@ class PullReduce:
             acc = part.to(wide, copy=True) if acc is None else acc.add_(part)
         out.copy_(acc)
         be.memory.sync(out.device)  # our reads of the peers' partials are done...
-        dist.barrier(group=be.group)  # ...and everyone's, before anyone rewrites a partial
+        be.barrier(f"the end of launch {ctx.epoch}")  # ...and everyone's, before anyone rewrites a partial
         for g in ctx.plan.owned:
             self.final[g].set()
