@@ -77,6 +77,10 @@ class NodeBarrier:
 
     Created collectively (`node_barrier`); returns None from there when the ranks cannot map one file
     (different hosts, or hosts whose temporary folders differ), and callers keep gloo's barrier.
+
+    What it orders: on a GPU, device work that each rank synchronised before it arrived (the CUDA
+    calls carry their own ordering). The CPU emulation's host writes before it are seen by the peers
+    after it on x86 (stores are not reordered there); on a weakly ordered CPU that would take a fence.
     """
 
     SLOT = 64  # bytes per rank: one cache line each
