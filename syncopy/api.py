@@ -436,14 +436,17 @@ class FusedKernel:
             raise LaunchError(f"rank {ctx.plan.rank}: transfer failed: {transfer.errors[0]}")
         err = ctx.error()
         c = ctx.plan.chunks_per_rank
+        gone = _dropped_out(transfer)
         if err is not None:
             rank, flag, e = err
             chunk = ctx.plan.chunk_of_flag(flag)  # the kernel waits per unit; name the chunk
             ctx.broken = f"chunk {chunk} timed out"
-            raise SyncopyTimeout(rank, divmod(chunk, c), e, self.timeout_s)
+            raise SyncopyTimeout(rank, divmod(chunk, c), e, self.timeout_s, gone, _advice(gone))
         if transfer is not None and transfer.lost:
             ctx.broken = f"chunk {transfer.lost[0]} lost"
-            raise SyncopyTimeout(ctx.plan.rank, divmod(transfer.lost[0], c), epoch, self.timeout_s, "the transfer never completed")
+            raise SyncopyTimeout(ctx.plan.rank, divmod(transfer.lost[0], c), epoch, self.timeout_s, gone or "the transfer never completed",
+                                 _advice(gone))
+        _raise_if_dropped_out(ctx, epoch, gone)
         if trace is not None:
             self._finish_trace(trace, trace_buf, order, ranges, exec_order, (k0, k1), persistent=t.persistent is not None)
         return None
@@ -503,16 +506,18 @@ class FusedKernel:
             if transfer.errors:
                 ctx.broken = repr(transfer.errors[0])
                 raise LaunchError(f"rank {ctx.plan.rank}: transfer failed: {transfer.errors[0]}")
+            gone = _dropped_out(transfer)
             if transfer.lost:
                 chunk, peer = transfer.lost[0]
                 ctx.broken = f"chunk {chunk} lost"
                 raise SyncopyTimeout(ctx.plan.rank, divmod(chunk, ctx.plan.chunks_per_rank), epoch, self.timeout_s,
-                                     f"its partial sum from rank {peer} never came")
+                                     gone or f"its partial sum from rank {peer} never came", _advice(gone))
             unfinished = [g for g in ctx.plan.owned if not transfer.final[g].is_set()]
             if unfinished:
                 ctx.broken = f"chunk {unfinished[0]} never reduced"
                 raise SyncopyTimeout(ctx.plan.rank, divmod(unfinished[0], ctx.plan.chunks_per_rank), epoch, self.timeout_s,
-                                     "it was never reduced")
+                                     gone or "it was never reduced", _advice(gone))
+            _raise_if_dropped_out(ctx, epoch, gone)
         if trace is not None:
             self._finish_trace(trace, trace_buf, order, ranges, exec_order, (k0, k1))
         return None
@@ -562,6 +567,25 @@ class FusedKernel:
         dist.all_reduce(full, group=group)
         rows = out.shape[self.schedule.dim]
         out.copy_(full.narrow(self.schedule.dim, dist.get_rank(group) * rows, rows))
+
+
+def _dropped_out(transfer) -> str:
+    """What a backend knows of peers whose connection failed during the launch ('' if none)."""
+    return transfer.dropped_out() if hasattr(transfer, "dropped_out") else ""
+
+
+def _advice(gone: str) -> str:
+    """What a SyncopyTimeout should tell the user to do: a peer that dropped out is no slow link."""
+    return "look for the cause in that rank's own output, then restart the job" if gone else SyncopyTimeout.ADVICE
+
+
+def _raise_if_dropped_out(ctx: Context, epoch: int, gone: str) -> None:
+    """Everything this rank needed arrived, but a peer died on the way: its other peers cannot
+    finish, and neither can this rank's next launch."""
+    if gone:
+        ctx.broken = gone
+        raise LaunchError(f"rank {ctx.plan.rank}: {gone} during launch {epoch}; this rank's result is complete, but the "
+                          "operator's peers cannot finish: restart the job (or re-create the process group)")
 
 
 def overlap(schedule, *, chunks_per_rank: int | str | None = None, order: str | list[int] | None = None,

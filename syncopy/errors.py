@@ -68,12 +68,14 @@ class LaunchError(SyncopyError):
 class SyncopyTimeout(SyncopyError):
     """A chunk did not arrive in time. Names the rank that waited, the chunk and the epoch."""
 
-    def __init__(self, rank: int, chunk: tuple[int, int], epoch: int, timeout_s: float, detail: str = ""):
+    ADVICE = "check that every rank launched the kernel, or raise timeout_s"
+
+    def __init__(self, rank: int, chunk: tuple[int, int], epoch: int, timeout_s: float, detail: str = "", advice: str = ADVICE):
         self.rank, self.chunk, self.epoch, self.timeout_s = rank, chunk, epoch, timeout_s
         src, index = chunk
         message = (
             f"rank {rank} waited {timeout_s:g}s for chunk {index} of rank {src} (epoch {epoch}) and it never "
-            f"arrived{'; ' + detail if detail else ''}; check that every rank launched the kernel, or raise timeout_s"
+            f"arrived{'; ' + detail if detail else ''}; {advice}"
         )
         super().__init__(message)
 

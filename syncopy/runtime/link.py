@@ -20,14 +20,30 @@ class Link:
 
 @dataclass(frozen=True)
 class Faults:
-    """Faults injected at the sending rank: drop or delay chunk `index` of rank `src` (every epoch)."""
+    """Faults injected at the sending rank: drop or delay chunk `index` of rank `src` (every epoch),
+    or `kill`: rank `src` dies (the process exits at once, as in a crash) where it would have sent
+    chunk `index` of its first launch; its earlier chunks have left, its peers see the connection close."""
 
     drop: frozenset[tuple[int, int]] = field(default_factory=frozenset)
     delay_s: tuple[tuple[tuple[int, int], float], ...] = ()
+    kill: tuple[int, int] | None = None
+
+    KILLED_EXIT = 75  # the exit status of a rank that `kill` stopped
 
     @staticmethod
-    def of(drop=(), delay=None) -> "Faults":
-        return Faults(frozenset(tuple(x) for x in drop), tuple(((int(k[0]), int(k[1])), float(v)) for k, v in (delay or {}).items()))
+    def of(drop=(), delay=None, kill=None) -> "Faults":
+        return Faults(frozenset(tuple(x) for x in drop), tuple(((int(k[0]), int(k[1])), float(v)) for k, v in (delay or {}).items()),
+                      (int(kill[0]), int(kill[1])) if kill is not None else None)
 
     def extra_delay(self, src: int, index: int) -> float:
         return sum(v for k, v in self.delay_s if k == (src, index))
+
+    def die_if_killed(self, src: int, index: int) -> None:
+        """Called by rank `src` just before it sends its chunk `index`."""
+        if self.kill == (src, index):
+            import os
+            import sys
+
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(self.KILLED_EXIT)  # no cleanup, no goodbye: what a crashed or OOM-killed rank does

@@ -42,12 +42,13 @@ def _entry(rank: int, fn, world: int, port: int, out_dir: str, args: tuple, inte
         pass
 
 
-def spawn(fn, world: int, *args, timeout_s: float = 600.0, interpret: bool = True) -> list:
+def spawn(fn, world: int, *args, timeout_s: float = 600.0, interpret: bool = True, may_die: frozenset = frozenset()) -> list:
     """Run `fn(rank, world, *args)` on `world` ranks joined by a gloo group; returns each rank's result.
 
     interpret: run Triton kernels under the interpreter (CPU tensors); False compiles them (GPU
     ranks: `fn` picks its device). A rank that raised makes this raise RuntimeError naming the rank
-    and its error.
+    and its error. may_die: ranks expected to die (fault injection): their result is their exit
+    code, and the others go on.
     """
     import torch.multiprocessing as mp
 
@@ -67,7 +68,7 @@ def spawn(fn, world: int, *args, timeout_s: float = 600.0, interpret: bool = Tru
                 raise TimeoutError(f"world of {world} ranks did not finish in {timeout_s:g}s")
             for r, p in enumerate(ctx.processes):
                 p.join(timeout=0.2)
-                if p.exitcode not in (None, 0) and not Path(out, f"{r}.pkl").exists():
+                if p.exitcode not in (None, 0) and r not in may_die and not Path(out, f"{r}.pkl").exists():
                     # Died before reporting (a crash, not an exception): its peers would only hang.
                     for q in ctx.processes:
                         q.kill()
@@ -75,6 +76,9 @@ def spawn(fn, world: int, *args, timeout_s: float = 600.0, interpret: bool = Tru
         results = []
         for r in range(world):
             f = Path(out, f"{r}.pkl")
+            if r in may_die and not f.exists():
+                results.append(ctx.processes[r].exitcode)
+                continue
             if not f.exists():
                 code = ctx.processes[r].exitcode
                 raise RuntimeError(f"rank {r} exited without a result (exit code {code})")

@@ -279,3 +279,32 @@ def test_p2p_pushes_follow_the_compute_stream_and_ranks_on_one_gpu_deliver_first
         assert after == [("synchronize", s) for s in be.streams.values()] + [("barrier", "control")], after
     else:
         assert after == [], after  # the kernel launches at once; join() syncs after it
+
+
+def test_a_peers_failed_connection_is_kept_in_gloos_words_and_a_timeout_is_not():
+    from syncopy.runtime.backends.gloo import _Threads
+
+    threads = object.__new__(_Threads)
+    threads.gone = {}
+    threads._lost_peer(2, RuntimeError("[/src/gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:9102. "
+                                       "This is typically caused by a remote worker crashing. Check the logs. GLHF!"))
+    threads._lost_peer(2, RuntimeError("[pair.cc:537] Read error: Connection reset by peer"))  # the first reason stays
+    assert threads.dropped_out() == "rank 2 dropped out (Connection closed by peer [127.0.0.1]:9102)"
+    with pytest.raises(RuntimeError, match="Timed out"):
+        threads._lost_peer(1, RuntimeError("[pair.cc:100] Timed out waiting 2000ms for recv operation to complete"))
+    assert list(threads.gone) == [2]
+
+
+def test_a_launch_whose_peer_dropped_out_after_delivering_everything_still_fails(monkeypatch):
+    import torch
+
+    from syncopy import api
+    from syncopy.runtime.context import Context
+
+    schedule = Schedule(pattern="all_gather", tensor="A", dim=0, chunks_per_rank=1, order="ring")
+    ctx = Context(all_gather(schedule, 1, 3, 4), (4, 2), torch.float32, torch.device("cpu"), 0)
+    api._raise_if_dropped_out(ctx, 3, "")  # nobody dropped out: nothing to say
+    with pytest.raises(LaunchError, match=r"^rank 1: rank 2 dropped out \(Connection reset by peer\) during launch 3; this "
+                                                  r"rank's result is complete, but the operator's peers cannot finish: restart the job"):
+        api._raise_if_dropped_out(ctx, 3, "rank 2 dropped out (Connection reset by peer)")
+    assert ctx.broken == "rank 2 dropped out (Connection reset by peer)"

@@ -3,8 +3,11 @@ chunk is only late; a launch that contradicts the schedule fails on every rank w
 says what differs."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
+from syncopy.runtime.link import Faults
 from syncopy.runtime.world import spawn
 from tests.world import workers
 from tests.world.workers import once
@@ -122,3 +125,26 @@ def test_gpu_backends_on_cpu_tensors_raise_launch_error_with_the_fix():
             e = r[f"backend {name}"]
             assert e["type"] == "LaunchError", f"rank {rank}: {e}"
             assert e["str"] == f"the {name} backend moves CUDA tensors, got cpu tensors; use backend='gloo' (or 'auto') for CPU tensors"
+
+
+@pytest.mark.world
+@pytest.mark.parametrize("order,producer", [("ring", False), ("local_first", False), ("ring", True)])
+def test_a_rank_that_dies_mid_launch_is_named_by_its_peers_never_a_hang(order, producer):
+    # Rank 2 exits abruptly where it would send its chunk 1 (its earlier chunks have left). Rank 0
+    # receives from it in every case here, so it sees the connection close and names rank 2; rank 1
+    # may only see a chunk that never comes (ring: rank 2's data reaches it through rank 0), and a
+    # producer's rank 1 may have had all it needed in the first launch and fail in the second.
+    timeout_s = 2.0
+    results = spawn(workers.run_kill, 3, order, (2, 1), timeout_s, producer, timeout_s=300, may_die=frozenset({2}))
+    assert results[2] == Faults.KILLED_EXIT  # the killed rank's exit status, no result
+    named = re.compile(r"; rank 2 dropped out \([^)]*(closed|reset)[^)]*\); look for the cause in that rank's own output, then "
+                       r"restart the job$")
+    r = results[0]
+    assert r["type"] == "SyncopyTimeout" and r["rank"] == 0 and r["epoch"] == 1 and named.search(r["str"]), r
+    r = results[1]
+    assert r["type"] == "SyncopyTimeout" and r["rank"] == 1 and r["epoch"] in ((1, 2) if producer else (1,)), r
+    assert named.search(r["str"]) or r["str"].endswith("check that every rank launched the kernel, or raise timeout_s"), r
+    if order == "local_first":  # rank 1 receives from rank 2 itself
+        assert named.search(r["str"]), r
+    for r in results[:2]:
+        assert r["seconds"] < 4 * timeout_s + 5, r

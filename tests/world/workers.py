@@ -589,3 +589,29 @@ def run_producer_descriptors(rank: int, world: int, rows: int) -> list:
             fused[(triton.cdiv(m, 16), triton.cdiv(n, 16))](a, b, c, m, n, k, BM=16, BN=16, BK=16)
             out.append((pattern, (c - ref).abs().max().item()))
     return out
+
+
+def run_kill(rank: int, world: int, order, kill: tuple[int, int], timeout_s: float, producer: bool = False) -> dict:
+    """Rank kill[0] dies (exits at once) where it would send its chunk kill[1]: what the others see,
+    and how long it took them. The killed rank returns nothing (spawn reports its exit code)."""
+    import torch
+
+    from syncopy import templates
+    from syncopy.runtime.link import Faults
+
+    name = "gemm_rs" if producer else "ag_gemm"
+    t = templates.get(name)
+    if producer:
+        fused = _producer_fused({"template": name, "chunks": 2, "order": order}, faults=Faults.of(kill=kill), timeout_s=timeout_s)
+    else:
+        fused = t.fused(chunks_per_rank=2, order=order, timeout_s=timeout_s, faults=Faults.of(kill=kill))
+    start = time.perf_counter()
+    try:
+        for epoch in range(2):
+            t.module.launch(fused, **t.module.inputs(rank, world, (16 if producer else 8, 16, 16), torch.float32, seed=epoch))
+        res = {"type": None}
+    except Exception as exc:
+        res = _exc_info(exc)
+    res["seconds"] = time.perf_counter() - start
+    time.sleep(2 * timeout_s)  # stay up while the peers find out: only rank kill[0] drops out
+    return res

@@ -11,6 +11,7 @@ spinning program sees a flag the receive thread writes while the kernel runs.
 from __future__ import annotations
 
 import random
+import re
 import sys
 import threading
 import time
@@ -36,8 +37,29 @@ class _Threads:
         self.ctx, self.group, self.timeout_s, self.link, self.faults = ctx, group, timeout_s, link, faults
         self.global_ranks = dist.get_process_group_ranks(group)
         self.errors: list[BaseException] = []
+        self.gone: dict[int, str] = {}  # peer -> why its connection failed (it died, or its host went away)
         self.rng = random.Random(seed)
         self.threads: list[threading.Thread] = []
+
+    def _lost_peer(self, peer: int, exc: BaseException) -> None:
+        """A transport error on the pair with `peer`: kept with gloo's own text, without its source
+        path and advice. A timeout is no lost peer: it is raised again, for join() to report."""
+        if "imeout" in str(exc) or "imed out" in str(exc):
+            raise exc
+        text = str(exc).split(". This is typically")[0]
+        self.gone.setdefault(peer, re.sub(r"^\[[^\]]*\] ", "", text).strip() or type(exc).__name__)
+
+    def _post(self, target: torch.Tensor, peer: int, tag: int):
+        """Post a receive from `peer`; None when its connection has already failed."""
+        try:
+            return dist.irecv(target, src=self.global_ranks[peer], group=self.group, tag=tag)
+        except RuntimeError as exc:
+            self._lost_peer(peer, exc)
+            return None
+
+    def dropped_out(self) -> str:
+        """'rank 2 dropped out (Connection reset by peer)', for error messages; '' if none did."""
+        return "; ".join(f"rank {p} dropped out ({why})" for p, why in sorted(self.gone.items()))
 
     def _run(self, sends: list):
         """Start `_receive`, and `_send(steps)` for each peer's sends in plan order."""
@@ -79,14 +101,21 @@ class Transfer(_Threads):
         for node in ctx.plan.recvs():
             view = ctx.chunk_view(node.chunk)
             target = view if view.is_contiguous() else torch.empty_like(view, memory_format=torch.contiguous_format)
-            work = dist.irecv(target, src=self.global_ranks[node.peer], group=self.group, tag=node.chunk)
+            work = self._post(target, node.peer, node.chunk)
             pending.append((node, view, target, work))
         # Chunks are awaited in their planned arrival order and flagged as each lands.
         order = {g: k for k, g in enumerate(ctx.plan.arrival)}
         for node, view, target, work in sorted(pending, key=lambda p: order.get(p[0].chunk, 0)):
+            if work is None:  # its sender was gone before the launch could post the receive
+                self.lost.append(node.chunk)
+                return
             try:
                 ok = work.wait(timeout=timedelta(seconds=self.timeout_s))
-            except RuntimeError:
+            except RuntimeError as exc:  # a timeout, or the sender's connection closed
+                try:
+                    self._lost_peer(node.peer, exc)
+                except RuntimeError:
+                    pass  # a timeout: the chunk is lost below, as before
                 ok = False
             if ok is False:
                 self.lost.append(node.chunk)
@@ -105,8 +134,10 @@ class Transfer(_Threads):
                 if not self.landed[dep].wait(self.timeout_s):
                     return  # what we relay never came: downstream ranks time out and say so
             src, index = divmod(node.chunk, c)
-            if src == ctx.plan.rank and (src, index) in self.faults.drop:
-                continue
+            if src == ctx.plan.rank:
+                self.faults.die_if_killed(src, index)
+                if (src, index) in self.faults.drop:
+                    continue
             view = ctx.send_view(node.chunk, node.peer)
             data = view if view.is_contiguous() else view.contiguous()
             wait = self.link.delay(data.numel() * data.element_size(), self.rng)
@@ -114,9 +145,17 @@ class Transfer(_Threads):
                 wait += self.faults.extra_delay(src, index)
             if wait > 0:
                 threading.Event().wait(wait)
-            works.append(dist.isend(data, dst=self.global_ranks[node.peer], group=self.group, tag=node.chunk))
-        for w in works:
-            w.wait(timeout=timedelta(seconds=self.timeout_s))
+            try:
+                works.append((node.peer, dist.isend(data, dst=self.global_ranks[node.peer], group=self.group, tag=node.chunk)))
+            except RuntimeError as exc:
+                self._lost_peer(node.peer, exc)
+                return
+        for peer, w in works:
+            try:
+                w.wait(timeout=timedelta(seconds=self.timeout_s))
+            except RuntimeError as exc:
+                self._lost_peer(peer, exc)
+                return
 
 
 class ReduceTransfer(_Threads):
@@ -174,13 +213,20 @@ class ReduceTransfer(_Threads):
                 continue
             view = ctx.chunk_view(step.chunk) if step.kind == "reduce" else self.out_view(step.chunk)
             target = torch.empty_like(view, memory_format=torch.contiguous_format)
-            work = dist.irecv(target, src=self.global_ranks[step.peer], group=self.group, tag=self._tag(step))
+            work = self._post(target, step.peer, self._tag(step))
             pending.append((step, target, work))
         parts: dict[int, list] = {}
         for step, target, work in pending:
+            if work is None:  # its sender was gone before the launch could post the receive
+                self.lost.append((step.chunk, step.peer))
+                return
             try:
                 ok = work.wait(timeout=timedelta(seconds=self.timeout_s))
-            except RuntimeError:
+            except RuntimeError as exc:  # a timeout, or the sender's connection closed
+                try:
+                    self._lost_peer(step.peer, exc)
+                except RuntimeError:
+                    pass
                 ok = False
             if ok is False:
                 self.lost.append((step.chunk, step.peer))
@@ -228,19 +274,28 @@ class ReduceTransfer(_Threads):
                 if not event.wait(self.timeout_s):
                     return  # what we pass on never came: the receive side reports it
                 data = self.sums[g] if step.value == "sum" else self.out_view(g)
+            self.faults.die_if_killed(ctx.plan.rank, g)  # as with drop, (rank, chunk) names a send of this rank
             if (ctx.plan.rank, g) in self.faults.drop:
                 continue
             data = data if data.is_contiguous() else data.contiguous()
             wait = self.link.delay(data.numel() * data.element_size(), self.rng)
             if wait > 0:
                 threading.Event().wait(wait)
-            works.append(dist.isend(data, dst=self.global_ranks[step.peer], group=self.group, tag=self._tag(step)))
+            try:
+                works.append((step.peer, dist.isend(data, dst=self.global_ranks[step.peer], group=self.group, tag=self._tag(step))))
+            except RuntimeError as exc:
+                self._lost_peer(step.peer, exc)
+                return
             if step.value == "partial":
                 ctx.count_sent()
             if ctx.trace is not None:
                 ctx.trace.sent.setdefault(g, time.perf_counter() - ctx.t0)
-        for w in works:
-            w.wait(timeout=timedelta(seconds=self.timeout_s))
+        for peer, w in works:
+            try:
+                w.wait(timeout=timedelta(seconds=self.timeout_s))
+            except RuntimeError as exc:
+                self._lost_peer(peer, exc)
+                return
 
 
 class GlooBackend:
