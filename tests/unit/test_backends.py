@@ -68,6 +68,7 @@ def test_backend_for_asks_no_one_on_cpu_or_for_an_explicit_name():
     ("p2p", Link(latency_s=1e-3), None, "link emulation runs on the gloo backend; the p2p backend moves chunks over the real link, drop link="),
     ("p2p", None, Faults.of(delay={(0, 0): 0.1}), "the p2p backend cannot inject delays; use backend='gloo' (CPU) for fault injection"),
     ("nccl", None, Faults.of(drop=[(0, 1)]), "the nccl backend cannot inject dropped chunks; use backend='gloo' (CPU) for fault injection"),
+    ("p2p", None, Faults.of(kill=(1, 0)), "the p2p backend cannot inject killed ranks; use backend='gloo' (CPU) for fault injection"),
 ])
 def test_gpu_backends_refuse_emulation_they_cannot_do(name, link, faults, message):
     from syncopy.runtime.backends.p2p import refuse_emulation
