@@ -30,7 +30,8 @@ from syncopy.frontend.source import from_jit
 from syncopy.passes import Transformed, transform
 from syncopy.runtime import plan as planning
 from syncopy.runtime import backends
-from syncopy.runtime.context import Context, Trace
+from syncopy.runtime.backends import control
+from syncopy.runtime.context import Context, Trace, context_ids
 from syncopy.runtime.link import Faults, Link
 from syncopy.schedule import Schedule, load_schedule
 from syncopy.schedule.model import AUTO, PRODUCER_PATTERNS
@@ -112,6 +113,41 @@ def _require_jit(jit_fn) -> None:
     raise KernelError(f"@syncopy.overlap needs a @triton.jit kernel: put @triton.jit under @syncopy.overlap (got {got})", where)
 
 
+#: The longest timeout_s: the transfer threads join after 2 * timeout_s + 5 s, within threading.TIMEOUT_MAX.
+MAX_TIMEOUT_S = 1e9
+
+
+def _check_timeout(timeout_s) -> None:
+    """timeout_s is a number of seconds that every wait (host and device) can take, checked at decoration."""
+    import math
+    import numbers
+
+    ok = isinstance(timeout_s, numbers.Real) and not isinstance(timeout_s, bool) and 0 < timeout_s <= MAX_TIMEOUT_S
+    if not ok or math.isnan(timeout_s):
+        raise LaunchError(f"timeout_s must be a positive number of seconds, at most {MAX_TIMEOUT_S:g} (got {timeout_s!r}); e.g. timeout_s=60")
+
+
+def checked_group(group):
+    """The process group a launch runs on (None: the default group), refused unless this rank is in it."""
+    if not dist.is_initialized():
+        raise LaunchError("torch.distributed is not initialised; call dist.init_process_group (gloo on CPU) before launching")
+    if group is None:
+        return dist.group.WORLD
+    if group is dist.GroupMember.NON_GROUP_MEMBER:
+        # What dist.new_group(ranks) returns on the ranks it leaves out; its ranks are not known here.
+        raise LaunchError(f"rank {dist.get_rank()} is not a member of the group passed as group= (dist.new_group returned "
+                          "GroupMember.NON_GROUP_MEMBER on this rank); launch on a group that contains this rank, or skip "
+                          "the launch on this rank")
+    if not isinstance(group, dist.ProcessGroup):
+        raise LaunchError(f"group= must be a process group (from dist.new_group) or None for the default group, got "
+                          f"{type(group).__name__}")
+    if dist.get_rank(group) < 0:
+        ranks = dist.get_process_group_ranks(group)
+        raise LaunchError(f"rank {dist.get_rank()} is not a member of the group passed as group= (ranks "
+                          f"{', '.join(map(str, ranks))}); launch on a group that contains this rank, or skip the launch on this rank")
+    return group
+
+
 class FusedKernel:
     """A local Triton kernel fused with the communication its schedule describes.
 
@@ -124,6 +160,7 @@ class FusedKernel:
                  poison_receive: bool = False, dump_dir: str | Path | None = None,
                  one_shot_max_bytes: int = planning.ONE_SHOT_MAX_BYTES, hardware: str | None = None, workload=None):
         _require_jit(jit_fn)
+        _check_timeout(timeout_s)
         self.local = jit_fn
         self.producer = schedule.pattern in PRODUCER_PATTERNS
         self.one_shot_max_bytes = one_shot_max_bytes
@@ -208,9 +245,15 @@ class FusedKernel:
             bound = self.signature.bind_partial(*args, **kwargs)
         except TypeError as exc:
             raise LaunchError(f"launch of '{self.local.fn.__name__}': {exc}; pass the local kernel's arguments") from None
+        self._check_arguments(bound.arguments)
         shard = bound.arguments.get(self.schedule.tensor)
         if not isinstance(shard, torch.Tensor):
             raise LaunchError(f"argument '{self.schedule.tensor}' must be this rank's shard as a tensor, got {type(shard).__name__}")
+        if shard.device.type not in ("cpu", "cuda"):
+            raise LaunchError(
+                f"'{self.schedule.tensor}' is on a {shard.device.type} device, which syncopy cannot launch on; pass CPU tensors "
+                "(gloo backend) or CUDA tensors (p2p or nccl backend)"
+            )
         if self.schedule.dim >= shard.dim():
             raise LaunchError(
                 f"schedule dim {self.schedule.dim} but '{self.schedule.tensor}' has {shard.dim()} dimensions; set `dim:` below {shard.dim()}"
@@ -219,6 +262,27 @@ class FusedKernel:
             raise LaunchError(f"'{self.schedule.tensor}' must be contiguous; pass {self.schedule.tensor}.contiguous()")
         return bound.arguments, shard, options
 
+    def _check_arguments(self, arguments: dict) -> None:
+        """Every argument the local kernel needs is there (constexprs with defaults may be left out),
+        and each is something a Triton kernel takes: a tensor, or a hashable scalar (not a list)."""
+        name = self.local.fn.__name__
+        if inspect.isfunction(self.local.fn):  # an autotuner's configs supply some arguments: let Triton check those
+            missing = [p.name for p in self.signature.parameters.values()
+                       if p.default is inspect.Parameter.empty and p.name not in arguments
+                       and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
+            if missing:
+                listed = ", ".join(f"'{m}'" for m in missing)
+                raise LaunchError(f"launch of '{name}': missing argument{'s' if len(missing) > 1 else ''} {listed}; "
+                                  "pass every argument the local kernel takes")
+        for key, value in arguments.items():
+            if isinstance(value, torch.Tensor):
+                continue
+            try:
+                hash(value)
+            except TypeError:
+                raise LaunchError(f"launch of '{name}': argument '{key}' is a {type(value).__name__}, which a Triton kernel "
+                                  "cannot take; pass a torch tensor (or a number, for a scalar argument)") from None
+
     def _context(self, shard: torch.Tensor, group, args: dict) -> tuple[Context, object]:
         world, rank = dist.get_world_size(group), dist.get_rank(group)
         key = (id(group), tuple(shard.shape), shard.dtype, shard.device.type)
@@ -226,20 +290,27 @@ class FusedKernel:
             return self._contexts[key]
         # A world of one moves nothing: its "backend" is the local copy in _launch.
         backend = None
-        if world > 1:
-            name = self.backend_for(shard.device, group)
-            backend = backends.select(name, shard.device.type)(group, self.timeout_s, self.link, self.faults)
         # `auto` is resolved by rank 0 alone and travels with the shape check below, so that every
         # rank lowers the same plan even where their environments (SYNCOPY_HARDWARE, GPU names) differ.
         # A failure is carried as text, so that every rank raises it instead of rank 0 alone.
         choice = self._resolve(shard, world, args) if self.schedule.planned and rank == 0 else None
         # Every rank must bring the same shard shape: check once, collectively, and fail everywhere.
-        mine = (tuple(shard.shape), str(shard.dtype), self.schedule.key(), choice)
-        theirs: list = [None] * world
+        # It carries an id for the context: rank 0's is taken, so the ranks agree on it (gloo tags).
+        mine = (tuple(shard.shape), str(shard.dtype), self.schedule.key(), choice, next(context_ids))
+        theirs: list = [mine]
         if world > 1:
-            dist.all_gather_object(theirs, mine, group=backend.group)
-        else:
-            theirs = [mine]
+            # The first launch of a shape is collective: a rank that never comes is named, in bounded time.
+            what = f"the first launch of {self.local.fn.__name__} with '{self.schedule.tensor}' of shape {list(shard.shape)}"
+            try:
+                name = self.backend_for(shard.device, group)
+                backend = backends.select(name, shard.device.type)(group, self.timeout_s, self.link, self.faults)
+                control.join(group, self.timeout_s, what)
+                theirs = [None] * world
+                dist.all_gather_object(theirs, mine, group=backend.group)
+            except RuntimeError as exc:  # gloo or the store gave up: a rank is missing (LaunchErrors pass through)
+                raise LaunchError(f"rank {rank}: not every rank of the group reached {what} within "
+                                  f"{control.setup_timeout(self.timeout_s):g}s; every rank of the group must launch this "
+                                  "operator, with the same shapes, in the same order") from None
         for r, other in enumerate(theirs):
             if other[2] != mine[2]:
                 raise LaunchError(f"rank {r} launched with a different schedule than rank {rank}; every rank must use the same schedule")
@@ -266,6 +337,7 @@ class FusedKernel:
             p = planning.all_gather(schedule, rank, world, rows)
             ctx = Context(p, tuple(shard.shape), shard.dtype, shard.device, self.schedule.dim)
         ctx.schedule, ctx.resolution = schedule, resolution
+        ctx.uid = theirs[0][4]
         self._contexts[key] = (ctx, backend)
         return ctx, backend
 
@@ -332,15 +404,12 @@ class FusedKernel:
         if key in ctx.orders:
             return ctx.orders[key]
         ranges: list[tuple[int, int]] = [(0, -1)] * n
+        written = None
         if probe is not None:
-            out = torch.full((2 * n,), -1, dtype=torch.int32, device=ctx.buffer.device)
-            dummy = torch.zeros(1, dtype=torch.int32, device=ctx.buffer.device)
-            probe[grid](**args, **self._extra(ctx, dummy, dummy, table=False), syncopy_probe_out=out)
-            flat = out.tolist()
-            ranges = [(flat[2 * i], flat[2 * i + 1]) for i in range(n)]
+            ranges, written = self._probe(ctx, grid, args, probe, n)
         tiles = planning.tile_order(ranges, ctx.plan.position(), producer=self.producer)
         if self.producer:
-            self._check_coverage(ctx, ranges)
+            self._check_coverage(ctx, ranges, args, written)
             ctx.tiles_per_chunk[key] = self._tiles_per_chunk(ctx, ranges)
         # The table is indexed by hardware linear id; place tiles so that the backend's execution
         # order (z fastest under the interpreter, x fastest on GPUs) runs them in sorted order.
@@ -360,20 +429,91 @@ class FusedKernel:
         ctx.orders[key] = (order, ranges, [table[s] for s in slots])
         return ctx.orders[key]
 
+    def _probe(self, ctx: Context, grid, args: dict, probe, n: int) -> tuple[list[tuple[int, int]], int | None]:
+        """Each program's chunk range, from the probe kernel, and the rows the grid touches (None
+        where unknown). Along dim 0 the probe runs with a ctx in which every row is its own chunk and
+        the buffer has no end, so it reports rows, past the buffer too (the kernel clamps them to
+        its last chunk); _check_rows refuses those, and the rows map to chunks here the way
+        device._chunk_of_row maps them."""
+        out = torch.full((2 * n,), -1, dtype=torch.int32, device=ctx.buffer.device)
+        dummy = torch.zeros(1, dtype=torch.int32, device=ctx.buffer.device)
+        extra = self._extra(ctx, dummy, dummy, table=False)
+        rows_per_rank, chunks = ctx.plan.rows_per_rank, ctx.plan.flags_per_rank
+        by_rows = self.schedule.dim == 0 and rows_per_rank > 0  # elsewhere a row is an offset modulo the size
+        if by_rows:
+            extra["syncopy_ctx"] = ctx.ctx.clone()
+            extra["syncopy_ctx"][dev.CTX_CHUNKS.value] = rows_per_rank
+            extra["syncopy_ctx"][dev.CTX_SIZE.value] = 2**31 - 1  # probe_store keeps int32
+        probe[grid](**args, **extra, syncopy_probe_out=out)
+        flat = out.tolist()
+        ranges = [(flat[2 * i], flat[2 * i + 1]) for i in range(n)]
+        if not by_rows:
+            return ranges, None
+        written = max((hi for lo, hi in ranges if 0 <= lo <= hi), default=-1) + 1
+        self._check_rows(ctx, written, args)
+
+        def chunk(row: int) -> int:
+            src, local = divmod(row, rows_per_rank)
+            return src * chunks + ((local + 1) * chunks - 1) // rows_per_rank
+
+        # Empty ranges (hi < lo) and programs that stored nothing (-1, -1) stay as the probe left them.
+        return [(chunk(lo), chunk(hi)) if 0 <= lo <= hi else (lo, hi) for lo, hi in ranges], written
+
+    def _check_rows(self, ctx: Context, written: int, args: dict) -> None:
+        """Refuse a grid that touches rows past the communicated buffer, before any transfer starts:
+        a consumer would read past the gathered tensor, a producer write past its buffer."""
+        size = ctx.buffer.shape[ctx.dim]
+        if written <= size:
+            return
+        tensor, per_rank, world, pattern = self.schedule.tensor, ctx.plan.rows_per_rank, ctx.plan.world, self.schedule.pattern
+        if pattern == "reduce_scatter":
+            if written % world:
+                fix = (f", which {world} ranks cannot share evenly; write a multiple of {world} rows and give '{tensor}' "
+                       f"that number / {world}")
+            else:
+                fix = f" = {written // world} per rank x {world}; give '{tensor}' {written // world} rows"
+            raise LaunchError(f"'{tensor}' receives {per_rank} rows per rank, but the kernel writes {written} rows{fix}")
+        if pattern == "all_reduce":
+            raise LaunchError(f"the kernel writes rows up to {written - 1} of '{tensor}' but '{tensor}' has {size} rows; "
+                              f"all_reduce takes the full result: give '{tensor}' {written} rows")
+        what, whose = ("gathered", "per rank") if pattern == "all_gather" else ("received", "from each rank")
+        count = [k for k, v in args.items() if type(v) is int and v == written]
+        fix = (f"pass {count[0]} = {size}, the {what} rows" if len(count) == 1
+               else f"launch with the {what} row count, {size}, and a grid that reads no further")
+        raise LaunchError(f"the grid reads rows up to {written - 1} of '{tensor}' but the {what} '{tensor}' has {size} rows "
+                          f"({per_rank} {whose} x {world} ranks); {fix}")
+
     def _shape_key(self, grid, args: dict) -> tuple:
         """What a tile order depends on: the grid and the scalar arguments (tensor shapes are part of the
         context's key already)."""
         scalars = tuple((k, v) for k, v in sorted(args.items()) if not isinstance(v, torch.Tensor))
         return self._grid(grid, args), scalars
 
-    def _check_coverage(self, ctx: Context, ranges: list[tuple[int, int]]) -> None:
+    def _check_coverage(self, ctx: Context, ranges: list[tuple[int, int]], args: dict, written: int | None = None) -> None:
         missing = [g for g in range(ctx.n_chunks) if not ctx.plan.empty(g) and not any(lo <= g <= hi for lo, hi in ranges)]
         if missing:
             lo, hi = ctx.plan.bounds(missing[0])
+            if self._should_blame_output_rows(ctx, args, written):
+                tensor, world, size = self.schedule.tensor, ctx.plan.world, ctx.buffer.shape[ctx.dim]
+                raise LaunchError(
+                    f"'{tensor}' has {ctx.plan.rows_per_rank} rows, but reduce_scatter gives each rank its rows of the result "
+                    f"(rows / world) and the kernel writes {written} rows: give '{tensor}' {written // world} rows "
+                    f"({written} / {world} ranks); as passed, '{tensor}' needs a grid that writes all {size} rows, and no "
+                    f"program writes rows {lo}..{hi - 1} (chunk {missing[0]})"
+                )
             raise LaunchError(
                 f"no program of this grid writes rows {lo}..{hi - 1} of '{self.schedule.tensor}' (chunk {missing[0]}), so it "
                 f"could never be reduced; launch a grid that covers all {ctx.buffer.shape[ctx.dim]} rows"
             )
+
+    def _should_blame_output_rows(self, ctx: Context, args: dict, written: int | None) -> bool:
+        # reduce_scatter only: its output is this rank's part, the usual mistake is passing the whole result.
+        # The probe saw where the writes end (dim 0), and they split evenly over the ranks.
+        # A row-count argument equals the rows written: the grid covers the kernel's rows, so the output is wrong.
+        return (self.schedule.pattern == "reduce_scatter"
+                and written is not None and 0 < written < ctx.buffer.shape[ctx.dim]
+                and written % ctx.plan.world == 0
+                and any(type(v) is int and v == written for v in args.values()))
 
     @staticmethod
     def _tiles_per_chunk(ctx: Context, ranges: list[tuple[int, int]]) -> list[int]:
@@ -390,9 +530,7 @@ class FusedKernel:
         return (g + (1, 1, 1))[:3]
 
     def _launch(self, grid, args, kwargs, group):
-        group = group if group is not None else dist.group.WORLD
-        if not dist.is_initialized():
-            raise LaunchError("torch.distributed is not initialised; call dist.init_process_group (gloo on CPU) before launching")
+        group = checked_group(group)
         self.build()
         t, fused, probe, _ = self._built
         bound, shard, options = self._bind(args, dict(kwargs))
@@ -446,7 +584,7 @@ class FusedKernel:
             ctx.broken = f"chunk {transfer.lost[0]} lost"
             raise SyncopyTimeout(ctx.plan.rank, divmod(transfer.lost[0], c), epoch, self.timeout_s, gone or "the transfer never completed",
                                  _advice(gone))
-        _raise_if_dropped_out(ctx, epoch, gone)
+        _raise_if_dropped_out(ctx, epoch, gone, transfer)
         if trace is not None:
             self._finish_trace(trace, trace_buf, order, ranges, exec_order, (k0, k1), persistent=t.persistent is not None)
         return None
@@ -517,13 +655,13 @@ class FusedKernel:
                 ctx.broken = f"chunk {unfinished[0]} never reduced"
                 raise SyncopyTimeout(ctx.plan.rank, divmod(unfinished[0], ctx.plan.chunks_per_rank), epoch, self.timeout_s,
                                      gone or "it was never reduced", _advice(gone))
-            _raise_if_dropped_out(ctx, epoch, gone)
+            _raise_if_dropped_out(ctx, epoch, gone, transfer)
         if trace is not None:
             self._finish_trace(trace, trace_buf, order, ranges, exec_order, (k0, k1))
         return None
 
     def _reference(self, grid, args, kwargs, group):
-        group = group if group is not None else dist.group.WORLD
+        group = checked_group(group)
         bound, shard, options = self._bind(args, dict(kwargs))
         _ensure_allocator(shard.device)
         if self.producer:
@@ -579,9 +717,16 @@ def _advice(gone: str) -> str:
     return "look for the cause in that rank's own output, then restart the job" if gone else SyncopyTimeout.ADVICE
 
 
-def _raise_if_dropped_out(ctx: Context, epoch: int, gone: str) -> None:
-    """Everything this rank needed arrived, but a peer died on the way: its other peers cannot
-    finish, and neither can this rank's next launch."""
+def _raise_if_dropped_out(ctx: Context, epoch: int, gone: str, transfer=None) -> None:
+    """Everything this rank needed arrived, but a peer died on the way, or never took what this rank
+    sent it: its other peers cannot finish, and neither can this rank's next launch."""
+    unreceived = getattr(transfer, "unreceived", None)
+    if unreceived and not gone:
+        peer, chunk = unreceived[0]
+        src, index = divmod(chunk, ctx.plan.chunks_per_rank)
+        ctx.broken = f"rank {peer} never received chunk {chunk}"
+        raise LaunchError(f"rank {ctx.plan.rank}: rank {peer} did not receive chunk {index} of rank {src} (epoch {epoch}) within "
+                          f"the timeout; check that every rank launched the kernel with the same shapes, or raise timeout_s")
     if gone:
         ctx.broken = gone
         raise LaunchError(f"rank {ctx.plan.rank}: {gone} during launch {epoch}; this rank's result is complete, but the "
@@ -612,6 +757,7 @@ def overlap(schedule, *, chunks_per_rank: int | str | None = None, order: str | 
     writes its full partial result, and the argument receives the sum over ranks of this rank's
     rows. all_reduce: pass it at full size; it receives the sum over ranks.
     """
+    _check_timeout(timeout_s)
     sched = _override(load_schedule(schedule), chunks_per_rank=chunks_per_rank, order=order)
 
     def wrap(jit_fn) -> FusedKernel:

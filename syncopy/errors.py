@@ -68,7 +68,7 @@ class LaunchError(SyncopyError):
 class SyncopyTimeout(SyncopyError):
     """A chunk did not arrive in time. Names the rank that waited, the chunk and the epoch."""
 
-    ADVICE = "check that every rank launched the kernel, or raise timeout_s"
+    ADVICE = "check that every rank launched the kernel with the same shapes, or raise timeout_s"
 
     def __init__(self, rank: int, chunk: tuple[int, int], epoch: int, timeout_s: float, detail: str = "", advice: str = ADVICE):
         self.rank, self.chunk, self.epoch, self.timeout_s = rank, chunk, epoch, timeout_s

@@ -3,6 +3,7 @@
 because signals carry the epoch of the launch that raised them."""
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from dataclasses import dataclass, field
@@ -73,6 +74,9 @@ class Trace:
         return "\n".join(lines)
 
 
+context_ids = itertools.count()  # ids of this process's contexts (a launch takes rank 0's, see FusedKernel._context)
+
+
 class Context:
     """Buffers and signals of one fused all-gather operator on one rank."""
 
@@ -111,6 +115,7 @@ class Context:
         self.trace: Trace | None = None
         self.no_trace: torch.Tensor | None = None  # the trace argument of untraced launches
         self.source: torch.Tensor | None = None  # all_to_all: the input whose blocks go to the peers
+        self.uid = 0  # set by the launcher: the same on every rank of the group, distinct among its contexts
         self.t0 = 0.0
         self.t0_wall = 0.0
 

@@ -7,6 +7,8 @@ README.txt, template.py); adding one never means editing a list here.
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -79,16 +81,48 @@ def _fused(name: str, chunks_per_rank, order):
     return get(name).fused(chunks_per_rank=chunks_per_rank, order=order)
 
 
-def _op(name: str):
-    def op(*args, group=None, chunks_per_rank=None, order=None, **kwargs):
-        return get(name).module.launch(_fused(name, chunks_per_rank, order), *args, group=group, **kwargs)
+class TemplateOp:
+    """`syncopy.templates.<name>(*args, group=None, chunks_per_rank=None, order=None, **meta)`: the
+    template's fused launch. Other attributes are those of the template's folder, so that
+    `syncopy.templates.ag_gemm.kernel` still reaches its module once imported."""
 
-    op.__name__ = name
-    op.__doc__ = get(name).module.launch.__doc__
-    return op
+    def __init__(self, name: str):
+        self.__name__ = self.__qualname__ = name
+
+    def __call__(self, *args, group=None, chunks_per_rank=None, order=None, **kwargs):
+        from syncopy.api import checked_group
+
+        checked_group(group)  # the template sizes its output with the group before the launch's own check
+        return get(self.__name__).module.launch(_fused(self.__name__, chunks_per_rank, order), *args, group=group, **kwargs)
+
+    @property
+    def __doc__(self):
+        return get(self.__name__).module.launch.__doc__
+
+    def __repr__(self) -> str:
+        return f"<syncopy template op '{self.__name__}'>"
+
+    def __getattr__(self, attr: str):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        folder = importlib.import_module(f"{__name__}.{self.__name__}")
+        if not hasattr(folder, attr) and (resources.files(__name__) / self.__name__ / f"{attr}.py").is_file():
+            importlib.import_module(f"{folder.__name__}.{attr}")
+        return getattr(folder, attr)
 
 
-def __getattr__(name: str):
-    if name in available():
-        return _op(name)
-    raise AttributeError(name)
+class _Package(types.ModuleType):
+    def __setattr__(self, name, value):
+        # Importing `syncopy.templates.<name>.kernel` makes the import system bind the folder's
+        # module to `<name>` here, which would hide the op: keep the op (the folder stays in sys.modules).
+        if isinstance(value, types.ModuleType) and isinstance(self.__dict__.get(name), TemplateOp):
+            return
+        super().__setattr__(name, value)
+
+
+# One op per template folder, defined here rather than in a module __getattr__: a name the module
+# defines is never looked up there, and _Package keeps a folder import from rebinding it.
+for _name in available():
+    globals()[_name] = TemplateOp(_name)
+del _name
+sys.modules[__name__].__class__ = _Package

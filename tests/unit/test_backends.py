@@ -286,7 +286,7 @@ def test_a_peers_failed_connection_is_kept_in_gloos_words_and_a_timeout_is_not()
     from syncopy.runtime.backends.gloo import _Threads
 
     threads = object.__new__(_Threads)
-    threads.gone = {}
+    threads.gone, threads.group = {}, object()  # a control group of its own: marked broken, nobody else's
     threads._lost_peer(2, RuntimeError("[/src/gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:9102. "
                                        "This is typically caused by a remote worker crashing. Check the logs. GLHF!"))
     threads._lost_peer(2, RuntimeError("[pair.cc:537] Read error: Connection reset by peer"))  # the first reason stays

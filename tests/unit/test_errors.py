@@ -83,7 +83,7 @@ def test_timeout_names_rank_chunk_epoch_and_what_to_do():
     err = SyncopyTimeout(rank=2, chunk=(1, 3), epoch=7, timeout_s=1.5, detail="rank 1 exited")
     assert str(err) == (
         "rank 2 waited 1.5s for chunk 3 of rank 1 (epoch 7) and it never arrived; rank 1 exited; "
-        "check that every rank launched the kernel, or raise timeout_s"
+        "check that every rank launched the kernel with the same shapes, or raise timeout_s"
     )
     assert (err.rank, err.chunk, err.epoch) == (2, (1, 3), 7)
 

@@ -333,3 +333,118 @@ def test_expand_from_python_refuses_auto_naming_the_key(key):
     s = Schedule(**{"pattern": "all_gather", "tensor": "A", "dim": 0, "chunks_per_rank": 2, "order": "ring", key: "auto"})
     with pytest.raises(ScheduleError, match=rf"^schedule: {key}: auto is resolved at launch by the planner, so there is nothing fixed to expand; give a fixed {key}$"):
         expand(s, 3)
+
+
+# --- launch arguments: what _bind refuses before any collective ------------------------------------
+
+@pytest.fixture
+def mm_fused(tmp_path, request):
+    """`syncopy.overlap(SCHEDULE)` on KERNEL's mm, imported from a file (triton reads its source)."""
+    name = f"mm_{request.node.name.replace('[', '_').replace(']', '').replace('-', '_')}"
+    (tmp_path / f"{name}.py").write_text(KERNEL)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        module = __import__(name)
+    finally:
+        sys.path.remove(str(tmp_path))
+    return syncopy.overlap(SCHEDULE)(module.mm)
+
+
+def _mm_args(a=None, b=None):
+    a = torch.zeros(4, 4) if a is None else a
+    b = torch.zeros(4, 4) if b is None else b
+    return (a, b, torch.zeros(8, 4), 8, 4, 4, 4, 1, 4, 1, 4, 1)
+
+
+@pytest.mark.parametrize(("args", "meta", "expected"), [
+    pytest.param(_mm_args(), dict(BM=4, BN=4), "missing argument 'BK'", id="constexpr"),
+    pytest.param(_mm_args()[:-1], dict(BM=4, BN=4, BK=4), "missing argument 'scn'", id="last-positional"),
+    pytest.param(_mm_args()[:-2], dict(BN=4, BK=4), "missing arguments 'scm', 'scn', 'BM'", id="several"),
+])
+def test_missing_argument_is_named(mm_fused, args, meta, expected):
+    with pytest.raises(LaunchError) as info:
+        mm_fused._bind(args, meta)
+    assert str(info.value) == f"launch of 'mm': {expected}; pass every argument the local kernel takes"
+
+
+def test_constexpr_with_a_default_may_be_left_out(tmp_path):
+    (tmp_path / "mm_defaulted.py").write_text(KERNEL.replace("BK: tl.constexpr)", "BK: tl.constexpr = 4)"))
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import mm_defaulted
+    finally:
+        sys.path.remove(str(tmp_path))
+    bound, shard, options = syncopy.overlap(SCHEDULE)(mm_defaulted.mm)._bind(_mm_args(), dict(BM=4, BN=4, num_warps=4))
+    assert "BK" not in bound and options == {"num_warps": 4} and shard.shape == (4, 4)
+
+
+def test_list_where_a_tensor_goes_is_one_line(mm_fused):
+    with pytest.raises(LaunchError) as info:
+        mm_fused._bind(_mm_args(b=[0.0] * 16), dict(BM=4, BN=4, BK=4))
+    assert str(info.value) == ("launch of 'mm': argument 'B' is a list, which a Triton kernel cannot take; pass a torch "
+                               "tensor (or a number, for a scalar argument)")
+
+
+def test_shard_on_an_unsupported_device_says_which_devices_work(mm_fused):
+    # backend="auto" (the default): the message must not blame a backend the user never chose.
+    with pytest.raises(LaunchError) as info:
+        mm_fused._bind(_mm_args(a=torch.zeros(4, 4, device="meta")), dict(BM=4, BN=4, BK=4))
+    assert str(info.value) == ("'A' is on a meta device, which syncopy cannot launch on; pass CPU tensors (gloo backend) "
+                               "or CUDA tensors (p2p or nccl backend)")
+
+
+# --- overlap(timeout_s=...) is checked at decoration ------------------------------------------------
+
+@pytest.mark.parametrize("timeout_s", [-1, 0, 0.0, "5", float("inf"), float("nan"), True, None, 1e10],
+                         ids=["negative", "zero", "zero-float", "string", "inf", "nan", "bool", "none", "too-long"])
+def test_timeout_must_be_a_positive_number_of_seconds(timeout_s):
+    with pytest.raises(LaunchError) as info:
+        syncopy.overlap(SCHEDULE, timeout_s=timeout_s)
+    assert str(info.value) == (f"timeout_s must be a positive number of seconds, at most 1e+09 (got {timeout_s!r}); "
+                               "e.g. timeout_s=60")
+
+
+def test_timeout_is_checked_on_a_fused_kernel_made_directly():
+    from syncopy.api import FusedKernel
+
+    with pytest.raises(LaunchError, match=r"^timeout_s must be a positive number of seconds, at most 1e\+09 \(got -5\)"):
+        FusedKernel(syncopy.templates.get("ag_gemm").kernel(), syncopy.templates.get("ag_gemm").schedule(), timeout_s=-5)
+
+
+@pytest.mark.parametrize("timeout_s", [0.5, 60, 1e9])
+def test_timeout_accepts_seconds(timeout_s):
+    syncopy.overlap(SCHEDULE, timeout_s=timeout_s)
+
+
+# --- template ops: callable however often, and after their folder's modules are imported ------------
+
+def test_template_ops_stay_ops_after_their_modules_are_imported():
+    import importlib
+
+    import syncopy.templates as T
+
+    names = list(T.available())
+    for name in names:
+        importlib.import_module(f"syncopy.templates.{name}.kernel")
+        importlib.import_module(f"syncopy.templates.{name}.template")
+        op = getattr(T, name)
+        assert callable(op) and op.__name__ == name and op.__doc__ == T.get(name).module.launch.__doc__
+        assert op.kernel.__name__ == f"syncopy.templates.{name}.kernel"  # the folder's modules stay reachable
+    import syncopy.templates.ag_gemm.kernel as kernel_module
+    from syncopy.templates import ag_gemm
+
+    assert kernel_module.__name__ == "syncopy.templates.ag_gemm.kernel" and ag_gemm is T.ag_gemm
+
+
+def test_template_op_called_twice_gives_the_same_one_line_error():
+    import torch.distributed as dist
+
+    import syncopy.templates as T
+
+    assert not dist.is_initialized()
+    a = torch.zeros(4, 4)
+    for _ in range(2):  # the second call used to find the folder's module: "'module' object is not callable"
+        with pytest.raises(LaunchError) as info:
+            T.ag_gemm(a, a)
+        assert str(info.value) == ("torch.distributed is not initialised; call dist.init_process_group (gloo on CPU) "
+                                   "before launching")

@@ -143,8 +143,41 @@ def test_a_rank_that_dies_mid_launch_is_named_by_its_peers_never_a_hang(order, p
     assert r["type"] == "SyncopyTimeout" and r["rank"] == 0 and r["epoch"] == 1 and named.search(r["str"]), r
     r = results[1]
     assert r["type"] == "SyncopyTimeout" and r["rank"] == 1 and r["epoch"] in ((1, 2) if producer else (1,)), r
-    assert named.search(r["str"]) or r["str"].endswith("check that every rank launched the kernel, or raise timeout_s"), r
+    assert named.search(r["str"]) or r["str"].endswith("check that every rank launched the kernel with the same shapes, or raise timeout_s"), r
     if order == "local_first":  # rank 1 receives from rank 2 itself
         assert named.search(r["str"]), r
     for r in results[:2]:
         assert r["seconds"] < 4 * timeout_s + 5, r
+
+
+@pytest.mark.world
+def test_a_rank_that_never_launches_is_a_bounded_launch_error_on_the_others():
+    timeout_s = 1.0
+    results = spawn(workers.run_absent_first_launch, 3, timeout_s, timeout_s=300)
+    assert results[2] == {"type": "absent"}
+    bound = workers.control_bound(timeout_s)
+    tail = (rf" did not reach the first launch of ag_gemm_kernel with 'A' of shape \[8, 16\] within {bound:g}s; every rank of the "
+            r"group must launch this operator, with the same shapes, in the same order$")
+    # Rank 0 coordinates the check and names the missing rank; rank 1 only learns that rank 0 gave up.
+    assert re.match(r"^rank 0: rank\(s\) 2" + tail, results[0]["str"]), results[0]
+    assert re.match(r"^rank 1: (rank 0|some rank \(rank 0's error names it\))" + tail, results[1]["str"]), results[1]
+    for r in results[:2]:
+        assert r["type"] == "LaunchError" and r["seconds"] < 3 * bound + 10, r
+
+
+@pytest.mark.world
+def test_ranks_launching_different_shapes_time_out_instead_of_aborting_and_the_group_is_refused_after():
+    timeout_s = 1.0
+    results = spawn(workers.run_shapes_diverge_then_retry, 2, timeout_s, timeout_s=300)
+    for rank, r in enumerate(results):
+        d = r["diverged"]
+        # Each rank waits for messages of the shape it launched, which the other never sends: a
+        # timeout that says to check the shapes (or, if the other gave up first and gloo closed
+        # their connection, one that names it: its own error says to check the shapes).
+        assert d["type"] in ("SyncopyTimeout", "LaunchError") and d["str"].startswith(f"rank {rank}"), d
+        assert "with the same shapes" in d["str"] or f"rank {1 - rank} dropped out" in d["str"], d
+        g = r["same_group"]
+        assert g["type"] == "LaunchError" and g["seconds"] < 1.0, g
+        assert re.match(r"^the transport of this process group broke in an earlier launch \(.+\); create a new process group "
+                        r"\(dist.new_group\) and launch on it$", g["str"]), g
+        assert r["new_group_err"] < 1e-4, r

@@ -615,3 +615,68 @@ def run_kill(rank: int, world: int, order, kill: tuple[int, int], timeout_s: flo
     res["seconds"] = time.perf_counter() - start
     time.sleep(2 * timeout_s)  # stay up while the peers find out: only rank kill[0] drops out
     return res
+
+
+def run_absent_first_launch(rank: int, world: int, timeout_s: float) -> dict:
+    """After a first operator every rank ran, rank world-1 never launches the second (it sleeps past
+    everyone's bound): the others' first launch of it must fail in bounded time, naming what was missed."""
+    import torch
+
+    from syncopy import templates
+
+    t = templates.get("ag_gemm")
+    # A first operator that every rank launches: the group's control plane exists from here on.
+    t.module.launch(t.fused(chunks_per_rank=1, timeout_s=timeout_s), **t.module.inputs(rank, world, (4, 16, 16), torch.float32))
+    if rank == world - 1:
+        time.sleep(control_bound(timeout_s) + 6)
+        return {"type": "absent"}
+    fused = t.fused(chunks_per_rank=2, timeout_s=timeout_s)
+    start = time.perf_counter()
+    try:
+        t.module.launch(fused, **t.module.inputs(rank, world, (8, 16, 16), torch.float32))
+        res = {"type": None}
+    except Exception as exc:
+        res = _exc_info(exc)
+    res["seconds"] = time.perf_counter() - start
+    return res
+
+
+def control_bound(timeout_s: float) -> float:
+    from syncopy.runtime.backends.control import setup_timeout
+
+    return setup_timeout(timeout_s)
+
+
+def run_shapes_diverge_then_retry(rank: int, world: int, timeout_s: float) -> dict:
+    """Both ranks launch 16 rows, then 8; then rank 0 launches 8 rows while rank 1 launches 16 (both
+    shapes known): no process abort, a timeout that says to check the shapes; then a new operator
+    on the same (now broken) group is refused at once, and one on a new group works."""
+    import torch
+    import torch.distributed as dist
+
+    from syncopy import templates
+
+    t = templates.get("ag_gemm")
+    fused = t.fused(chunks_per_rank=2, timeout_s=timeout_s)
+    for rows in (16, 8):
+        t.module.launch(fused, **t.module.inputs(rank, world, (rows, 16, 16), torch.float32))
+    out = {}
+    try:
+        t.module.launch(fused, **t.module.inputs(rank, world, (8 if rank == 0 else 16, 16, 16), torch.float32))
+        out["diverged"] = {"type": None}
+    except Exception as exc:
+        out["diverged"] = _exc_info(exc)
+    time.sleep(1.0)  # both ranks have given up before anyone tries again
+    fresh = t.fused(chunks_per_rank=2, timeout_s=timeout_s)
+    start = time.perf_counter()
+    try:
+        t.module.launch(fresh, **t.module.inputs(rank, world, (8, 16, 16), torch.float32))
+        out["same_group"] = {"type": None}
+    except Exception as exc:
+        out["same_group"] = _exc_info(exc)
+    out["same_group"]["seconds"] = time.perf_counter() - start
+    pg = dist.new_group(ranks=list(range(world)), backend="gloo")
+    inp = t.module.inputs(rank, world, (8, 16, 16), torch.float32)
+    got = t.module.launch(t.fused(chunks_per_rank=2, timeout_s=timeout_s), **inp, group=pg)
+    out["new_group_err"] = float((got - t.module.reference(**inp, group=pg)).abs().max())
+    return out

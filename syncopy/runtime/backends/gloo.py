@@ -20,7 +20,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from syncopy.runtime.backends.control import control_group
+from syncopy.runtime.backends.control import control_group, mark_broken
 from syncopy.runtime.context import Context
 from syncopy.runtime.link import Faults, Link
 
@@ -38,6 +38,7 @@ class _Threads:
         self.global_ranks = dist.get_process_group_ranks(group)
         self.errors: list[BaseException] = []
         self.gone: dict[int, str] = {}  # peer -> why its connection failed (it died, or its host went away)
+        self.unreceived: list[tuple[int, int]] = []  # (peer, chunk): sends the peer never took in time
         self.rng = random.Random(seed)
         self.threads: list[threading.Thread] = []
 
@@ -48,6 +49,22 @@ class _Threads:
             raise exc
         text = str(exc).split(". This is typically")[0]
         self.gone.setdefault(peer, re.sub(r"^\[[^\]]*\] ", "", text).strip() or type(exc).__name__)
+        mark_broken(self.group, f"rank {peer}'s connection closed")
+
+    def _send_failed(self, peer: int, chunk: int, exc: BaseException) -> None:
+        """A send to `peer` failed: its connection closed, or it never took the chunk in time (it
+        did not launch, or launched another shape). gloo closes the pair either way."""
+        try:
+            self._lost_peer(peer, exc)
+        except RuntimeError:
+            self.unreceived.append((peer, chunk))
+            mark_broken(self.group, f"rank {peer} did not receive chunk {chunk} in time")
+
+    def tag(self, n: int) -> int:
+        """Message tag `n` of this context: its id is agreed by the group and differs between contexts,
+        so ranks that launch different shapes (a mistake) never match each other's messages -- a
+        timeout that says so, where gloo would abort the process on the size mismatch."""
+        return (self.ctx.uid % (1 << 14)) << 16 | n
 
     def _post(self, target: torch.Tensor, peer: int, tag: int):
         """Post a receive from `peer`; None when its connection has already failed."""
@@ -101,7 +118,7 @@ class Transfer(_Threads):
         for node in ctx.plan.recvs():
             view = ctx.chunk_view(node.chunk)
             target = view if view.is_contiguous() else torch.empty_like(view, memory_format=torch.contiguous_format)
-            work = self._post(target, node.peer, node.chunk)
+            work = self._post(target, node.peer, self.tag(node.chunk))
             pending.append((node, view, target, work))
         # Chunks are awaited in their planned arrival order and flagged as each lands.
         order = {g: k for k, g in enumerate(ctx.plan.arrival)}
@@ -119,6 +136,7 @@ class Transfer(_Threads):
                 ok = False
             if ok is False:
                 self.lost.append(node.chunk)
+                mark_broken(self.group, f"chunk {node.chunk} never arrived")  # gloo closed the pair that timed out
                 return
             if target is not view:
                 view.copy_(target)
@@ -146,15 +164,16 @@ class Transfer(_Threads):
             if wait > 0:
                 threading.Event().wait(wait)
             try:
-                works.append((node.peer, dist.isend(data, dst=self.global_ranks[node.peer], group=self.group, tag=node.chunk)))
+                works.append((node.peer, node.chunk, dist.isend(data, dst=self.global_ranks[node.peer], group=self.group,
+                                                                tag=self.tag(node.chunk))))
             except RuntimeError as exc:
-                self._lost_peer(node.peer, exc)
+                self._send_failed(node.peer, node.chunk, exc)
                 return
-        for peer, w in works:
+        for peer, chunk, w in works:
             try:
                 w.wait(timeout=timedelta(seconds=self.timeout_s))
             except RuntimeError as exc:
-                self._lost_peer(peer, exc)
+                self._send_failed(peer, chunk, exc)
                 return
 
 
@@ -189,11 +208,10 @@ class ReduceTransfer(_Threads):
     def start(self) -> "ReduceTransfer":
         return self._run([step for step in self.ctx.plan.steps if step.kind == "send"])
 
-    @staticmethod
-    def _tag(step) -> int:
+    def _tag(self, step) -> int:
         # Unique per (sender, receiver, chunk, half) in one launch: a chunk crosses a link at most
         # once while being reduced and once more as a final value.
-        return 2 * step.chunk + (step.value == "final")
+        return self.tag(2 * step.chunk + (step.value == "final"))
 
     def _wait_ready(self, chunk: int) -> None:
         ctx = self.ctx
@@ -230,6 +248,7 @@ class ReduceTransfer(_Threads):
                 ok = False
             if ok is False:
                 self.lost.append((step.chunk, step.peer))
+                mark_broken(self.group, f"chunk {step.chunk} never arrived")
                 return
             if step.kind == "recv":
                 self.out_view(step.chunk).copy_(target)
@@ -282,19 +301,19 @@ class ReduceTransfer(_Threads):
             if wait > 0:
                 threading.Event().wait(wait)
             try:
-                works.append((step.peer, dist.isend(data, dst=self.global_ranks[step.peer], group=self.group, tag=self._tag(step))))
+                works.append((step.peer, g, dist.isend(data, dst=self.global_ranks[step.peer], group=self.group, tag=self._tag(step))))
             except RuntimeError as exc:
-                self._lost_peer(step.peer, exc)
+                self._send_failed(step.peer, g, exc)
                 return
             if step.value == "partial":
                 ctx.count_sent()
             if ctx.trace is not None:
                 ctx.trace.sent.setdefault(g, time.perf_counter() - ctx.t0)
-        for peer, w in works:
+        for peer, chunk, w in works:
             try:
                 w.wait(timeout=timedelta(seconds=self.timeout_s))
             except RuntimeError as exc:
-                self._lost_peer(peer, exc)
+                self._send_failed(peer, chunk, exc)
                 return
 
 
@@ -304,7 +323,7 @@ class GlooBackend:
     z_fastest = True
 
     def __init__(self, group, timeout_s: float, link: Link | None, faults: Faults | None):
-        self.group = comm_group(group)
+        self.group = comm_group(group, timeout_s)
         self.timeout_s = timeout_s
         self.link = link or Link()
         self.faults = faults or Faults()

@@ -173,7 +173,7 @@ class NcclBackend:
 
     def __init__(self, group, timeout_s: float, link: Link | None, faults: Faults | None):
         refuse_emulation(self.name, link, faults)
-        self.group = control_group(group)
+        self.group = control_group(group, timeout_s)
         self.nccl = self.engine.transport(group)
         self.global_ranks = dist.get_process_group_ranks(group)
         self.timeout_s = timeout_s

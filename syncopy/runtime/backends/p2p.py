@@ -168,7 +168,7 @@ class P2PBackend:
     def __init__(self, group, timeout_s: float, link: Link | None, faults: Faults | None):
         refuse_emulation(self.name, link, faults, drop=True)
         self.user_group = group
-        self.group = control_group(group)
+        self.group = control_group(group, timeout_s)
         self.timeout_s = timeout_s
         self.faults = faults or Faults()
         self.rank, self.world = dist.get_rank(group), dist.get_world_size(group)
