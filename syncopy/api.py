@@ -313,12 +313,9 @@ class FusedKernel:
                                   "operator, with the same shapes, in the same order") from None
         for r, other in enumerate(theirs):
             if other[2] != mine[2]:
-                raise LaunchError(f"rank {r} launched with a different schedule than rank {rank}; every rank must use the same schedule")
+                raise LaunchError(_schedule_difference(r, other[2], rank, mine[2]))
             if other[:2] != mine[:2]:
-                raise LaunchError(
-                    f"rank {r} passed '{self.schedule.tensor}' with shape {list(other[0])} {other[1]} but rank {rank} passed "
-                    f"{list(mine[0])} {mine[1]}; {self.schedule.pattern} needs the same shape on every rank"
-                )
+                raise LaunchError(self._shard_difference(r, other, rank, mine))
         schedule, resolution = self._lowered(theirs[0][3])
         rows = shard.shape[self.schedule.dim]
         if self.producer:
@@ -340,6 +337,19 @@ class FusedKernel:
         ctx.uid = theirs[0][4]
         self._contexts[key] = (ctx, backend)
         return ctx, backend
+
+    def _shard_difference(self, r: int, other: tuple, rank: int, mine: tuple) -> str:
+        """What differs between two ranks' shards, and what to change."""
+        t, pattern = self.schedule.tensor, self.schedule.pattern
+        (theirs_shape, theirs_dtype), (my_shape, my_dtype) = other[:2], mine[:2]
+        if theirs_shape == my_shape:
+            return (f"rank {r} passed '{t}' as {theirs_dtype} but rank {rank} passed {my_dtype} (both {list(my_shape)}); "
+                    f"{pattern} needs the same dtype on every rank: cast every rank's '{t}' to one dtype")
+        dims = [d for d, (a, b) in enumerate(zip(theirs_shape, my_shape)) if a != b] if len(theirs_shape) == len(my_shape) else []
+        what = f"size along dim {dims[0]}" if len(dims) == 1 else "shape"
+        fix = " (pad the last shard)" if dims == [self.schedule.dim] else ""
+        return (f"rank {r} passed '{t}' with shape {list(theirs_shape)} {theirs_dtype} but rank {rank} passed {list(my_shape)} "
+                f"{my_dtype}; {pattern} needs the same {what} on every rank{fix}")
 
     def _lowered(self, choice) -> tuple[Schedule, object]:
         """The schedule to lower, with `choice` (a `_resolve` answer, or None) applied, and the Resolution."""
@@ -707,6 +717,18 @@ class FusedKernel:
         out.copy_(full.narrow(self.schedule.dim, dist.get_rank(group) * rows, rows))
 
 
+def _schedule_difference(r: int, theirs: str, rank: int, mine: str) -> str:
+    """The first schedule key two ranks disagree on (the schedules travel as `Schedule.key()` JSON)."""
+    import json
+
+    a, b = json.loads(theirs), json.loads(mine)
+    for key in sorted(set(a) | set(b), key=lambda k: (k not in ("pattern", "tensor", "dim", "chunks_per_rank", "order"), k)):
+        if a.get(key) != b.get(key):
+            return (f"rank {r} launched with {key}: {json.dumps(a.get(key))} but rank {rank} with {key}: {json.dumps(b.get(key))}; "
+                    "every rank must use the same schedule (the same file and the same overlap() overrides)")
+    return f"rank {r} launched with a different schedule than rank {rank}; every rank must use the same schedule"
+
+
 def _dropped_out(transfer) -> str:
     """What a backend knows of peers whose connection failed during the launch ('' if none)."""
     return transfer.dropped_out() if hasattr(transfer, "dropped_out") else ""
@@ -746,7 +768,7 @@ def overlap(schedule, *, chunks_per_rank: int | str | None = None, order: str | 
     kernel for (a template name, an (M, N, K) tuple or a Workload; see syncopy.planner.auto).
     backend: 'auto' (gloo for CPU tensors; for CUDA tensors p2p when every rank runs on one node, nccl
     otherwise), 'gloo', 'p2p' (copy-engine puts through CUDA IPC) or 'nccl' (NCCL send/recv; grids
-    are capped to leave SMs to NCCL, see syncopy.runtime.occupancy). timeout_s bounds every wait
+    are capped to leave SMs to NCCL, see syncopy.runtime.occupancy). timeout_s (seconds, above 0, at most 1e9) bounds every wait
     (SyncopyTimeout). link/faults: emulated link and injected faults (gloo; p2p drops chunks too). trace: record arrivals and tile
     starts in `fused.last_trace`. poison_receive: fill the receive buffer with NaN before each launch.
     one_shot_max_bytes: an all_reduce of at most this many bytes is one-shot (every rank adds all

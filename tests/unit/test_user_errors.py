@@ -4,6 +4,9 @@ Decorator misuse, `syncopy.templates` after `import syncopy`, `binding:` (rows m
 expression in names the kernel defines; `before_line` picks the statement the wait goes before),
 a scalar `tensor:`, duplicate YAML keys, `world:` against an order list, `dim:` beyond the tensor's
 dimensions, and `auto` on a full-form schedule. CLI-visible ones also exit 2 with nothing written.
+Launch arguments (a missing one, a list for a tensor, a shard on an unsupported device), timeout_s
+checked at decoration, and template ops that stay callable (tests/world/test_launch_errors.py has
+the ones that need ranks: a group without this rank, rows past the communicated buffer).
 """
 from __future__ import annotations
 
@@ -448,3 +451,20 @@ def test_template_op_called_twice_gives_the_same_one_line_error():
             T.ag_gemm(a, a)
         assert str(info.value) == ("torch.distributed is not initialised; call dist.init_process_group (gloo on CPU) "
                                    "before launching")
+
+
+def test_ranks_that_disagree_are_told_what_differs():
+    from syncopy import api
+    from syncopy.templates.ag_gemm.kernel import ag_gemm_kernel
+
+    fk = syncopy.overlap({"pattern": "all_gather", "tensor": "A", "dim": 0, "chunks_per_rank": 2, "order": "ring"})(ag_gemm_kernel)
+    assert fk._shard_difference(1, ((17, 12), "torch.float32"), 0, ((16, 12), "torch.float32")) == (
+        "rank 1 passed 'A' with shape [17, 12] torch.float32 but rank 0 passed [16, 12] torch.float32; all_gather needs the "
+        "same size along dim 0 on every rank (pad the last shard)")
+    assert fk._shard_difference(1, ((16, 12), "torch.float16"), 0, ((16, 12), "torch.float32")) == (
+        "rank 1 passed 'A' as torch.float16 but rank 0 passed torch.float32 (both [16, 12]); all_gather needs the same dtype "
+        "on every rank: cast every rank's 'A' to one dtype")
+    other = syncopy.overlap({"pattern": "all_gather", "tensor": "A", "dim": 0, "chunks_per_rank": 4, "order": "ring"})(ag_gemm_kernel)
+    assert api._schedule_difference(1, other.schedule.key(), 0, fk.schedule.key()) == (
+        "rank 1 launched with chunks_per_rank: 4 but rank 0 with chunks_per_rank: 2; every rank must use the same schedule "
+        "(the same file and the same overlap() overrides)")
