@@ -592,7 +592,7 @@ class FusedKernel:
             raise SyncopyTimeout(rank, divmod(chunk, c), e, self.timeout_s, gone, _advice(gone))
         if transfer is not None and transfer.lost:
             ctx.broken = f"chunk {transfer.lost[0]} lost"
-            raise SyncopyTimeout(ctx.plan.rank, divmod(transfer.lost[0], c), epoch, self.timeout_s, gone or "the transfer never completed",
+            raise SyncopyTimeout(ctx.plan.rank, divmod(transfer.lost[0], c), epoch, self.timeout_s, _and("the transfer never completed", gone),
                                  _advice(gone))
         _raise_if_dropped_out(ctx, epoch, gone, transfer)
         if trace is not None:
@@ -659,12 +659,12 @@ class FusedKernel:
                 chunk, peer = transfer.lost[0]
                 ctx.broken = f"chunk {chunk} lost"
                 raise SyncopyTimeout(ctx.plan.rank, divmod(chunk, ctx.plan.chunks_per_rank), epoch, self.timeout_s,
-                                     gone or f"its partial sum from rank {peer} never came", _advice(gone))
+                                     _and(f"its partial sum from rank {peer} never came", gone), _advice(gone))
             unfinished = [g for g in ctx.plan.owned if not transfer.final[g].is_set()]
             if unfinished:
                 ctx.broken = f"chunk {unfinished[0]} never reduced"
                 raise SyncopyTimeout(ctx.plan.rank, divmod(unfinished[0], ctx.plan.chunks_per_rank), epoch, self.timeout_s,
-                                     gone or "it was never reduced", _advice(gone))
+                                     _and("it was never reduced", gone), _advice(gone))
             _raise_if_dropped_out(ctx, epoch, gone, transfer)
         if trace is not None:
             self._finish_trace(trace, trace_buf, order, ranges, exec_order, (k0, k1))
@@ -732,6 +732,10 @@ def _schedule_difference(r: int, theirs: str, rank: int, mine: str) -> str:
 def _dropped_out(transfer) -> str:
     """What a backend knows of peers whose connection failed during the launch ('' if none)."""
     return transfer.dropped_out() if hasattr(transfer, "dropped_out") else ""
+
+
+def _and(detail: str, gone: str) -> str:
+    return f"{detail}; {gone}" if gone else detail
 
 
 def _advice(gone: str) -> str:
