@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from syncopy.cli import build_parser, main
+from tests.unit.test_cli import SCHEDULE  # the same kernel name and tensor
 
 REPO = Path(__file__).resolve().parents[2]
 AG_GEMM = REPO / "syncopy" / "templates" / "ag_gemm"
@@ -34,17 +35,6 @@ KERNEL = textwrap.dedent(
         at = blk * BLOCK + tl.arange(0, BLOCK)
         tl.store(dst + at, tl.load(src + at, mask=at < count) * 2.0, mask=at < count)
     '''
-)
-SCHEDULE = textwrap.dedent(
-    """\
-    version: 1
-    pattern: all_gather
-    kernel: scale_blocks
-    tensor: src
-    dim: 0
-    chunks_per_rank: 2
-    order: ring
-    """
 )
 
 

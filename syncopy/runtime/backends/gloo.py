@@ -51,6 +51,15 @@ class _Threads:
         self.gone.setdefault(peer, re.sub(r"^\[[^\]]*\] ", "", text).strip() or type(exc).__name__)
         mark_broken(self.group, f"rank {peer}'s connection closed")
 
+    def _complete(self, works: list) -> None:
+        """Wait for this thread's sends, (peer, chunk, work) each; the first failure ends the wait."""
+        for peer, chunk, w in works:
+            try:
+                w.wait(timeout=timedelta(seconds=self.timeout_s))
+            except RuntimeError as exc:
+                self._send_failed(peer, chunk, exc)
+                return
+
     def _send_failed(self, peer: int, chunk: int, exc: BaseException) -> None:
         """A send to `peer` failed: its connection closed, or it never took the chunk in time (it
         did not launch, or launched another shape). gloo closes the pair either way."""
@@ -169,12 +178,7 @@ class Transfer(_Threads):
             except RuntimeError as exc:
                 self._send_failed(node.peer, node.chunk, exc)
                 return
-        for peer, chunk, w in works:
-            try:
-                w.wait(timeout=timedelta(seconds=self.timeout_s))
-            except RuntimeError as exc:
-                self._send_failed(peer, chunk, exc)
-                return
+        self._complete(works)
 
 
 class ReduceTransfer(_Threads):
@@ -309,12 +313,7 @@ class ReduceTransfer(_Threads):
                 ctx.count_sent()
             if ctx.trace is not None:
                 ctx.trace.sent.setdefault(g, time.perf_counter() - ctx.t0)
-        for peer, chunk, w in works:
-            try:
-                w.wait(timeout=timedelta(seconds=self.timeout_s))
-            except RuntimeError as exc:
-                self._send_failed(peer, chunk, exc)
-                return
+        self._complete(works)
 
 
 class GlooBackend:
