@@ -228,6 +228,12 @@ class Rounds:
         # Our own slot (and any poisoning) was written on the compute stream: the first sends wait for it.
         be.engine.after_compute(s, ctx.buffer.device)
         be.epoch_host.fill_(self.epoch)  # the last launch's copy out of it finished (join)
+        # NCCL ignores tags; the gloo transport that emulates it on CPU matches by them (context id:
+        # ranks that launch different shapes never match each other's messages, see gloo.py).
+
+        def tag(g: int) -> int:
+            return (ctx.uid % (1 << 14)) << 16 | g
+
         with be.engine.using(s):
             be.epoch_dev.copy_(be.epoch_host, non_blocking=True)
             for ops in be.rounds:
@@ -236,11 +242,11 @@ class Rounds:
                     if kind == "send":
                         view = ctx.send_view(g, peer)
                         data = view if view.is_contiguous() else view.contiguous()
-                        p2p.append(dist.P2POp(dist.isend, data, be.global_ranks[peer], group=be.nccl))
+                        p2p.append(dist.P2POp(dist.isend, data, be.global_ranks[peer], group=be.nccl, tag=tag(g)))
                     else:
                         view = ctx.chunk_view(g)
                         data = view if view.is_contiguous() else torch.empty_like(view, memory_format=torch.contiguous_format)
-                        p2p.append(dist.P2POp(dist.irecv, data, be.global_ranks[peer], group=be.nccl))
+                        p2p.append(dist.P2POp(dist.irecv, data, be.global_ranks[peer], group=be.nccl, tag=tag(g)))
                         landing.append((g, view, data))
                     self.keep.append(data)
                 for work in dist.batch_isend_irecv(p2p):
