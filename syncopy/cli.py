@@ -306,11 +306,18 @@ _RUN_SHAPE_HELP = ("the problem as the template defines it, printed on the first
                    "counts the gathered rows instead (default: the template's own shape)")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its usage errors in one line like every other mistake (exit 2 as before)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: {message}; see `{self.prog} --help`\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from syncopy.demo import ROWS as DEMO_ROWS
     from syncopy.run import BACKENDS, DTYPES
 
-    p = argparse.ArgumentParser(prog="syncopy", description="Fuse communication into Triton kernels.")
+    p = _Parser(prog="syncopy", description="Fuse communication into Triton kernels.")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, help: str) -> argparse.ArgumentParser:

@@ -309,3 +309,15 @@ def test_run_and_plan_agree_on_dtype_order_and_the_template_argument(capsys):
 def test_shape_help_says_what_m_is_in_run_and_in_plan(capsys):
     assert "M is the rows of ONE rank's shard for ag_gemm" in _help("run", capsys)
     assert "for all-gather templates (ag_gemm, ag_gemm_persistent, ag_rmsnorm) the gathered rows" in _help("plan", capsys)
+
+
+@pytest.mark.parametrize("argv,line", [
+    (["run", "ag_gemm", "--world", "abc"], "syncopy run: argument --world: invalid int value: 'abc'; see `syncopy run --help`"),
+    (["transform"], "syncopy transform: the following arguments are required: KERNEL.py, --schedule/-s; see `syncopy transform --help`"),
+    ([], "syncopy: the following arguments are required: COMMAND; see `syncopy --help`"),
+])
+def test_argparse_mistakes_are_one_line_too(argv, line, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    assert capsys.readouterr().err == line + "\n"
