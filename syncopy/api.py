@@ -448,12 +448,7 @@ class FusedKernel:
         out = torch.full((2 * n,), -1, dtype=torch.int32, device=ctx.buffer.device)
         dummy = torch.zeros(1, dtype=torch.int32, device=ctx.buffer.device)
         extra = self._extra(ctx, dummy, dummy, table=False)
-        rows_per_rank, chunks = ctx.plan.rows_per_rank, ctx.plan.flags_per_rank
-        by_rows = self.schedule.dim == 0 and rows_per_rank > 0  # elsewhere a row is an offset modulo the size
-        if by_rows:
-            extra["syncopy_ctx"] = ctx.ctx.clone()
-            extra["syncopy_ctx"][dev.CTX_CHUNKS.value] = rows_per_rank
-            extra["syncopy_ctx"][dev.CTX_SIZE.value] = 2**31 - 1  # probe_store keeps int32
+        by_rows = self._probe_rows(ctx, extra)
         probe[grid](**args, **extra, syncopy_probe_out=out)
         flat = out.tolist()
         ranges = [(flat[2 * i], flat[2 * i + 1]) for i in range(n)]
@@ -461,13 +456,18 @@ class FusedKernel:
             return ranges, None
         written = max((hi for lo, hi in ranges if 0 <= lo <= hi), default=-1) + 1
         self._check_rows(ctx, written, args)
-
-        def chunk(row: int) -> int:
-            src, local = divmod(row, rows_per_rank)
-            return src * chunks + ((local + 1) * chunks - 1) // rows_per_rank
-
         # Empty ranges (hi < lo) and programs that stored nothing (-1, -1) stay as the probe left them.
-        return [(chunk(lo), chunk(hi)) if 0 <= lo <= hi else (lo, hi) for lo, hi in ranges], written
+        return [(_chunk_of_row(ctx, lo), _chunk_of_row(ctx, hi)) if 0 <= lo <= hi else (lo, hi) for lo, hi in ranges], written
+
+    def _probe_rows(self, ctx: Context, extra: dict) -> bool:
+        """Make the probe report rows instead of chunks (see _probe), where rows can be told: along
+        dim 0 (elsewhere a row is an offset modulo the size). `extra` is the probe's launch arguments."""
+        if self.schedule.dim != 0 or ctx.plan.rows_per_rank <= 0:
+            return False
+        extra["syncopy_ctx"] = ctx.ctx.clone()
+        extra["syncopy_ctx"][dev.CTX_CHUNKS.value] = ctx.plan.rows_per_rank
+        extra["syncopy_ctx"][dev.CTX_SIZE.value] = 2**31 - 1  # probe_store keeps int32
+        return True
 
     def _check_rows(self, ctx: Context, written: int, args: dict) -> None:
         """Refuse a grid that touches rows past the communicated buffer, before any transfer starts:
@@ -715,6 +715,13 @@ class FusedKernel:
         dist.all_reduce(full, group=group)
         rows = out.shape[self.schedule.dim]
         out.copy_(full.narrow(self.schedule.dim, dist.get_rank(group) * rows, rows))
+
+
+def _chunk_of_row(ctx: Context, row: int) -> int:
+    """The unit (chunk, or explicit-slice unit) holding gathered row `row`, as device._chunk_of_row maps it."""
+    rows_per_rank, chunks = ctx.plan.rows_per_rank, ctx.plan.flags_per_rank
+    src, local = divmod(row, rows_per_rank)
+    return src * chunks + ((local + 1) * chunks - 1) // rows_per_rank
 
 
 def _schedule_difference(r: int, theirs: str, rank: int, mine: str) -> str:

@@ -76,11 +76,20 @@ def order(fk, ctx, grid, args: dict, sequential: bool):
     records = None
     if probe is not None:
         dummy = torch.zeros(3, dtype=torch.int32, device=ctx.buffer.device)
+        extra = fk._extra(ctx, dummy, dummy, table=False)
+        by_rows = fk._probe_rows(ctx, extra)  # rows, not chunks: past the buffer too (see FusedKernel._probe)
 
         def run(out):
-            probe[grid](**args, **fk._extra(ctx, dummy, dummy, table=False), syncopy_probe_out=out)
+            probe[grid](**args, **extra, syncopy_probe_out=out)
 
         records = probe_tiles(run, ctx.buffer.device)
+        if records and by_rows:
+            from syncopy.api import _chunk_of_row
+
+            seen = [r for r in records if r[4] and 0 <= r[0] <= r[1]]
+            fk._check_rows(ctx, max((r[1] for r in seen), default=-1) + 1, args)
+            for r in seen:
+                r[0], r[1] = _chunk_of_row(ctx, r[0]), _chunk_of_row(ctx, r[1])
     table, ranges, exec_order = build_table(records, ctx.plan.position(), ctx.n_chunks, remap=t.persistent.remap,
                                             sequential=sequential)
     ctx.orders[key] = (torch.tensor(table, dtype=torch.int32, device=ctx.buffer.device), ranges, exec_order)

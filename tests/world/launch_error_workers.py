@@ -46,6 +46,18 @@ def run_launch_errors(rank: int, world: int) -> dict:
     out["rows_past_gather"] = _outcome(lambda: ag_launch(2 * ROWS * world))
     out["ag_right"] = _outcome(lambda: ag_launch(ROWS * world))
 
+    # The same on a persistent kernel (its probe records tiles, not programs).
+    pe = T.get("ag_gemm_persistent")
+    fused_pe = pe.fused(timeout_s=20)
+
+    def pe_launch(m: int):
+        c = torch.empty(m, COLS)
+        fused_pe[(2,)](a, b, c, m, COLS, COLS, **META, GROUP_M=1, NUM_SMS=2)
+        return (c - ag.module.reference(a, b)).abs().max().item()
+
+    out["persistent_rows_past_gather"] = _outcome(lambda: pe_launch(2 * ROWS * world))
+    out["persistent_right"] = _outcome(lambda: pe_launch(ROWS * world))
+
     rs = T.get("gemm_rs")
     fused_rs = rs.fused(timeout_s=20)
     m = ROWS * world  # the result's rows; each rank keeps m / world

@@ -43,6 +43,8 @@ def test_rows_past_the_gathered_tensor_name_the_row_count_to_pass():
             "the grid reads rows up to 63 of 'A' but the gathered 'A' has 32 rows (16 per rank x 2 ranks); pass M = 32, "
             "the gathered rows")}
         _right(r["ag_right"])
+        assert r["persistent_rows_past_gather"] == r["rows_past_gather"]  # a persistent kernel's tiles, the same words
+        _right(r["persistent_right"])
 
 
 @pytest.mark.world
