@@ -70,7 +70,6 @@ def order(fk, ctx, grid, args: dict, sequential: bool):
     """`FusedKernel._order` for a persistent kernel: the table per launch shape, cached in `ctx`."""
     t, _, probe, _ = fk._built
     key = fk._shape_key(grid, args)
-    dims = key[0]
     if key in ctx.orders:
         return ctx.orders[key]
     records = None

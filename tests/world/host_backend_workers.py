@@ -5,6 +5,8 @@ chunks) with shared memory standing in for CUDA IPC (`HostMemory`); nccl (round 
 flags after each round, the grid check, collectives for producers) over gloo (`HostStreams`)."""
 from __future__ import annotations
 
+from tests.world.workers import _exc_info
+
 
 def _use_host_backends() -> None:
     """Make backends 'p2p' and 'nccl' resolve to their CPU variants in this rank."""
@@ -27,9 +29,18 @@ def _use_host_backends() -> None:
     backends.select = select
 
 
-def _exc(exc: BaseException) -> dict:
-    return {"type": type(exc).__name__, "str": str(exc), "rank": getattr(exc, "rank", None),
-            "chunk": getattr(exc, "chunk", None), "epoch": getattr(exc, "epoch", None)}
+def _launch_ag_gemm(fused, rank: int, world: int, shape: tuple[int, int, int]) -> dict:
+    """One launch of the ag_gemm template through `fused`: {"type": None}, or what it raised."""
+    import torch
+
+    from syncopy import templates
+
+    t = templates.get("ag_gemm")
+    try:
+        t.module.launch(fused, **t.module.inputs(rank, world, shape, torch.float32))
+        return {"type": None}
+    except Exception as exc:
+        return _exc_info(exc)
 
 
 def run_templates(rank: int, world: int, cases: list[dict]) -> list[dict]:
@@ -66,37 +77,22 @@ def run_templates(rank: int, world: int, cases: list[dict]) -> list[dict]:
 
 def run_drop(rank: int, world: int, drop: tuple[int, int], timeout_s: float) -> dict:
     """Rank drop[0] never pushes its chunk drop[1]: every other rank times out naming it."""
-    import torch
-
     from syncopy import templates
     from syncopy.runtime.link import Faults
 
     _use_host_backends()
-    t = templates.get("ag_gemm")
-    fused = t.fused(chunks_per_rank=2, order="ring", backend="p2p", timeout_s=timeout_s, faults=Faults.of(drop=[drop]))
-    inp = t.module.inputs(rank, world, (8, 16, 16), torch.float32)
-    try:
-        t.module.launch(fused, **inp)
-        return {"type": None}
-    except Exception as exc:
-        return _exc(exc)
+    fused = templates.get("ag_gemm").fused(chunks_per_rank=2, order="ring", backend="p2p", timeout_s=timeout_s,
+                                           faults=Faults.of(drop=[drop]))
+    return _launch_ag_gemm(fused, rank, world, (8, 16, 16))
 
 
 def run_nccl_big_grid(rank: int, world: int) -> dict:
     """A non-persistent grid of more programs than nccl leaves to the kernel (132 - 8 SMs) is refused."""
-    import torch
-
     from syncopy import templates
 
     _use_host_backends()
-    t = templates.get("ag_gemm")
-    fused = t.fused(chunks_per_rank=1, backend="nccl", timeout_s=60)
-    inp = t.module.inputs(rank, world, (64, 32 * 22, 16), torch.float32)  # 6 x 22 tiles of 32 x 32
-    try:
-        t.module.launch(fused, **inp)
-        return {"type": None}
-    except Exception as exc:
-        return _exc(exc)
+    fused = templates.get("ag_gemm").fused(chunks_per_rank=1, backend="nccl", timeout_s=60)
+    return _launch_ag_gemm(fused, rank, world, (64, 32 * 22, 16))  # 6 x 22 tiles of 32 x 32
 
 
 def run_bad_mapping(rank: int, world: int) -> dict:
@@ -114,10 +110,5 @@ def run_bad_mapping(rank: int, world: int) -> dict:
         return torch.zeros_like(t) if t.dtype == torch.int32 else t  # the pad: a copy of it, not it
 
     HostMemory.open = elsewhere
-    t = templates.get("ag_gemm")
-    fused = t.fused(chunks_per_rank=1, backend="p2p", timeout_s=5)
-    try:
-        t.module.launch(fused, **t.module.inputs(rank, world, (8, 16, 16), torch.float32))
-        return {"type": None}
-    except Exception as exc:
-        return _exc(exc)
+    fused = templates.get("ag_gemm").fused(chunks_per_rank=1, backend="p2p", timeout_s=5)
+    return _launch_ag_gemm(fused, rank, world, (8, 16, 16))
