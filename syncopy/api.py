@@ -307,16 +307,23 @@ class FusedKernel:
                 control.join(group, self.timeout_s, what)
                 theirs = [None] * world
                 dist.all_gather_object(theirs, mine, group=backend.group)
-            except RuntimeError as exc:  # gloo or the store gave up: a rank is missing (LaunchErrors pass through)
+            except RuntimeError:  # gloo or the store gave up: a rank is missing (LaunchErrors pass through)
                 raise LaunchError(f"rank {rank}: not every rank of the group reached {what} within "
-                                  f"{control.setup_timeout(self.timeout_s):g}s; every rank of the group must launch this "
-                                  "operator, with the same shapes, in the same order") from None
+                                  f"{control.wait_bound(self.timeout_s):g}s; {control.JOIN_FIX}") from None
         for r, other in enumerate(theirs):
             if other[2] != mine[2]:
                 raise LaunchError(_schedule_difference(r, other[2], rank, mine[2]))
             if other[:2] != mine[:2]:
                 raise LaunchError(self._shard_difference(r, other, rank, mine))
-        schedule, resolution = self._lowered(theirs[0][3])
+        ctx = self._make_context(shard, rank, world, theirs[0][3])
+        ctx.uid = theirs[0][4]
+        self._contexts[key] = (ctx, backend)
+        return ctx, backend
+
+    def _make_context(self, shard: torch.Tensor, rank: int, world: int, choice) -> Context:
+        """The context of `shard`'s shape for rank `rank` of `world`, lowered with the planner's
+        `choice` (None: the schedule as written)."""
+        schedule, resolution = self._lowered(choice)
         rows = shard.shape[self.schedule.dim]
         if self.producer:
             ctx = self._producer_context(shard, rank, world, schedule)
@@ -334,9 +341,7 @@ class FusedKernel:
             p = planning.all_gather(schedule, rank, world, rows)
             ctx = Context(p, tuple(shard.shape), shard.dtype, shard.device, self.schedule.dim)
         ctx.schedule, ctx.resolution = schedule, resolution
-        ctx.uid = theirs[0][4]
-        self._contexts[key] = (ctx, backend)
-        return ctx, backend
+        return ctx
 
     def _shard_difference(self, r: int, other: tuple, rank: int, mine: tuple) -> str:
         """What differs between two ranks' shards, and what to change."""
@@ -609,8 +614,6 @@ class FusedKernel:
         ctx.trace = trace
         if trace is not None:
             return trace, torch.zeros(2 * n_tiles, dtype=torch.int32, device=ctx.buffer.device)
-        if ctx.no_trace is None:  # untraced kernels never touch it: one per context, not one per launch
-            ctx.no_trace = torch.zeros(1, dtype=torch.int32, device=ctx.buffer.device)
         return None, ctx.no_trace
 
     def _finish_trace(self, trace: Trace, trace_buf: torch.Tensor, order: torch.Tensor, ranges: list, exec_order: list,

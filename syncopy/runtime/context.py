@@ -113,7 +113,7 @@ class Context:
         self.resolution = None
         self.lock = threading.Lock()
         self.trace: Trace | None = None
-        self.no_trace: torch.Tensor | None = None  # the trace argument of untraced launches
+        self.no_trace = torch.zeros(1, dtype=torch.int32, device=device)  # the trace argument of untraced launches (never touched)
         self.source: torch.Tensor | None = None  # all_to_all: the input whose blocks go to the peers
         self.uid = 0  # set by the launcher: the same on every rank of the group, distinct among its contexts
         self.t0 = 0.0

@@ -24,7 +24,7 @@ import torch
 from syncopy import device as dev
 from syncopy.api import FusedKernel, _ensure_allocator, _spin_limit
 from syncopy.errors import LaunchError, SyncopyTimeout
-from syncopy.runtime import plan as planning
+from syncopy.runtime.backends.p2p import Inline, put_own_shard
 from syncopy.runtime.context import Context
 
 
@@ -55,16 +55,6 @@ class _Cuda:
         torch.cuda.synchronize()
 
 
-class _HostStream:
-    """A CPU "stream": its work is done when issued."""
-
-    def wait_stream(self, other) -> None:
-        pass
-
-    def synchronize(self) -> None:
-        pass
-
-
 class _Host(_Cuda):
     """The same launch between CPU tensors under the Triton interpreter, for tests."""
 
@@ -72,7 +62,7 @@ class _Host(_Cuda):
     concurrent = False  # an interpreted launch returns when the kernel is done
 
     def stream(self):
-        return _HostStream()
+        return Inline()
 
     current = stream
 
@@ -123,11 +113,7 @@ class LoopbackWorld:
         if key not in self.loops:
             # One process plays every rank here: the planner's choice needs no exchange.
             choice = self.fk._resolve(shard, self.world, args) if self.fk.schedule.planned else None
-            schedule, resolution = self.fk._lowered(choice)
-            p = planning.all_gather(schedule, self.rank, self.world, shard.shape[schedule.dim])
-            ctx = Context(p, tuple(shard.shape), shard.dtype, shard.device, schedule.dim)
-            ctx.schedule, ctx.resolution = schedule, resolution
-            self.loops[key] = _Loop(ctx, key[0])
+            self.loops[key] = _Loop(self.fk._make_context(shard, self.rank, self.world, choice), key[0])
         return self.loops[key]
 
     def launch(self, grid, args: tuple, kwargs: dict, peers: list[torch.Tensor], delay_s: float = 0.0,
@@ -173,16 +159,12 @@ class LoopbackWorld:
         self.side.wait_stream(cur)  # this launch's copies follow the last kernel (not this launch's own writes)
 
         epoch = ctx.begin(_spin_limit(fk.timeout_s, eng.device_type))
-        rows, per = ctx.plan.rows_per_rank, ctx.plan.flags_per_rank
-        ctx.buffer.narrow(ctx.dim, self.rank * rows, rows).copy_(shard)
-        ctx.signals[dev.SIG_HEADER + self.rank * per : dev.SIG_HEADER + (self.rank + 1) * per] = epoch
+        put_own_shard(ctx, shard)
         flag = self._epoch_words(loop, epoch)
         if presignal:
             for g, (dst, src, flags) in moves.items():
                 dst.copy_(src)
                 flags.fill_(epoch)
-        if ctx.no_trace is None:
-            ctx.no_trace = torch.zeros(1, dtype=torch.int32, device=shard.device)
         events.host("own writes", host0)
 
         pending = [] if presignal else [g for g in ctx.plan.arrival if g in moves and g not in withhold]
@@ -243,9 +225,7 @@ class LoopbackWorld:
         if table is None or not table[0] <= epoch < table[0] + self.EPOCH_ROWS:
             if table is not None:
                 self.side.synchronize()
-            ctx = loop.ctx
-            widest = max(len(ctx.plan.flags(g)) for g in range(ctx.n_chunks))  # a context's plan never changes
-            rows = torch.arange(epoch, epoch + self.EPOCH_ROWS, dtype=torch.int32).unsqueeze(1).expand(-1, widest)
+            rows = torch.arange(epoch, epoch + self.EPOCH_ROWS, dtype=torch.int32).unsqueeze(1).expand(-1, loop.ctx.plan.widest_chunk)
             table = loop.epochs = (epoch, self.engine.pin(rows.contiguous()))
         return table[1][epoch - table[0]]
 

@@ -54,6 +54,11 @@ class RankPlan:
         """Signal flags (units) per source rank: what the kernel's chunk ranges count."""
         return self.units_per_rank or self.chunks_per_rank
 
+    @property
+    def widest_chunk(self) -> int:
+        """The most flags one chunk raises: the width of the epoch words a flag copy reads from."""
+        return max((hi - lo for lo, hi in self.slices), default=1)
+
     def flags(self, chunk: int) -> range:
         """Global flag ids of chunk `chunk` (one per unit it covers)."""
         src, i = divmod(chunk, self.chunks_per_rank)

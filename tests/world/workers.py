@@ -642,9 +642,9 @@ def run_absent_first_launch(rank: int, world: int, timeout_s: float) -> dict:
 
 
 def control_bound(timeout_s: float) -> float:
-    from syncopy.runtime.backends.control import setup_timeout
+    from syncopy.runtime.backends.control import wait_bound
 
-    return setup_timeout(timeout_s)
+    return wait_bound(timeout_s)
 
 
 def run_shapes_diverge_then_retry(rank: int, world: int, timeout_s: float) -> dict:

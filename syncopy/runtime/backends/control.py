@@ -3,6 +3,7 @@ checks, IPC handle exchange, barriers: small host messages, whatever moves the d
 those ranks run."""
 from __future__ import annotations
 
+import re
 import socket
 import time
 from datetime import timedelta
@@ -14,6 +15,7 @@ from syncopy.errors import LaunchError
 _groups: dict[tuple, object] = {}
 _hosts: dict[tuple, list[str]] = {}
 _devices: dict[tuple, int] = {}
+_broken: dict[int, str] = {}  # id(control group) -> why its transport broke
 
 
 def _key(group) -> tuple:
@@ -22,23 +24,21 @@ def _key(group) -> tuple:
     return (id(group), tuple(dist.get_process_group_ranks(group)))
 
 
-_broken: dict[int, str] = {}  # id(control group) -> why its transport broke
-
-
-def setup_timeout(timeout_s: float | None) -> float:
-    """How long the control plane's setup steps (group creation, the first launch's handshake) wait
-    for every rank: about as long as a launch's transfers may take, and never forever."""
+def wait_bound(timeout_s: float | None) -> float:
+    """How long a host-side wait on the other ranks may take (group creation, the first launch's
+    handshake, the launch barriers, joining the transfers): about as long as a launch's transfers
+    may take, and never forever."""
     return max(5.0, 2 * timeout_s + 5) if timeout_s is not None else 60.0
 
 
 def control_group(group, timeout_s: float | None = None) -> object:
     """A dedicated gloo group with the ranks of `group`, so our messages never interleave with the
     user's collectives (and a CUDA world needs no CPU backend of its own). Created on first use
-    (collectively, like every launch), bounded by `setup_timeout(timeout_s)`. Refuses a group whose
+    (collectively, like every launch), bounded by `wait_bound(timeout_s)`. Refuses a group whose
     transport broke (`mark_broken`): gloo closes the connections of an operation that timed out."""
     key = _key(group)
     if key not in _groups:
-        bound = timedelta(seconds=setup_timeout(timeout_s))
+        bound = timedelta(seconds=wait_bound(timeout_s))
         _groups[key] = (group, dist.new_group(ranks=list(key[1]), backend="gloo", timeout=bound))
     control = _groups[key][1]
     if id(control) in _broken:
@@ -52,24 +52,24 @@ def mark_broken(control, why: str) -> None:
     _broken.setdefault(id(control), why)
 
 
+JOIN_FIX = "every rank of the group must launch this operator, with the same shapes, in the same order"
+
+
 def join(group, timeout_s: float | None, what: str) -> None:
-    """Every rank of `group` reaches this point within `setup_timeout(timeout_s)`, or each raises a
+    """Every rank of `group` reaches this point within `wait_bound(timeout_s)`, or each raises a
     LaunchError naming the ranks that did not come (gloo's monitored barrier knows them)."""
     control = control_group(group, timeout_s)
-    bound = setup_timeout(timeout_s)
+    bound = wait_bound(timeout_s)
     try:
         dist.monitored_barrier(group=control, timeout=timedelta(seconds=bound), wait_all_ranks=True)
     except RuntimeError as exc:
         mark_broken(control, f"rank(s) missing from {what}")
-        raise LaunchError(f"rank {dist.get_rank(group)}: {missing(exc)} did not reach {what} within {bound:g}s; every rank of the "
-                          "group must launch this operator, with the same shapes, in the same order") from None
+        raise LaunchError(f"rank {dist.get_rank(group)}: {missing(exc)} did not reach {what} within {bound:g}s; {JOIN_FIX}") from None
 
 
 def missing(exc: BaseException) -> str:
     """Which ranks a failed monitored barrier names, in words: rank 0 (its coordinator) knows them;
     the others only know whether rank 0 itself never answered."""
-    import re
-
     text = str(exc)
     found = re.search(r"Ranks? ([\d, ]+) failed to pass", text)
     if found:

@@ -20,7 +20,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from syncopy.runtime.backends.control import control_group, mark_broken
+from syncopy.runtime.backends.control import control_group, mark_broken, wait_bound
 from syncopy.runtime.context import Context
 from syncopy.runtime.link import Faults, Link
 
@@ -107,7 +107,7 @@ class _Threads:
 
     def join(self) -> None:
         for t in self.threads:
-            t.join(self.timeout_s * 2 + 5)
+            t.join(wait_bound(self.timeout_s))
 
 
 class Transfer(_Threads):

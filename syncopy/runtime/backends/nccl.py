@@ -24,7 +24,6 @@ kernel (correct, no in-kernel overlap yet).
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 
 import torch
@@ -34,8 +33,8 @@ from syncopy import device as dev
 from syncopy.errors import LaunchError
 from syncopy.runtime import occupancy
 from syncopy.runtime import plan as planning
-from syncopy.runtime.backends.control import control_group
-from syncopy.runtime.backends.p2p import Inline, put_own_shard, refuse_emulation
+from syncopy.runtime.backends.control import control_group, wait_bound
+from syncopy.runtime.backends.p2p import Inline, Reduction, put_own_shard, refuse_emulation
 from syncopy.runtime.context import Context
 from syncopy.runtime.link import Faults, Link
 
@@ -194,9 +193,8 @@ class NcclBackend:
             ops = [("send", g, dst) if src == plan.rank else ("recv", g, src) for src, dst, g in transfers if plan.rank in (src, dst)]
             mine.append(ops)
         self.rounds = [ops for ops in mine if ops]
-        widest = max(len(plan.flags(g)) for g in range(ctx.n_chunks))
-        self.epoch_host = self.engine.host_words(widest)
-        self.epoch_dev = torch.zeros(widest, dtype=torch.int32, device=ctx.buffer.device)
+        self.epoch_host = self.engine.host_words(plan.widest_chunk)
+        self.epoch_dev = torch.zeros(plan.widest_chunk, dtype=torch.int32, device=ctx.buffer.device)
 
     def local(self, ctx: Context, shard: torch.Tensor) -> None:
         put_own_shard(ctx, shard)
@@ -263,26 +261,21 @@ class Rounds:
         """Wait for the last round, at most about as long as the kernel's waits. Rounds that never
         complete (a peer that never sent or never received) make their chunks `lost`, or, when only
         our sends are stuck, an error, instead of blocking forever."""
-        deadline = time.monotonic() + self.backend.timeout_s * 2 + 5
+        bound = wait_bound(self.backend.timeout_s)
+        deadline = time.monotonic() + bound
         while self.done and not self.done[-1][0].query():
             if time.monotonic() > deadline:
                 stuck = [chunks for event, chunks in self.done if not event.query()]
                 self.lost = [g for chunks in stuck for g in chunks]
                 if not self.lost:
                     self.errors.append(RuntimeError(f"NCCL sends of rank {self.ctx.plan.rank} did not complete in "
-                                                    f"{self.backend.timeout_s * 2 + 5:g}s (a peer never received them)"))
+                                                    f"{bound:g}s (a peer never received them)"))
                 return
             time.sleep(self.POLL_S)
 
 
-class Collective:
+class Collective(Reduction):
     """reduce_scatter / all_reduce on nccl: NCCL's own collective on the kernel's partial, after it."""
-
-    def __init__(self, backend: NcclBackend, ctx: Context, out: torch.Tensor):
-        self.backend, self.ctx, self.out = backend, ctx, out
-        self.errors: list[BaseException] = []
-        self.lost: list[tuple[int, int]] = []
-        self.final = {g: threading.Event() for g in range(ctx.n_chunks)}
 
     def join(self) -> None:
         ctx, out, pg = self.ctx, self.out, self.backend.nccl

@@ -56,7 +56,7 @@ import torch.distributed as dist
 from syncopy import device as dev
 from syncopy.errors import LaunchError
 from syncopy.runtime import plan as planning
-from syncopy.runtime.backends.control import NodeBarrier, control_group, hosts, node_barrier
+from syncopy.runtime.backends.control import NodeBarrier, control_group, hosts, node_barrier, wait_bound
 from syncopy.runtime.context import Context
 from syncopy.runtime.link import Faults, Link
 
@@ -120,6 +120,9 @@ class Inline:
     """A "stream" whose work is done when enqueued."""
 
     def synchronize(self) -> None:
+        pass
+
+    def wait_stream(self, other) -> None:
         pass
 
 
@@ -210,13 +213,12 @@ class P2PBackend:
         if self.handshake is None:
             # Every rank is on this node: the launches' barriers go through shared memory, bounded
             # like the transfers (a peer's previous launch, kernel included, may still be running).
-            self.handshake = node_barrier(self.user_group, self.timeout_s * 2 + 5)
+            self.handshake = node_barrier(self.user_group, wait_bound(self.timeout_s))
         if ctx.producer:
             return
         self.shared_device = mem.shares_device(self.user_group, ctx.buffer.device)
-        widest = max(len(ctx.plan.flags(g)) for g in range(ctx.n_chunks))
-        self.epoch_host = mem.host_words(widest)
-        self.epoch_dev = torch.zeros(self.world, widest, dtype=torch.int32, device=ctx.buffer.device)
+        self.epoch_host = mem.host_words(ctx.plan.widest_chunk)
+        self.epoch_dev = torch.zeros(self.world, ctx.plan.widest_chunk, dtype=torch.int32, device=ctx.buffer.device)
         self.order = self._push_order(ctx)
         for p in self.order:
             self.streams[p] = mem.stream(ctx.buffer.device)
@@ -316,7 +318,18 @@ class Push:
             stream.synchronize()
 
 
-class PullReduce:
+class Reduction:
+    """A producer launch's reduction, done by `join()` after the kernel; what the launcher reads back
+    from it: errors, lost chunks, and which of this rank's chunks are final."""
+
+    def __init__(self, backend, ctx: Context, out: torch.Tensor):
+        self.backend, self.ctx, self.out = backend, ctx, out
+        self.errors: list[BaseException] = []
+        self.lost: list[tuple[int, int]] = []
+        self.final = {g: threading.Event() for g in range(ctx.n_chunks)}
+
+
+class PullReduce(Reduction):
     """reduce_scatter / all_reduce on p2p, after the kernel: add every rank's partial of our rows.
 
     host    kernel | sync | barrier (every partial complete) | add partials (rank order) | sync | barrier
@@ -324,12 +337,6 @@ class PullReduce:
     The last barrier keeps every rank in this launch until all have read the partials: the next
     launch may poison and rewrite its buffer before its kernel.
     """
-
-    def __init__(self, backend: P2PBackend, ctx: Context, out: torch.Tensor):
-        self.backend, self.ctx, self.out = backend, ctx, out
-        self.errors: list[BaseException] = []
-        self.lost: list[tuple[int, int]] = []
-        self.final = {g: threading.Event() for g in range(ctx.n_chunks)}
 
     def join(self) -> None:
         be, ctx, out = self.backend, self.ctx, self.out
