@@ -1,11 +1,16 @@
 """One-GPU loopback world: one device plays rank `rank` of a `world`-rank all-gather.
 
 Peers' shards live in pinned host memory and "arrive" by copy-engine copies on a side stream; each
-chunk's flag is raised by a second copy (of the epoch, from pinned memory) on the same stream, so
-stream order puts the data before the flag and communication uses no SMs:
+chunk's flag is raised behind its copy by a stream write-value (`cuStreamWriteValue32`, a memory
+barrier first: see runtime/streamops.py), so communication uses no SMs:
 
-    compute stream  [own rows, own flags][== fused kernel: tiles spin on flags, compute as chunks land ==]
-    side stream                          [chunk 0][flag 0]  (host waits delay_s)  [chunk 1][flag 1] ...
+    compute stream  [wait side(e-1)][epoch, own rows, own flags][== fused kernel e ==][error words -> pinned ring]
+    side stream                      [wait compute: kernel e-1 done][chunk 0][flag 0 = e][chunk 1][flag 1 = e] ...
+
+A launch enqueues and returns, like any CUDA op: nothing on its path waits for the device. The
+error words a kernel leaves (a wait that ran out) are copied behind it into a pinned ring and read
+once the launch's event has completed -- at the next launch or at `synchronize()` (`sync=True`
+does both at once) -- and raise `SyncopyTimeout` naming rank, chunk and epoch.
 
 Host-side pacing (`delay_s` between chunks) emulates a slower link without occupying an SM.
 
@@ -15,7 +20,7 @@ a host thread while the interpreted kernel's tiles spin.
 """
 from __future__ import annotations
 
-import contextlib
+import collections
 import threading
 import time
 
@@ -24,8 +29,9 @@ import torch
 from syncopy import device as dev
 from syncopy.api import FusedKernel, _ensure_allocator, _spin_limit
 from syncopy.errors import LaunchError, SyncopyTimeout
-from syncopy.runtime.backends.p2p import Inline, put_own_shard
+from syncopy.runtime import streamops
 from syncopy.runtime.context import Context
+from syncopy.runtime.streamops import nbytes, ptr
 
 
 class _Cuda:
@@ -34,14 +40,14 @@ class _Cuda:
     device_type = "cuda"
     concurrent = True  # a launch returns at once; the side stream's copies run beside the kernel
 
+    def __init__(self):
+        self.ops = streamops.cuda_ops()
+
     def stream(self):
         return torch.cuda.Stream(priority=-1)
 
     def current(self):
         return torch.cuda.current_stream()
-
-    def using(self, stream):
-        return torch.cuda.stream(stream)
 
     def pin(self, t: torch.Tensor) -> torch.Tensor:
         return t.pin_memory()
@@ -61,13 +67,13 @@ class _Host(_Cuda):
     device_type = "cpu"
     concurrent = False  # an interpreted launch returns when the kernel is done
 
+    def __init__(self):
+        self.ops = streamops.HostOps()
+
     def stream(self):
-        return Inline()
+        return None  # done when enqueued
 
     current = stream
-
-    def using(self, stream):
-        return contextlib.nullcontext()
 
     def pin(self, t: torch.Tensor) -> torch.Tensor:
         return t
@@ -80,14 +86,28 @@ class _Host(_Cuda):
 
 
 class _Loop:
-    """What the loopback world keeps per context: the context, its chunk moves (views made once per
-    peer list) and its pinned epoch table."""
+    """What the loopback world keeps per context: the context, its chunk moves (addresses made once
+    per peer list), the addresses of its epoch and error words, the pinned ring the error words
+    are copied to after each launch, and the launches whose errors are not read yet."""
 
-    def __init__(self, ctx: Context, shard_shape: tuple[int, ...]):
+    RING = 64  # launches in flight before a launch waits for the oldest one's error words
+
+    def __init__(self, ctx: Context, shard_shape: tuple[int, ...], engine):
         self.ctx, self.shard_shape = ctx, shard_shape
         self.peers: list | None = None  # the peer tensors the moves were made from (compared by identity)
-        self.moves: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
-        self.epochs: tuple[int, torch.Tensor] | None = None  # (first epoch, pinned rows)
+        self.moves: dict[int, tuple[int, int, int, list[int]]] = {}  # chunk -> (dst, src, bytes, flag addresses)
+        sig = ptr(ctx.signals)
+        self.error_words = sig + 4 * dev.SIG_ERROR.value
+        self.epoch_word = ptr(ctx.ctx) + 8 * dev.CTX_EPOCH.value  # low half of an int64 (little-endian)
+        rows, rank, per = ctx.plan.rows_per_rank, ctx.plan.rank, ctx.plan.flags_per_rank
+        own = ctx.buffer.narrow(ctx.dim, rank * rows, rows)
+        self.own = (ptr(own), nbytes(own))
+        self.own_flags = [sig + 4 * (dev.SIG_HEADER + rank * per + f) for f in range(per)]
+        ops = engine.ops
+        self.ring = engine.pin(torch.zeros(self.RING, dev.SIG_HEADER, dtype=torch.int32))
+        self.done = [ops.event() for _ in range(self.RING)]  # per ring slot: the launch's kernel and error copy are done
+        self.pending: collections.deque[tuple[int, int]] = collections.deque()  # (epoch, slot), oldest first
+        self.compute_mark, self.side_mark = ops.event(), ops.event()
 
 
 class LoopbackWorld:
@@ -100,6 +120,7 @@ class LoopbackWorld:
             raise LaunchError("the loopback world needs a CUDA device (or device='cpu' under the Triton interpreter)")
         self.fk, self.world, self.rank = fused, world, rank
         self.engine = _Cuda() if device == "cuda" else _Host()
+        self.ops = self.engine.ops
         self.side = self.engine.stream()
         self.loops: dict[tuple, _Loop] = {}
 
@@ -113,7 +134,9 @@ class LoopbackWorld:
         if key not in self.loops:
             # One process plays every rank here: the planner's choice needs no exchange.
             choice = self.fk._resolve(shard, self.world, args) if self.fk.schedule.planned else None
-            self.loops[key] = _Loop(self.fk._make_context(shard, self.rank, self.world, choice), key[0])
+            ctx = self.fk._make_context(shard, self.rank, self.world, choice)
+            ctx.ctx[dev.CTX_SPIN_LIMIT.value] = _spin_limit(self.fk.timeout_s, self.engine.device_type)
+            self.loops[key] = _Loop(ctx, key[0], self.engine)
         return self.loops[key]
 
     def launch(self, grid, args: tuple, kwargs: dict, peers: list[torch.Tensor], delay_s: float = 0.0,
@@ -121,6 +144,8 @@ class LoopbackWorld:
                copies: str | None = None) -> Context:
         """Launch the fused kernel with `peers[r]` (pinned host shards, None for this rank) arriving.
 
+        Enqueues and returns (see module doc); `sync=True` also waits for the launch and raises
+        its error, if any. An error of an earlier launch is raised here once that launch is done.
         copies: when the host issues the chunk copies, against the kernel's launch --
           "before": all enqueued, then the kernel (the default unpaced: a real peer's pushes start
                     independently of this rank's launch, and the copies are the critical path);
@@ -140,6 +165,7 @@ class LoopbackWorld:
         bound, shard, options = fk._bind(args, dict(kwargs))
         _ensure_allocator(shard.device)
         loop = self._loop(shard, bound)
+        self._check(loop)
         ctx = loop.ctx
         call = dict(bound)
         call[fk.schedule.tensor] = ctx.buffer
@@ -149,22 +175,30 @@ class LoopbackWorld:
         if copies not in self.COPIES:
             raise ValueError(f"copies={copies!r}: expected one of {', '.join(self.COPIES)}")
         moves = self._moves(loop, peers)
-        eng = self.engine
+        ops, eng = self.ops, self.engine
         cur = eng.current()
+        hc, hs = ops.handle(cur), ops.handle(self.side)
         events = self._events(timeline)
         events.mark("start", cur)
         events.host("setup", host0)
-        c = ctx.plan.chunks_per_rank
-        cur.wait_stream(self.side)  # the last launch's copies are done
-        self.side.wait_stream(cur)  # this launch's copies follow the last kernel (not this launch's own writes)
+        # The last launch's copies are done before this launch writes the buffer; this launch's
+        # copies follow the last kernel's reads of it (not this launch's own writes: see docstring).
+        ops.record(loop.side_mark, hs)
+        ops.wait_event(hc, loop.side_mark)
+        ops.record(loop.compute_mark, hc)
+        ops.wait_event(hs, loop.compute_mark)
 
-        epoch = ctx.begin(_spin_limit(fk.timeout_s, eng.device_type))
-        put_own_shard(ctx, shard)
-        flag = self._epoch_words(loop, epoch)
+        ctx.epoch = epoch = ctx.epoch + 1
+        ops.write32(loop.epoch_word, epoch, hc)
+        ops.zero32(loop.error_words, 4, hc)
+        ops.copy(loop.own[0], ptr(shard), loop.own[1], hc)
+        for f in loop.own_flags:
+            ops.write32(f, epoch, hc)
         if presignal:
-            for g, (dst, src, flags) in moves.items():
-                dst.copy_(src)
-                flags.fill_(epoch)
+            for dst, src, n, flags in moves.values():
+                ops.copy(dst, src, n, hc)
+                for f in flags:
+                    ops.write32(f, epoch, hc)
         events.host("own writes", host0)
 
         pending = [] if presignal else [g for g in ctx.plan.arrival if g in moves and g not in withhold]
@@ -175,14 +209,14 @@ class LoopbackWorld:
             take = list(pending)
             pending.clear()
             try:
-                with eng.using(self.side):
-                    for g in take:
-                        if delay_s:
-                            time.sleep(delay_s)
-                        dst, src, flags = moves[g]
-                        dst.copy_(src, non_blocking=True)
-                        flags.copy_(flag[: flags.numel()], non_blocking=True)
-                        events.mark(g, self.side)
+                for g in take:
+                    if delay_s:
+                        time.sleep(delay_s)
+                    dst, src, n, flags = moves[g]
+                    ops.copy(dst, src, n, hs)
+                    for f in flags:
+                        ops.write32(f, epoch, hs)
+                    events.mark(g, self.side)
                 events.host("copies enqueued", host0)
             except BaseException as exc:  # surfaced by the launching thread
                 failed.append(exc)
@@ -205,29 +239,45 @@ class LoopbackWorld:
         events.host("kernel launched", host0)
         if pending:
             arrive()
+        self._after_kernel(loop, epoch, hc)
         if failed:
             raise failed[0]
         if sync:
-            eng.synchronize()
-            err = ctx.error()
-            if err is not None:
-                raise SyncopyTimeout(err[0], divmod(ctx.plan.chunk_of_flag(err[1]), c), err[2], fk.timeout_s)
+            self.synchronize()
         return ctx
 
-    EPOCH_ROWS = 1024  # launches served by one fill of the pinned epoch table
+    def _after_kernel(self, loop: _Loop, epoch: int, hc) -> None:
+        """Copy the kernel's error words into the launch's ring slot behind it; read them later."""
+        if len(loop.pending) >= loop.RING:
+            self._check(loop, wait=True, upto=1)  # the oldest launch's slot is about to be reused
+        slot = epoch % loop.RING
+        self.ops.copy(ptr(loop.ring[slot]), loop.error_words, 4 * dev.SIG_HEADER, hc)
+        self.ops.record(loop.done[slot], hc)
+        loop.pending.append((epoch, slot))
 
-    def _epoch_words(self, loop: _Loop, epoch: int) -> torch.Tensor:
-        """A pinned row of `epoch` values, the source of this launch's flag copies. Rows for the next
-        EPOCH_ROWS epochs are filled at once, so a launch allocates no pinned memory (a pinned
-        allocation can cost the host more than every copy it feeds); refilling waits for the copies
-        still reading the old rows."""
-        table = loop.epochs
-        if table is None or not table[0] <= epoch < table[0] + self.EPOCH_ROWS:
-            if table is not None:
-                self.side.synchronize()
-            rows = torch.arange(epoch, epoch + self.EPOCH_ROWS, dtype=torch.int32).unsqueeze(1).expand(-1, loop.ctx.plan.widest_chunk)
-            table = loop.epochs = (epoch, self.engine.pin(rows.contiguous()))
-        return table[1][epoch - table[0]]
+    def synchronize(self) -> None:
+        """Wait for every launch so far and raise the first error among them (SyncopyTimeout)."""
+        self.engine.synchronize()
+        for loop in self.loops.values():
+            self._check(loop, wait=True)
+
+    def _check(self, loop: _Loop, wait: bool = False, upto: int | None = None) -> None:
+        """Read the error words of the launches that are done (all of them, or the oldest `upto`,
+        with `wait`), oldest first; raise the first error as SyncopyTimeout."""
+        checked = 0
+        while loop.pending and (upto is None or checked < upto):
+            epoch, slot = loop.pending[0]
+            while not self.ops.done(loop.done[slot]):
+                if not wait:
+                    return
+                time.sleep(20e-6)
+            loop.pending.popleft()
+            checked += 1
+            flag, rank, unit, at = loop.ring[slot].tolist()
+            if flag:
+                loop.pending.clear()  # later launches of a failed context are not trusted either
+                ctx = loop.ctx
+                raise SyncopyTimeout(rank, divmod(ctx.plan.chunk_of_flag(unit), ctx.plan.chunks_per_rank), at, self.fk.timeout_s)
 
     def _events(self, on: bool) -> "_Timeline":
         self.timeline = _Timeline(self.engine) if on else _Timeline.OFF
@@ -240,15 +290,9 @@ class LoopbackWorld:
         in the order they happened."""
         return self.timeline.ms()
 
-    @staticmethod
-    def _flags(ctx: Context, g: int) -> slice:
-        """Chunk g's flags in the signal pad (one per unit it covers)."""
-        f = ctx.plan.flags(g)
-        return slice(dev.SIG_HEADER + f.start, dev.SIG_HEADER + f.stop)
-
-    def _moves(self, loop: _Loop, peers) -> dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-        """Per remote chunk: (its rows in the buffer, the same rows of the peer's pinned shard, its
-        flags), views made once per context and peer list (each view costs the host a few us)."""
+    def _moves(self, loop: _Loop, peers) -> dict[int, tuple[int, int, int, list[int]]]:
+        """Per remote chunk: (address of its rows in the buffer, of the same rows of the peer's pinned
+        shard, their bytes, the addresses of its flags), made once per context and peer list."""
         if loop.peers is not None and len(loop.peers) == len(peers) and all(a is b for a, b in zip(loop.peers, peers)):
             return loop.moves
         ctx = loop.ctx
@@ -259,13 +303,20 @@ class LoopbackWorld:
             if r != self.rank and (t is None or tuple(t.shape) != loop.shard_shape):
                 got = "None" if t is None else tuple(t.shape)
                 raise LaunchError(f"peer shard {r} has shape {got}; every peer's shard must have this rank's shard shape {loop.shard_shape}")
+            if r != self.rank and not t.is_contiguous():
+                raise LaunchError(f"peer shard {r} is not contiguous; pass .contiguous() shards (each chunk moves as one copy)")
+        sig = ptr(ctx.signals)
         moves = {}
         for g in range(ctx.n_chunks):
             src = g // c
             if src == self.rank:
                 continue
             lo, hi = ctx.plan.bounds(g)
-            moves[g] = (ctx.chunk_view(g), peers[src].narrow(ctx.dim, lo - src * rows, hi - lo), ctx.signals[self._flags(ctx, g)])
+            dst, what = ctx.chunk_view(g), peers[src].narrow(ctx.dim, lo - src * rows, hi - lo)
+            if not dst.is_contiguous():
+                raise LaunchError(f"the loopback world moves each chunk with one copy, which needs it contiguous, but chunks "
+                                  f"along dim {ctx.dim} of a {list(ctx.buffer.shape)} tensor are strided; shard along dim 0")
+            moves[g] = (ptr(dst), ptr(what), nbytes(dst), [sig + 4 * (dev.SIG_HEADER + f) for f in ctx.plan.flags(g)])
         loop.peers, loop.moves = list(peers), moves
         return moves
 

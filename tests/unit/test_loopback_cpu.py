@@ -77,15 +77,36 @@ def test_new_peer_tensors_are_read_not_the_last_ones():
         assert _err(c, shards, b) < 1e-4
 
 
-def test_presignalled_chunks_and_the_epoch_table_refill(monkeypatch):
-    monkeypatch.setattr(LoopbackWorld, "EPOCH_ROWS", 2)  # refill every second launch
+def test_presignalled_chunks_launch_after_launch():
     lw = LoopbackWorld(_fused(), WORLD, 1, device="cpu")
     for seed in range(3):
         shards, b = _case(seed)
         c, ctx = _launch(lw, shards, b, rank=1, presignal=seed == 1)
         assert _err(c, shards, b) < 1e-4
+    assert ctx.epoch == 3 and int(ctx.ctx[0]) == 3  # the epoch word the kernel reads, written by the stream
+
+
+def test_launches_return_without_waiting_and_errors_surface_later(monkeypatch):
+    # sync=False: a launch enqueues and returns. The error words of each launch go to a pinned ring
+    # slot behind its kernel; a withheld chunk's timeout is raised by the next launch (or by
+    # synchronize()), naming the launch it happened in -- never lost, never a hang.
+    from syncopy.runtime import loopback
+
+    monkeypatch.setattr(loopback._Loop, "RING", 2)  # slots are reused: the third launch waits for the first's words
+    lw = LoopbackWorld(_fused(timeout_s=0.3), WORLD, 0, device="cpu")
+    shards, b = _case(9)
+    for _ in range(3):
+        c, ctx = _launch(lw, shards, b, sync=False)
+        assert _err(c, shards, b) < 1e-4
+    lw.synchronize()
     (loop,) = lw.loops.values()
-    assert ctx.epoch == 3 and loop.epochs[0] == 3 and loop.epochs[1].shape == (2, 1)  # refilled at epoch 3, one flag per chunk
+    assert not loop.pending and ctx.epoch == 3
+    _launch(lw, shards, b, sync=False, withhold=frozenset({3}))  # epoch 4: chunk 1 of rank 1 never comes
+    with pytest.raises(syncopy.SyncopyTimeout) as info:
+        _launch(lw, shards, b, sync=False)
+    assert (info.value.rank, info.value.chunk, info.value.epoch) == (0, (1, 1), 4)
+    c, ctx = _launch(lw, shards, b)  # the context goes on: epoch 5 waits for its own chunks again
+    assert _err(c, shards, b) < 1e-4 and ctx.epoch == 5
 
 
 def test_copies_issued_beside_the_launch_from_a_thread():
@@ -100,12 +121,17 @@ def test_copies_issued_beside_the_launch_from_a_thread():
 
 
 def test_a_failure_in_the_copy_thread_is_raised_by_the_launch():
+    import threading
+
     lw = LoopbackWorld(_fused(timeout_s=0.3), WORLD, 0, device="cpu")
+    copy = lw.ops.copy
 
-    def broken(stream):
-        raise RuntimeError("copy engine gone")
+    def broken(*args):
+        if threading.current_thread().name == "syncopy-loopback":
+            raise RuntimeError("copy engine gone")
+        copy(*args)
 
-    lw.engine.using = broken
+    lw.ops.copy = broken
     shards, b = _case(7)
     with pytest.raises(RuntimeError, match="copy engine gone"):
         _launch(lw, shards, b, copies="beside")

@@ -1,0 +1,231 @@
+"""Stream-ordered memory operations, one driver call each: copy, 32-bit write, 32-bit wait, events.
+
+    side stream   [wait flag >= e]---[copy chunk]---[write flag = e]
+                  cuStreamWaitValue32  cuMemcpyAsync  cuStreamWriteValue32 (memory barrier first)
+
+Why these and not torch ops:
+- A flag raised by a *copy* behind its chunk relies on the copy engine finishing one copy's writes
+  before the next copy's, which CUDA does not document for an observer that polls concurrently (a
+  kernel on another stream, a peer over NVLink). `cuStreamWriteValue32` is the documented
+  primitive: without CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER it is preceded by a memory barrier
+  that makes the stream's earlier writes visible first.
+- `cuStreamWaitValue32` makes a stream wait for a word a kernel releases: a copy triggered by a
+  flag, with no host thread polling and no SM spinning (producer overlap on the device).
+- Host time. A torch `copy_` of a view costs several microseconds of dispatch; these calls take
+  raw pointers (made once per context) and cost about one microsecond through ctypes.
+
+The driver is reached through ctypes on libcuda, which every CUDA machine has (torch links it):
+no new dependency, and the same code runs under torch 2.11 and 2.13. `HostOps` is the same
+interface between CPU buffers for tests under the Triton interpreter: a stream is a worker thread
+that runs its operations in order (or None: done when enqueued, like the compute "stream" of an
+interpreted launch); a wait that is not satisfied within its deadline records a `StreamTimeout`
+on the stream instead of hanging.
+"""
+from __future__ import annotations
+
+import ctypes
+import queue
+import threading
+import time
+
+import torch
+
+from syncopy.errors import LaunchError
+
+CU_STREAM_WAIT_VALUE_GEQ = 0  # (int32)(*addr - value) >= 0: a cyclic comparison, epochs may wrap
+CU_EVENT_DISABLE_TIMING = 2
+CUDA_ERROR_NOT_READY = 600
+
+
+def ptr(t: torch.Tensor) -> int:
+    """The address of a tensor's first element (host or device: CUDA's addressing is unified)."""
+    return t.data_ptr()
+
+
+def nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+class CudaOps:
+    """The driver calls, bound once per process (see module doc)."""
+
+    device_type = "cuda"
+
+    def __init__(self):
+        try:
+            lib = ctypes.CDLL("libcuda.so.1")
+        except OSError as exc:
+            raise LaunchError(f"cannot load the CUDA driver (libcuda.so.1: {exc}); stream operations need a CUDA machine") from None
+        u64, u32, vp = ctypes.c_uint64, ctypes.c_uint32, ctypes.c_void_p
+        self._memcpy = _bind(lib, ("cuMemcpyAsync",), (u64, u64, ctypes.c_size_t, vp))
+        self._write = _bind(lib, ("cuStreamWriteValue32_v2", "cuStreamWriteValue32"), (vp, u64, u32, ctypes.c_uint))
+        self._wait = _bind(lib, ("cuStreamWaitValue32_v2", "cuStreamWaitValue32"), (vp, u64, u32, ctypes.c_uint))
+        self._memset = _bind(lib, ("cuMemsetD32Async",), (u64, ctypes.c_uint, ctypes.c_size_t, vp))
+        self._event_create = _bind(lib, ("cuEventCreate",), (ctypes.POINTER(vp), ctypes.c_uint))
+        self._event_record = _bind(lib, ("cuEventRecord",), (vp, vp))
+        self._event_query = _bind(lib, ("cuEventQuery",), (vp,))
+        self._stream_wait_event = _bind(lib, ("cuStreamWaitEvent",), (vp, vp, ctypes.c_uint))
+        self._error_string = lib.cuGetErrorString
+        self._error_string.argtypes = (ctypes.c_int, ctypes.POINTER(ctypes.c_char_p))
+
+    @staticmethod
+    def handle(stream) -> int:
+        """The CUstream of a torch stream (0: the legacy default stream)."""
+        return stream.cuda_stream
+
+    def copy(self, dst: int, src: int, n: int, stream: int) -> None:
+        self._check(self._memcpy(dst, src, n, stream), "cuMemcpyAsync")
+
+    def write32(self, addr: int, value: int, stream: int) -> None:
+        """After everything before it on `stream` (a memory barrier first), store `value` at `addr`."""
+        self._check(self._write(stream, addr, value & 0xFFFFFFFF, 0), "cuStreamWriteValue32")
+
+    def wait32(self, addr: int, value: int, stream: int) -> None:
+        """`stream` goes on once the int32 at `addr` is >= `value` (cyclically)."""
+        self._check(self._wait(stream, addr, value & 0xFFFFFFFF, CU_STREAM_WAIT_VALUE_GEQ), "cuStreamWaitValue32")
+
+    def zero32(self, addr: int, count: int, stream: int) -> None:
+        self._check(self._memset(addr, 0, count, stream), "cuMemsetD32Async")
+
+    def event(self) -> int:
+        ev = ctypes.c_void_p()
+        self._check(self._event_create(ctypes.byref(ev), CU_EVENT_DISABLE_TIMING), "cuEventCreate")
+        return ev.value
+
+    def record(self, event: int, stream: int) -> None:
+        self._check(self._event_record(event, stream), "cuEventRecord")
+
+    def done(self, event: int) -> bool:
+        """Has the work before the event's record completed? Never blocks."""
+        rc = self._event_query(event)
+        if rc == CUDA_ERROR_NOT_READY:
+            return False
+        self._check(rc, "cuEventQuery")
+        return True
+
+    def wait_event(self, stream: int, event: int) -> None:
+        self._check(self._stream_wait_event(stream, event, 0), "cuStreamWaitEvent")
+
+    def _check(self, rc: int, what: str) -> None:
+        if rc:
+            text = ctypes.c_char_p()
+            self._error_string(rc, ctypes.byref(text))
+            raise LaunchError(f"{what} failed with CUDA error {rc} ({(text.value or b'?').decode()})")
+
+
+def _bind(lib, names: tuple[str, ...], argtypes: tuple):
+    for name in names:
+        fn = getattr(lib, name, None)
+        if fn is not None:
+            fn.argtypes, fn.restype = argtypes, ctypes.c_int
+            return fn
+    raise LaunchError(f"the CUDA driver has none of {', '.join(names)}; update the driver (stream memory operations need CUDA 11.7+)")
+
+
+class StreamTimeout(RuntimeError):
+    """A HostOps wait whose word never reached its value within the stream's deadline."""
+
+    def __init__(self, addr: int, value: int, seen: int):
+        super().__init__(f"a stream waited for the word at {addr:#x} to reach {value} but it stayed at {seen}")
+        self.addr, self.value, self.seen = addr, value, seen
+
+
+class HostStream:
+    """A CPU stand-in for a CUDA stream: a worker thread runs the enqueued operations in order."""
+
+    def __init__(self, deadline_s: float = 60.0, name: str = "syncopy-stream"):
+        self.deadline_s = deadline_s
+        self.errors: list[BaseException] = []
+        self._work: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def put(self, op, always: bool = False) -> None:
+        """Enqueue `op`; after a failure the stream runs only `always` operations (events: no hang)."""
+        self._work.put((op, always))
+
+    def synchronize(self) -> None:
+        done = threading.Event()
+        self.put(done.set, always=True)
+        done.wait()
+
+    def _run(self) -> None:
+        while True:
+            op, always = self._work.get()
+            if self.errors and not always:
+                continue
+            try:
+                op()
+            except BaseException as exc:  # surfaced by whoever checks the stream
+                self.errors.append(exc)
+
+
+class HostOps:
+    """CudaOps' interface between CPU buffers (see module doc): a stream is a HostStream, or None
+    for operations done when enqueued; addresses are host addresses."""
+
+    device_type = "cpu"
+
+    @staticmethod
+    def handle(stream):
+        return stream if isinstance(stream, HostStream) else None
+
+    def _on(self, stream, op, always: bool = False) -> None:
+        if stream is None:
+            op()
+        else:
+            stream.put(op, always)
+
+    def copy(self, dst: int, src: int, n: int, stream) -> None:
+        self._on(stream, lambda: ctypes.memmove(dst, src, n))
+
+    def write32(self, addr: int, value: int, stream) -> None:
+        # x86 keeps stores in order, so the copies before this store are visible before it.
+        self._on(stream, lambda: setattr(ctypes.c_int32.from_address(addr), "value", _int32(value)))
+
+    def wait32(self, addr: int, value: int, stream) -> None:
+        word = ctypes.c_int32.from_address(addr)
+        deadline_s = stream.deadline_s if stream is not None else 60.0
+
+        def wait():
+            end = time.monotonic() + deadline_s
+            while _int32(word.value - value) < 0:
+                if time.monotonic() > end:
+                    raise StreamTimeout(addr, value, word.value)
+                time.sleep(20e-6)
+
+        self._on(stream, wait)
+
+    def zero32(self, addr: int, count: int, stream) -> None:
+        self._on(stream, lambda: ctypes.memset(addr, 0, 4 * count))
+
+    def event(self) -> threading.Event:
+        return threading.Event()
+
+    def record(self, event: threading.Event, stream) -> None:
+        event.clear()
+        self._on(stream, event.set, always=True)
+
+    def done(self, event: threading.Event) -> bool:
+        return event.is_set()
+
+    def wait_event(self, stream, event: threading.Event) -> None:
+        if stream is None:
+            event.wait()
+        else:
+            stream.put(event.wait, always=True)
+
+
+def _int32(x: int) -> int:
+    return (x + 2**31) % 2**32 - 2**31
+
+
+_cuda_ops: CudaOps | None = None
+
+
+def cuda_ops() -> CudaOps:
+    """The process's CudaOps (the driver is bound once)."""
+    global _cuda_ops
+    if _cuda_ops is None:
+        _cuda_ops = CudaOps()
+    return _cuda_ops
