@@ -1,17 +1,20 @@
-"""Single-GPU benchmarks on the loopback world (peers = copy-engine copies from pinned host memory).
+"""Single-GPU benchmarks on the loopback world (one GPU plays one rank; the peers' data moves by
+copy-engine copies from and to pinned host memory, which stands in for the link).
 
-(a) wait overhead: the fused AG-GEMM with every flag already up vs the original kernel on the
-    gathered A, several shapes;
-(b) overlap: sequential (copy every remote chunk, then the kernel), stream-level (one kernel per
-    chunk on a second stream as each chunk lands, the AsyncTP way) and fused (one kernel, tiles
-    waiting on their chunks), world 4;
-(c) the cost of one poll of a flag that never rises, in the three forms a wait could take (a
-    block-wide acquire atomic: one thread loads, block barrier + shared-memory broadcast; every
-    thread's own acquire load; the latter plus a %globaltimer read), on one program and on one per
-    SM; and how long a wait with a 1 ms poll budget (api.GPU_POLL_S per poll) really takes. Compiled
-    waits use the first form (syncopy/device.py says why).
+For AG-GEMM and GEMM-RS, at 8192x8192x4096 and at a shape where communication takes about twice
+the compute, world 4, in one run: sequential (all communication, then the kernel -- or the kernel,
+then the communication), stream-level (one kernel per chunk on the compute stream, the chunk's
+copy on a second stream: the AsyncTP way), and fused (one kernel; tiles wait for / announce their
+chunks); plus the copies alone and the kernel alone, and the overlap efficiency
+E = (T_seq - T_fused) / min(T_comm, T_compute).
 
-    python benchmarks/gpu_bench.py [--json OUT.json] [--quick]
+Times are per launch in a stream of back-to-back launches (`*_ms`: how a model sees an op; the
+host enqueues ahead) and of one launch from the call to its completion (`*_latency_ms`). Also: the
+host time of a warm fused launch (call to return) against the bare Triton launch of the local
+kernel; the wait overhead (fused, every chunk present, vs the original kernel); and, with --poll,
+the cost of one poll of a flag that never rises in the forms a wait could take.
+
+    python benchmarks/gpu_bench.py [--json OUT.json] [--quick] [--poll]
 """
 from __future__ import annotations
 
@@ -100,7 +103,45 @@ def wait_overhead(shapes, world=4, chunks=4):
     return rows_out
 
 
-def overlap(m, n, k, world=4, chunks=4, reps=10):
+def _pipelined(fn, iters: int = 12, batches: int = 3) -> float:
+    """ms per call of `fn` enqueued back to back (the host runs ahead), median over batches."""
+    fn()
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(batches):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        for _ in range(iters):
+            fn()
+        e.record()
+        torch.cuda.synchronize()
+        out.append(s.elapsed_time(e) / iters)
+    return statistics.median(out)
+
+
+def _both(fn, reps: int) -> tuple[float, float]:
+    """(pipelined ms per call, latency ms of one call from the host call to completion)."""
+    return _pipelined(fn), _wall(fn, reps)
+
+
+def _record(res: dict, name: str, fn, reps: int) -> None:
+    res[f"{name}_ms"], res[f"{name}_latency_ms"] = _both(fn, reps)
+    print(f"    {name:15s} {res[f'{name}_ms']:.3f} ms per launch back to back, {res[f'{name}_latency_ms']:.3f} ms alone", flush=True)
+
+
+def _finish(res: dict) -> dict:
+    comm, comp, seq, fused = res["comm_ms"], res["compute_ms"], res["sequential_ms"], res["fused_ms"]
+    res["overlap_efficiency"] = (seq - fused) / min(comm, comp)
+    res["fused_over_stream"] = fused / res["stream_overlap_ms"]
+    res["fused_over_sequential"] = fused / seq
+    res["overlap_efficiency_latency"] = (res["sequential_latency_ms"] - res["fused_latency_ms"]) / min(comm, comp)
+    res["fused_over_stream_latency"] = res["fused_latency_ms"] / res["stream_overlap_latency_ms"]
+    return res
+
+
+def ag_gemm_case(m, n, k, world=4, chunks=4, reps=10):
+    """AG-GEMM: C = all_gather(A) @ B; this rank's A rows are local, 3 peers' arrive by H2D copies."""
+    print(f"  ag_gemm {m}x{n}x{k} world {world} chunks {chunks}", flush=True)
     rows = m // world
     fk = syncopy.overlap(dict(pattern="all_gather", tensor="A", dim=0, chunks_per_rank=chunks))(ag_gemm_kernel)
     shards = [torch.randn(rows, k, dtype=torch.float16) for _ in range(world)]
@@ -110,26 +151,29 @@ def overlap(m, n, k, world=4, chunks=4, reps=10):
     c = torch.empty(m, n, dtype=torch.float16, device="cuda")
     gathered = torch.empty(m, k, dtype=torch.float16, device="cuda")
     grid = (triton.cdiv(m, META["BLOCK_M"]) * triton.cdiv(n, META["BLOCK_N"]),)
-    side = torch.cuda.Stream()
+    side = torch.cuda.Stream(priority=-1)
     lw = LoopbackWorld(fk, world)
     shard0 = full[:rows].contiguous()
     bounds = [(src * rows + i * rows // chunks, src * rows + (i + 1) * rows // chunks) for src in range(1, world) for i in range(chunks)]
+    moves = [(gathered[lo:hi], peers[lo // rows][lo - (lo // rows) * rows: hi - (lo // rows) * rows]) for lo, hi in bounds]
 
     def sequential():
         gathered[:rows].copy_(shard0)
-        for lo, hi in bounds:
-            gathered[lo:hi].copy_(peers[lo // rows][lo - (lo // rows) * rows : hi - (lo // rows) * rows], non_blocking=True)
+        for dst, src in moves:
+            dst.copy_(src, non_blocking=True)
         ag_gemm_kernel[grid](*_args(gathered, b, c, m, n, k), **META)
 
     def stream_level():
-        # Local rows first on the compute stream; each remote chunk: copy on `side`, then a GEMM on its rows.
-        gathered[:rows].copy_(shard0)
+        # Local rows first on the compute stream; each remote chunk: copy on `side` (after the last
+        # iteration's GEMMs are done reading the buffer), then a GEMM on its rows.
         cur = torch.cuda.current_stream()
+        side.wait_stream(cur)
+        gathered[:rows].copy_(shard0)
         g0 = (triton.cdiv(rows, META["BLOCK_M"]) * triton.cdiv(n, META["BLOCK_N"]),)
         ag_gemm_kernel[g0](*_args(gathered[:rows], b, c[:rows], rows, n, k), **META)
-        for lo, hi in bounds:
+        for (lo, hi), (dst, src) in zip(bounds, moves):
             with torch.cuda.stream(side):
-                gathered[lo:hi].copy_(peers[lo // rows][lo - (lo // rows) * rows : hi - (lo // rows) * rows], non_blocking=True)
+                dst.copy_(src, non_blocking=True)
                 ev = torch.cuda.Event()
                 ev.record(side)
             cur.wait_event(ev)
@@ -140,52 +184,161 @@ def overlap(m, n, k, world=4, chunks=4, reps=10):
         lw.launch(grid, _args(shard0, b, c, m, n, k), dict(META), peers, sync=False)
 
     def copies_only():
-        for lo, hi in bounds:
-            gathered[lo:hi].copy_(peers[lo // rows][lo - (lo // rows) * rows : hi - (lo // rows) * rows], non_blocking=True)
+        for dst, src in moves:
+            dst.copy_(src, non_blocking=True)
 
-    def copies_timed(poll) -> float:
-        """ms of the copies alone (events on the copy stream), optionally while every SM polls a flag."""
-        flag = torch.zeros(1, dtype=torch.int32, device="cuda")
-        out = torch.zeros(sms, dtype=torch.int32, device="cuda")
-        times = []
-        for _ in range(reps):
-            torch.cuda.synchronize()
-            if poll:  # ~3x the copies' time of block-wide acquire polls on every SM, on the compute stream
-                poll[(sms,)](flag, out, 15000 if poll is _poll_block else 7000)
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            with torch.cuda.stream(side):
-                s.record(side)
-                copies_only()
-                e.record(side)
-            torch.cuda.synchronize()
-            times.append(s.elapsed_time(e))
-        return statistics.median(times)
-
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    t_comm = _wall(copies_only, reps)
-    t_comp = _wall(lambda: ag_gemm_kernel[grid](*_args(full, b, c, m, n, k), **META), reps)
-    res = dict(m=m, n=n, k=k, world=world, chunks=chunks, comm_ms=t_comm, compute_ms=t_comp,
-               sequential_ms=_wall(sequential, reps), stream_overlap_ms=_wall(stream_level, reps), fused_ms=_wall(fused, reps))
-    res["comm_events_ms"], res["comm_while_polling_ms"] = copies_timed(None), copies_timed(_poll_block)
-    res["comm_while_polling_backoff_ms"] = copies_timed(_poll_block_backoff)
-    # Where a fused launch's time goes (GPU events and host stamps) when the host issues the copies
-    # before the kernel (the default), after it, or from a thread beside its launch; and the wall
-    # time of each order.
-    res["fused_by_copies_ms"], res["fused_timelines_ms"] = {}, {}
-    for mode in LoopbackWorld.COPIES:
-        res["fused_by_copies_ms"][mode] = _wall(lambda: lw.launch(grid, _args(shard0, b, c, m, n, k), dict(META), peers, sync=False,
-                                                                  copies=mode), reps)
-        lw.launch(grid, _args(shard0, b, c, m, n, k), dict(META), peers, timeline=True, copies=mode)
-        tl = lw.timeline_ms()
-        landed = [v for name, v in tl.items() if isinstance(name, int)]
-        res["fused_timelines_ms"][mode] = dict(kernel_launched=tl["kernel"], first_chunk=min(landed), last_chunk=max(landed),
-                                               end=tl["end"], host=tl["host"])
+    res = dict(pattern="ag_gemm", world_kind="loopback", world=world, m=m, n=n, k=k, chunks=chunks)
+    res["comm_ms"] = _pipelined(copies_only)
+    res["compute_ms"] = _pipelined(lambda: ag_gemm_kernel[grid](*_args(full, b, c, m, n, k), **META))
+    print(f"    comm {res['comm_ms']:.3f} ms, compute {res['compute_ms']:.3f} ms", flush=True)
+    _record(res, "sequential", sequential, reps)
+    _record(res, "stream_overlap", stream_level, reps)
+    _record(res, "fused", fused, reps)
+    lw.synchronize()
+    lw.launch(grid, _args(shard0, b, c, m, n, k), dict(META), peers, timeline=True)
+    tl = lw.timeline_ms()
+    landed = [v for name, v in tl.items() if isinstance(name, int)]
+    res["fused_timeline_ms"] = dict(kernel_launched=tl["kernel"], first_chunk=min(landed), last_chunk=max(landed), end=tl["end"], host=tl["host"])
+    c.zero_()
     fused()
-    torch.cuda.synchronize()
-    res["fused_max_err"] = (c.float() - full.float() @ b.float()).abs().max().item()
-    res["fused_over_sequential"] = res["fused_ms"] / res["sequential_ms"]
-    res["stream_over_sequential"] = res["stream_overlap_ms"] / res["sequential_ms"]
-    return res
+    lw.synchronize()
+    ref = full.float() @ b.float()
+    res["fused_max_rel_err"] = ((c.float() - ref).abs().max() / ref.abs().max()).item()
+    return _finish(res)
+
+
+def gemm_rs_case(m, n, k, world=4, chunks=2, reps=10):
+    """GEMM-RS: this rank's rows of sum_ranks(A_r @ B_r). The kernel writes the full partial; each
+    remote chunk leaves by a D2H copy (the send) and the peers' partials of this rank's rows come in
+    by H2D copies, in lockstep with this rank's progress; then this rank's rows are reduced."""
+    print(f"  gemm_rs {m}x{n}x{k} world {world} chunks {chunks}", flush=True)
+    rows = m // world
+    rank = 0
+    fk = syncopy.overlap(dict(pattern="reduce_scatter", tensor="C", dim=0, chunks_per_rank=chunks, order="local_first"))(ag_gemm_kernel)
+    a = torch.randn(m, k, dtype=torch.float16, device="cuda")
+    b = torch.randn(k, n, dtype=torch.float16, device="cuda") / 16
+    peers = [torch.randn(rows, n, dtype=torch.float16).pin_memory() for _ in range(world)]
+    out = torch.empty(rows, n, dtype=torch.float16, device="cuda")
+    partial = torch.empty(m, n, dtype=torch.float16, device="cuda")
+    outbox = torch.empty(m, n, dtype=torch.float16).pin_memory()
+    inbox = torch.empty(world, rows, n, dtype=torch.float16, device="cuda")
+    grid = (triton.cdiv(m, META["BLOCK_M"]) * triton.cdiv(n, META["BLOCK_N"]),)
+    send, recv = torch.cuda.Stream(priority=-1), torch.cuda.Stream(priority=-1)
+    lw = LoopbackWorld(fk, world, rank)
+    # Send order, as the fused kernel finishes chunks: the next peer's first (direct, local_first).
+    remote = [(d * rows + i * rows // chunks, d * rows + (i + 1) * rows // chunks) for d in range(1, world) for i in range(chunks)]
+    own = [(i * rows // chunks, (i + 1) * rows // chunks) for i in range(chunks)]
+    incoming = [(p, lo, hi) for i, (lo, hi) in enumerate(own) for p in range(1, world)]
+
+    def reduce_own():
+        acc = partial[:rows].float()
+        for p in range(1, world):
+            acc.add_(inbox[p])
+        out.copy_(acc)
+
+    def sequential():
+        cur = torch.cuda.current_stream()
+        cur.wait_stream(send)
+        ag_gemm_kernel[grid](*_args(a, b, partial, m, n, k), **META)
+        send.wait_stream(cur)
+        recv.wait_stream(cur)
+        with torch.cuda.stream(send):
+            for lo, hi in remote:
+                outbox[lo:hi].copy_(partial[lo:hi], non_blocking=True)
+        with torch.cuda.stream(recv):
+            for p, lo, hi in incoming:
+                inbox[p, lo:hi].copy_(peers[p][lo:hi], non_blocking=True)
+        cur.wait_stream(recv)
+        reduce_own()
+
+    def stream_level():
+        # One GEMM per chunk in send order; each chunk's send waits for its GEMM (an event); the
+        # peers' partials of this rank's rows arrive in lockstep, one per finished chunk.
+        cur = torch.cuda.current_stream()
+        cur.wait_stream(send)
+        recv.wait_stream(cur)
+        pending = list(incoming)
+        per_step = -(-len(pending) // len(remote + own))
+        for lo, hi in remote + own:
+            gi = (triton.cdiv(hi - lo, META["BLOCK_M"]) * triton.cdiv(n, META["BLOCK_N"]),)
+            ag_gemm_kernel[gi](*_args(a[lo:hi], b, partial[lo:hi], hi - lo, n, k), **META)
+            ev = torch.cuda.Event()
+            ev.record(cur)
+            if lo >= rows:
+                with torch.cuda.stream(send):
+                    send.wait_event(ev)
+                    outbox[lo:hi].copy_(partial[lo:hi], non_blocking=True)
+            with torch.cuda.stream(recv):
+                recv.wait_event(ev)
+                for p, ilo, ihi in pending[:per_step]:
+                    inbox[p, ilo:ihi].copy_(peers[p][ilo:ihi], non_blocking=True)
+            del pending[:per_step]
+        cur.wait_stream(recv)
+        reduce_own()
+
+    def fused():
+        lw.launch(grid, _args(a, b, out, m, n, k), dict(META), peers, sync=False)
+
+    def copies_only():
+        cur = torch.cuda.current_stream()
+        send.wait_stream(cur)
+        recv.wait_stream(cur)
+        with torch.cuda.stream(send):
+            for lo, hi in remote:
+                outbox[lo:hi].copy_(partial[lo:hi], non_blocking=True)
+        with torch.cuda.stream(recv):
+            for p, lo, hi in incoming:
+                inbox[p, lo:hi].copy_(peers[p][lo:hi], non_blocking=True)
+        cur.wait_stream(send)
+        cur.wait_stream(recv)
+
+    res = dict(pattern="gemm_rs", world_kind="loopback", world=world, m=m, n=n, k=k, chunks=chunks)
+    res["comm_ms"] = _pipelined(copies_only)
+    res["compute_ms"] = _pipelined(lambda: ag_gemm_kernel[grid](*_args(a, b, partial, m, n, k), **META))
+    print(f"    comm {res['comm_ms']:.3f} ms, compute {res['compute_ms']:.3f} ms", flush=True)
+    _record(res, "sequential", sequential, reps)
+    _record(res, "stream_overlap", stream_level, reps)
+    _record(res, "fused", fused, reps)
+    lw.synchronize()
+    lw.launch(grid, _args(a, b, out, m, n, k), dict(META), peers, timeline=True)
+    tl = lw.timeline_ms()
+    sent = [v for name, v in tl.items() if isinstance(name, tuple)]
+    res["fused_timeline_ms"] = dict(kernel_launched=tl["kernel"], first_sent=min(sent), last_sent=max(sent), kernel_end=tl["end"],
+                                    reduced=tl["reduced"], host=tl["host"])
+    want = (a.float() @ b.float())[:rows] + sum(p.float().cuda() for p in peers[1:])
+    res["fused_max_rel_err"] = ((out.float() - want).abs().max() / want.abs().max()).item()
+    return _finish(res)
+
+
+def host_launch(m=8192, n=8192, k=4096, world=4, chunks=4, launches=40, burst=8) -> dict:
+    """Host time of a warm launch, call to return (the GPU keeps up: bursts, synchronised between):
+    the fused launch on the loopback world against the bare Triton launch of the local kernel."""
+    rows = m // world
+    fk = syncopy.overlap(dict(pattern="all_gather", tensor="A", dim=0, chunks_per_rank=chunks))(ag_gemm_kernel)
+    peers = [torch.randn(rows, k, dtype=torch.float16).pin_memory() for _ in range(world)]
+    shard = torch.randn(rows, k, dtype=torch.float16, device="cuda")
+    full = torch.randn(m, k, dtype=torch.float16, device="cuda")
+    b = torch.randn(k, n, dtype=torch.float16, device="cuda")
+    c = torch.empty(m, n, dtype=torch.float16, device="cuda")
+    grid = (triton.cdiv(m, META["BLOCK_M"]) * triton.cdiv(n, META["BLOCK_N"]),)
+    lw = LoopbackWorld(fk, world)
+
+    def timed(fn) -> float:
+        fn()
+        torch.cuda.synchronize()
+        out = []
+        for _ in range(launches // burst):
+            for _ in range(burst):
+                t = time.perf_counter()
+                fn()
+                out.append((time.perf_counter() - t) * 1e6)
+            torch.cuda.synchronize()
+        return statistics.median(out)
+
+    fused_us = timed(lambda: lw.launch(grid, _args(shard, b, c, m, n, k), dict(META), peers, sync=False))
+    lw.synchronize()
+    bare_us = timed(lambda: ag_gemm_kernel[grid](*_args(full, b, c, m, n, k), **META))
+    return dict(fused_us=fused_us, bare_us=bare_us, extra_us=fused_us - bare_us, copies=(world - 1) * chunks)
 
 
 @triton.jit
@@ -252,51 +405,97 @@ def poll_cost(polls: int = 20000, bound_s: float = 1e-3) -> dict:
     return dict(rows=rows, bound_ms=bound_s * 1e3, bounded_wait_ms=waited_ms, timed_out=bool(signals[0].item()))
 
 
+def _verdicts(out: dict) -> dict:
+    """Each target of the issue against this run (main shape, back-to-back figures)."""
+    main = [c for c in out["cases"] if (c["m"], c["n"], c["k"]) == (8192, 8192, 4096)]
+    ag = next((c for c in main if c["pattern"] == "ag_gemm"), None)
+    rs = next((c for c in main if c["pattern"] == "gemm_rs"), None)
+    wo = next((w for w in out["wait_overhead_rows"] if (w["m"], w["n"], w["k"]) == (8192, 8192, 4096)), None)
+    v = {}
+    if ag:
+        v["ag fused / stream-level <= 0.95"] = (round(ag["fused_over_stream"], 3), ag["fused_over_stream"] <= 0.95)
+        v["ag overlap efficiency >= 0.85"] = (round(ag["overlap_efficiency"], 3), ag["overlap_efficiency"] >= 0.85)
+    if rs:
+        v["rs fused / sequential <= 0.75"] = (round(rs["fused_over_sequential"], 3), rs["fused_over_sequential"] <= 0.75)
+    if wo:
+        v["wait overhead <= 2%"] = (round(wo["overhead"], 4), wo["overhead"] <= 0.02)
+    h = out["host_launch"]
+    v["host launch extra <= 30 us"] = (round(h["extra_us"], 1), h["extra_us"] <= 30.0)
+    return v
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--json", metavar="OUT")
-    p.add_argument("--quick", action="store_true")
+    p.add_argument("--quick", action="store_true", help="small shapes only (a smoke run)")
+    p.add_argument("--poll", action="store_true", help="also time the poll forms")
     a = p.parse_args(argv)
-    dev = torch.cuda.get_device_name()
-    shapes = [(4096, 4096, 4096), (8192, 8192, 4096)] if not a.quick else [(2048, 2048, 2048)]
-    out = {"device": dev, "torch": torch.__version__, "triton": triton.__version__,
-           "wait_overhead": wait_overhead(shapes)}
-    out["overlap"] = [overlap(8192, 8192, 4096, chunks=c) for c in ((2, 4) if not a.quick else (2,))]
-    print(f"device: {dev} (torch {torch.__version__}, triton {triton.__version__})")
-    print("wait overhead (fp16 AG-GEMM, all flags up, world 4 x 4 chunks):")
-    for r in out["wait_overhead"]:
+    name = torch.cuda.get_device_name()
+    print(f"device: {name} (torch {torch.__version__}, triton {triton.__version__})", flush=True)
+    if a.quick:
+        ag_shapes, rs_shapes, wo_shapes = [(2048, 2048, 1024)], [(2048, 2048, 1024)], [(2048, 2048, 2048)]
+    else:
+        # Second shapes: communication about twice the compute (H2D/D2H copies as the link).
+        ag_shapes, rs_shapes = [(8192, 8192, 4096), (8192, 4096, 4096)], [(8192, 8192, 4096), (8192, 8192, 8192)]
+        wo_shapes = [(4096, 4096, 4096), (8192, 8192, 4096)]
+    out = {"device": name, "torch": torch.__version__, "triton": triton.__version__, "cases": []}
+    print("cases (loopback world, world 4):", flush=True)
+    failures = []
+    for case, shapes in ((ag_gemm_case, ag_shapes), (gemm_rs_case, rs_shapes)):
+        for m, n, k in shapes:
+            try:
+                out["cases"].append(case(m, n, k))
+            except Exception as exc:  # keep the other cases; the run still fails at the end
+                failures.append(f"{case.__name__}({m}, {n}, {k}): {type(exc).__name__}: {exc}")
+                print(f"    FAILED: {failures[-1]}", flush=True)
+    out["failures"] = failures
+    print("host time of a warm launch:", flush=True)
+    out["host_launch"] = host_launch(*((2048, 2048, 1024) if a.quick else (8192, 8192, 4096)))
+    out["host_launch_us"] = out["host_launch"]["fused_us"]
+    out["graph_replay_us"] = None  # CUDA-graph capture of a fused launch is not built yet
+    print(f"  fused {out['host_launch']['fused_us']:.1f} us, bare Triton launch {out['host_launch']['bare_us']:.1f} us "
+          f"({out['host_launch']['copies']} chunk copies + flags per launch)", flush=True)
+    print("wait overhead (fp16 AG-GEMM, all flags up, world 4 x 4 chunks):", flush=True)
+    out["wait_overhead_rows"] = wait_overhead(wo_shapes)
+    for r in out["wait_overhead_rows"]:
         print(f"  {r['m']}x{r['n']}x{r['k']}: original {r['original_ms']:.3f} ms ({r['original_tflops']:.0f} TFLOP/s), "
               f"fused {r['fused_all_present_ms']:.3f} ms, overhead {r['overhead'] * 100:+.1f}% "
               f"(ranges computed in-kernel {r['fused_ranges_in_kernel_ms']:.3f} ms, grid order {r['fused_grid_order_ms']:.3f} ms)")
-    print("overlap on the loopback world (H2D copy engine as the link):")
-    for r in out["overlap"]:
-        print(f"  {r['m']}x{r['n']}x{r['k']} world {r['world']} chunks {r['chunks']}: comm {r['comm_ms']:.2f} ms, compute {r['compute_ms']:.2f} ms | "
-              f"sequential {r['sequential_ms']:.2f}, stream-level {r['stream_overlap_ms']:.2f}, fused {r['fused_ms']:.2f} ms "
-              f"(fused/sequential {r['fused_over_sequential']:.2f}, max err {r['fused_max_err']:.3f})")
-        for mode, t in r["fused_timelines_ms"].items():
-            host = ", ".join(f"{name} {ms:.3f}" for name, ms in t["host"].items())
-            print(f"    copies {mode:6s} the kernel: fused {r['fused_by_copies_ms'][mode]:.2f} ms | kernel reached at {t['kernel_launched']:.3f} ms, "
-                  f"first chunk landed {t['first_chunk']:.3f}, last {t['last_chunk']:.3f}, kernel done {t['end']:.3f} | host ms: {host}")
-        print(f"    copies alone {r['comm_events_ms']:.3f} ms, "
-              f"while every SM polls {r['comm_while_polling_ms']:.3f} ms "
-              f"(with a 256 ns backoff {r['comm_while_polling_backoff_ms']:.3f} ms)")
+    out["wait_overhead"] = out["wait_overhead_rows"][-1]["overhead"]
+    if a.poll:
+        _print_poll(out)
+    print("\ntable (ms per launch back to back; alone = one launch, call to completion):")
+    print(f"  {'case':34s} {'comm':>6s} {'comp':>6s} {'seq':>6s} {'stream':>6s} {'fused':>6s} {'f/str':>6s} {'E':>5s} | "
+          f"{'seq':>6s} {'stream':>6s} {'fused':>6s} alone")
+    for c in out["cases"]:
+        label = f"{c['pattern']} {c['m']}x{c['n']}x{c['k']} W{c['world']} c{c['chunks']}"
+        print(f"  {label:34s} {c['comm_ms']:6.3f} {c['compute_ms']:6.3f} {c['sequential_ms']:6.3f} {c['stream_overlap_ms']:6.3f} "
+              f"{c['fused_ms']:6.3f} {c['fused_over_stream']:6.3f} {c['overlap_efficiency']:5.2f} | {c['sequential_latency_ms']:6.3f} "
+              f"{c['stream_overlap_latency_ms']:6.3f} {c['fused_latency_ms']:6.3f}   (err {c['fused_max_rel_err']:.1e})")
+    out["targets"] = _verdicts(out)
+    print("targets:")
+    for what, (value, met) in out["targets"].items():
+        print(f"  {what:32s} {value!s:>8s}  {'met' if met else 'MISSED'}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(out, f, indent=2)
+    return 1 if failures else 0
+
+
+def _print_poll(out: dict) -> None:
     try:
         out["poll_cost"] = poll_cost()
-    except Exception as exc:  # keep (a) and (b) whatever happens here
+    except Exception as exc:  # keep the rest whatever happens here
         out["poll_cost"] = {"error": f"{type(exc).__name__}: {exc}"}
     pc = out["poll_cost"]
     print("poll cost (a flag that never rises):")
     if "error" in pc:
         print(f"  failed: {pc['error']}")
-    else:
-        for r in pc["rows"]:
-            print(f"  {r['form']:42s} {r['programs']:4d} programs: {r['ns_per_poll']:8.1f} ns/poll")
-        print(f"  a wait with a {pc['bound_ms']:.1f} ms poll budget took {pc['bounded_wait_ms']:.3f} ms "
-              f"on {torch.cuda.get_device_properties(0).multi_processor_count} programs (timed out: {pc['timed_out']})")
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(out, f, indent=2)
-    return 0
+        return
+    for r in pc["rows"]:
+        print(f"  {r['form']:42s} {r['programs']:4d} programs: {r['ns_per_poll']:8.1f} ns/poll")
+    print(f"  a wait with a {pc['bound_ms']:.1f} ms poll budget took {pc['bounded_wait_ms']:.3f} ms "
+          f"on {torch.cuda.get_device_properties(0).multi_processor_count} programs (timed out: {pc['timed_out']})")
 
 
 if __name__ == "__main__":

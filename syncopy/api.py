@@ -184,6 +184,7 @@ class FusedKernel:
                 f"its arguments are {', '.join(self.signature.parameters)}"
             )
         self._built: tuple[Transformed, object, object, Path] | None = None
+        self._positions: dict[tuple, list[str]] = {}  # (positions, keywords) of a launch -> the names of its positions
         self._contexts: dict[tuple, tuple[Context, object]] = {}
         self.last_trace: Trace | None = None
         # What the last launch ran with; for `auto` schedules, the planner's choice and its reason.
@@ -241,12 +242,8 @@ class FusedKernel:
 
     def _bind(self, args, kwargs):
         options = {k: kwargs.pop(k) for k in list(kwargs) if k in _LAUNCH_OPTIONS}
-        try:
-            bound = self.signature.bind_partial(*args, **kwargs)
-        except TypeError as exc:
-            raise LaunchError(f"launch of '{self.local.fn.__name__}': {exc}; pass the local kernel's arguments") from None
-        self._check_arguments(bound.arguments)
-        shard = bound.arguments.get(self.schedule.tensor)
+        arguments = self._arguments(args, kwargs)
+        shard = arguments.get(self.schedule.tensor)
         if not isinstance(shard, torch.Tensor):
             raise LaunchError(f"argument '{self.schedule.tensor}' must be this rank's shard as a tensor, got {type(shard).__name__}")
         if shard.device.type not in ("cpu", "cuda"):
@@ -260,7 +257,30 @@ class FusedKernel:
             )
         if not shard.is_contiguous():
             raise LaunchError(f"'{self.schedule.tensor}' must be contiguous; pass {self.schedule.tensor}.contiguous()")
-        return bound.arguments, shard, options
+        return arguments, shard, options
+
+    def _arguments(self, args: tuple, kwargs: dict) -> dict:
+        """The launch's arguments by name. How a call's positions map to names is bound (and its
+        argument list checked) once per (number of positions, keywords); launch after launch only
+        the values change, and each is still checked to be something a kernel takes."""
+        key = (len(args), tuple(kwargs))
+        names = self._positions.get(key)
+        if names is None:
+            try:
+                bound = self.signature.bind_partial(*args, **kwargs)
+            except TypeError as exc:
+                raise LaunchError(f"launch of '{self.local.fn.__name__}': {exc}; pass the local kernel's arguments") from None
+            self._check_arguments(bound.arguments)
+            plain = all(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in list(self.signature.parameters.values())[:len(args)])
+            if plain:
+                self._positions[key] = list(self.signature.parameters)[:len(args)]
+            return bound.arguments
+        arguments = dict(zip(names, args))
+        arguments.update(kwargs)
+        for name, value in arguments.items():
+            if not isinstance(value, torch.Tensor):
+                self._check_value(name, value)
+        return arguments
 
     def _check_arguments(self, arguments: dict) -> None:
         """Every argument the local kernel needs is there (constexprs with defaults may be left out),
@@ -275,13 +295,15 @@ class FusedKernel:
                 raise LaunchError(f"launch of '{name}': missing argument{'s' if len(missing) > 1 else ''} {listed}; "
                                   "pass every argument the local kernel takes")
         for key, value in arguments.items():
-            if isinstance(value, torch.Tensor):
-                continue
-            try:
-                hash(value)
-            except TypeError:
-                raise LaunchError(f"launch of '{name}': argument '{key}' is a {type(value).__name__}, which a Triton kernel "
-                                  "cannot take; pass a torch tensor (or a number, for a scalar argument)") from None
+            if not isinstance(value, torch.Tensor):
+                self._check_value(key, value)
+
+    def _check_value(self, key: str, value) -> None:
+        try:
+            hash(value)
+        except TypeError:
+            raise LaunchError(f"launch of '{self.local.fn.__name__}': argument '{key}' is a {type(value).__name__}, which a Triton "
+                              "kernel cannot take; pass a torch tensor (or a number, for a scalar argument)") from None
 
     def _context(self, shard: torch.Tensor, group, args: dict) -> tuple[Context, object]:
         world, rank = dist.get_world_size(group), dist.get_rank(group)

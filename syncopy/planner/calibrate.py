@@ -122,7 +122,7 @@ def load_measurements(source: str | Path | dict | list) -> tuple[list[Measuremen
         except (OSError, json.JSONDecodeError) as exc:
             raise ValueError(f"cannot read benchmark JSON '{source}' ({' '.join(str(exc).split())}); give a JSON file") from None
     hardware = None
-    if isinstance(data, dict) and ("overlap" in data or "wait_overhead" in data):
+    if isinstance(data, dict) and ("cases" in data or "overlap" in data or "wait_overhead" in data):
         data = _gpu_bench_records(data)
     elif isinstance(data, dict) and "records" in data:
         hardware, data = data.get("hardware"), data["records"]
@@ -140,18 +140,27 @@ def load_measurements(source: str | Path | dict | list) -> tuple[list[Measuremen
     return out, hardware
 
 
+#: The order each gpu_bench pattern runs with on the loopback world.
+_BENCH_ORDER = {"ag_gemm": "ring", "gemm_rs": "local_first"}
+
+
 def _gpu_bench_records(data: dict) -> list[dict]:
-    """Records from benchmarks/gpu_bench.py's JSON (milliseconds, fp16 AG-GEMM on the loopback world)."""
-    base = {"template": "ag_gemm", "dtype": "fp16", "order": "ring"}
+    """Records from benchmarks/gpu_bench.py's JSON (milliseconds, fp16, the loopback world): its
+    "cases" (AG-GEMM and GEMM-RS; per launch back to back), or "overlap" in runs before it had
+    cases; and the wait-overhead rows."""
+    base = {"dtype": "fp16"}
     records = []
-    for r in data.get("overlap", []):
+    for r in data.get("cases", []) or [{**r, "pattern": "ag_gemm"} for r in data.get("overlap", [])]:
+        template = r.get("pattern", "ag_gemm")
         records.append(
-            {**base, "world": r.get("world"), "shape": [r.get("m"), r.get("n"), r.get("k")], "chunks_per_rank": r.get("chunks"),
+            {**base, "template": template, "order": _BENCH_ORDER.get(template, "ring"), "world": r.get("world"),
+             "shape": [r.get("m"), r.get("n"), r.get("k")], "chunks_per_rank": r.get("chunks"),
              **{f"{key}_s": r[f"{key}_ms"] / 1e3 for key in ("sequential", "stream_overlap", "fused") if r.get(f"{key}_ms")}}
         )
-    for r in data.get("wait_overhead", []):
+    rows = data.get("wait_overhead_rows", data.get("wait_overhead", []))
+    for r in rows if isinstance(rows, list) else []:
         records.append(
-            {**base, "world": 1, "shape": [r.get("m"), r.get("n"), r.get("k")], "chunks_per_rank": 1,
+            {**base, "template": "ag_gemm", "order": "ring", "world": 1, "shape": [r.get("m"), r.get("n"), r.get("k")], "chunks_per_rank": 1,
              "sequential_s": r["original_ms"] / 1e3, "fused_s": r["fused_all_present_ms"] / 1e3}
         )
     return records
@@ -291,7 +300,26 @@ def main(argv: list[str] | None = None) -> int:
     for term in fit_terms(profile):
         print(f"  {'.'.join(term):32s} {profile.get(term):.4g} -> {fitted.get(term):.4g}")
     print(f"RMS log error {before:.3f} -> {after:.3f}; wrote {out} (use it with --hardware {out})")
+    print(report(fitted, records))
     return 0
+
+
+def report(profile: HardwareProfile, records: Sequence[Measurement]) -> str:
+    """Predicted against measured, per record and execution, and how many are within 15%."""
+    lines = [f"predicted by {profile.name} vs measured (ms):"]
+    within = total = 0
+    for r in records:
+        predicted = predict(profile, r)
+        label = f"{r.template} {'x'.join(map(str, r.shape))} W{r.world} c{r.chunks_per_rank}"
+        cells = []
+        for key, measured in r.measured().items():
+            ratio = predicted[key] / measured
+            within += abs(ratio - 1) <= 0.15
+            total += 1
+            cells.append(f"{key.removesuffix('_s')} {predicted[key] * 1e3:.3f}/{measured * 1e3:.3f} ({ratio - 1:+.0%})")
+        lines.append(f"  {label:34s} " + ", ".join(cells))
+    lines.append(f"{within} of {total} predictions within 15% of the measurement")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

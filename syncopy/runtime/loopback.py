@@ -49,6 +49,9 @@ class _Cuda:
     def current(self):
         return torch.cuda.current_stream()
 
+    def side_stream(self, deadline_s: float):
+        return self.stream()  # a GPU stream's waits have no deadline: the kernel always finishes its chunks
+
     def pin(self, t: torch.Tensor) -> torch.Tensor:
         return t.pin_memory()
 
@@ -75,11 +78,20 @@ class _Host(_Cuda):
 
     current = stream
 
+    def side_stream(self, deadline_s: float):
+        """A stream whose waits must pass while an interpreted kernel runs: a worker thread."""
+        return streamops.HostStream(deadline_s, name="syncopy-loopback-stream")
+
     def pin(self, t: torch.Tensor) -> torch.Tensor:
         return t
 
     def event(self, stream):
-        return time.perf_counter()
+        """The host time the stream reaches this point (a list, filled by a worker's stream when it runs)."""
+        if stream is None:
+            return time.perf_counter()
+        stamp: list[float] = []
+        stream.put(lambda: stamp.append(time.perf_counter()), always=True)
+        return stamp
 
     def synchronize(self) -> None:
         pass
@@ -108,6 +120,7 @@ class _Loop:
         self.done = [ops.event() for _ in range(self.RING)]  # per ring slot: the launch's kernel and error copy are done
         self.pending: collections.deque[tuple[int, int]] = collections.deque()  # (epoch, slot), oldest first
         self.compute_mark, self.side_mark = ops.event(), ops.event()
+        self.wire: _Wire | None = None  # producer contexts: their transfers (made with the first peer list)
 
 
 class LoopbackWorld:
@@ -170,6 +183,8 @@ class LoopbackWorld:
         call = dict(bound)
         call[fk.schedule.tensor] = ctx.buffer
         order, _, _ = fk._order(ctx, grid, call, None)
+        if fk.producer:
+            return self._launch_producer(loop, grid, call, order, shard, options, peers, sync, timeline, host0)
         if copies is None:
             copies = "after" if presignal or delay_s else "before"
         if copies not in self.COPIES:
@@ -259,11 +274,16 @@ class LoopbackWorld:
         """Wait for every launch so far and raise the first error among them (SyncopyTimeout)."""
         self.engine.synchronize()
         for loop in self.loops.values():
+            if loop.wire is not None:
+                for stream in (loop.wire.send, loop.wire.recv):
+                    if isinstance(stream, streamops.HostStream):
+                        stream.synchronize()
             self._check(loop, wait=True)
 
     def _check(self, loop: _Loop, wait: bool = False, upto: int | None = None) -> None:
         """Read the error words of the launches that are done (all of them, or the oldest `upto`,
         with `wait`), oldest first; raise the first error as SyncopyTimeout."""
+        self._check_streams(loop)
         checked = 0
         while loop.pending and (upto is None or checked < upto):
             epoch, slot = loop.pending[0]
@@ -278,6 +298,119 @@ class LoopbackWorld:
                 loop.pending.clear()  # later launches of a failed context are not trusted either
                 ctx = loop.ctx
                 raise SyncopyTimeout(rank, divmod(ctx.plan.chunk_of_flag(unit), ctx.plan.chunks_per_rank), at, self.fk.timeout_s)
+
+    # -- producer patterns ------------------------------------------------------------------------
+    def _launch_producer(self, loop: _Loop, grid, call: dict, order, out: torch.Tensor, options: dict, peers,
+                         sync: bool, timeline: bool, host0: float) -> Context:
+        """reduce_scatter: the kernel writes its full partial and raises each chunk's flag when its
+        last tile is stored; a send stream waits for each remote chunk's flag on the device and
+        copies the chunk out to its owner (`outbox`, pinned host memory), while later tiles still
+        compute. The peers' partials of this rank's rows (`peers[p]`, pinned) arrive on a receive
+        stream, each when the peer would have finished it -- peers run in lockstep with this
+        rank, so peer p's k-th chunk lands once this rank's k-th chunk is done -- and are added
+        into `out` behind the kernel:
+
+            compute  [epoch, targets][=== fused kernel: tiles in send order, flags rise ===][out = own + sum(inbox)]
+            send                     [wait flag g0][g0 -> owner][wait flag g1][g1 -> owner] ...
+            receive                  [wait flag of this rank's k-th chunk][peer p's k-th chunk -> inbox] ...
+
+        The emulation sends every chunk straight to its owner (the direct algorithm); ring plans
+        pass running sums between peers, which one process cannot play."""
+        fk, ctx, ops, eng = self.fk, loop.ctx, self.ops, self.engine
+        fused, plan = fk._built[1], ctx.plan
+        if plan.pattern != "reduce_scatter" or plan.algorithm != "direct":
+            raise LaunchError(f"the loopback world emulates reduce_scatter sent straight to each owner, not {plan.pattern} "
+                              f"({plan.algorithm}); use pattern reduce_scatter with order local_first or a list of peer offsets")
+        wire = self._wire(loop, peers, out)
+        cur = eng.current()
+        hc = ops.handle(cur)
+        hs, hr = ops.handle(wire.send), ops.handle(wire.recv)
+        events = self._events(timeline)
+        events.mark("start", cur)
+        events.host("setup", host0)
+        # The kernel rewrites the partial that the last launch's sends read: they go first.
+        ops.record(loop.side_mark, hs)
+        ops.wait_event(hc, loop.side_mark)
+        ctx.epoch = epoch = ctx.epoch + 1
+        ops.write32(loop.epoch_word, epoch, hc)
+        ops.zero32(loop.error_words, 4, hc)
+        tiles = ctx.tiles_per_chunk[fk._shape_key(grid, call)]
+        ctx.targets = [_wrap32(t + k) for t, k in zip(ctx.targets, tiles)]
+        for addr, target in zip(wire.targets, ctx.targets):
+            ops.write32(addr, target, hc)
+        # Both streams start after this launch's targets are written (flags of earlier epochs are
+        # below `epoch`: the waits cannot pass early).
+        ops.record(loop.compute_mark, hc)
+        ops.wait_event(hs, loop.compute_mark)
+        ops.wait_event(hr, loop.compute_mark)
+        for g, (flag, dst, src, n) in wire.sends.items():
+            ops.wait32(flag, epoch, hs)
+            ops.copy(dst, src, n, hs)
+            events.mark(("sent", g), wire.send)
+        for flag, dst, src, n in wire.receives:
+            ops.wait32(flag, epoch, hr)
+            ops.copy(dst, src, n, hr)
+        events.host("copies enqueued", host0)
+        events.mark("kernel", cur)
+        fused[grid](**call, **fk._extra(ctx, order, ctx.no_trace), **options)
+        events.mark("end", cur)
+        events.host("kernel launched", host0)
+        ops.record(wire.received, hr)
+        ops.wait_event(hc, wire.received)
+        self._reduce_own(ctx, wire, out)
+        events.mark("reduced", cur)
+        self._after_kernel(loop, epoch, hc)
+        if sync:
+            self.synchronize()
+        return ctx
+
+    def launch_wire(self, out: torch.Tensor) -> "_Wire":
+        """The send/receive buffers of the producer context of `out`'s shape (after a launch)."""
+        return self.loops[(tuple(out.shape), out.dtype)].wire
+
+    def _wire(self, loop: _Loop, peers, out: torch.Tensor) -> "_Wire":
+        wire = loop.wire
+        if wire is None or not (len(wire.peers) == len(peers) and all(a is b for a, b in zip(wire.peers, peers))):
+            self._check_peers(loop, peers)
+            wire = loop.wire = _Wire(self, loop, peers, out)
+        return wire
+
+    @staticmethod
+    def _reduce_own(ctx: Context, wire: "_Wire", out: torch.Tensor) -> None:
+        """out = this rank's own partial rows + every peer's (in rank order: the same bits as a
+        reduce on any rank), accumulated in fp32 for half types."""
+        rows, rank = ctx.plan.rows_per_rank, ctx.plan.rank
+        wide = torch.float32 if out.dtype in (torch.float16, torch.bfloat16) else out.dtype
+        acc = None
+        for r in range(ctx.plan.world):
+            part = ctx.buffer.narrow(ctx.dim, rank * rows, rows) if r == rank else wire.inbox[r]
+            acc = part.to(wide, copy=True) if acc is None else acc.add_(part)
+        out.copy_(acc)
+
+    def _check_peers(self, loop: _Loop, peers) -> None:
+        if len(peers) != self.world:
+            raise LaunchError(f"the loopback world has {self.world} ranks but got {len(peers)} peer shards; pass one per rank (any value for rank {self.rank})")
+        for r, t in enumerate(peers):
+            if r != self.rank and (t is None or tuple(t.shape) != loop.shard_shape):
+                got = "None" if t is None else tuple(t.shape)
+                raise LaunchError(f"peer shard {r} has shape {got}; every peer's shard must have this rank's shard shape {loop.shard_shape}")
+            if r != self.rank and not t.is_contiguous():
+                raise LaunchError(f"peer shard {r} is not contiguous; pass .contiguous() shards (each chunk moves as one copy)")
+
+    def _check_streams(self, loop: _Loop) -> None:
+        """A CPU stream whose wait ran out (the kernel never raised a chunk's flag) is a SyncopyTimeout."""
+        streams = (loop.wire.send, loop.wire.recv) if loop.wire is not None else ()
+        for stream in streams:
+            errors = getattr(stream, "errors", None)
+            if errors:
+                exc = errors[0]
+                errors.clear()
+                if not isinstance(exc, streamops.StreamTimeout):
+                    raise exc
+                ctx = loop.ctx
+                flag = (exc.addr - ptr(ctx.signals)) // 4 - dev.SIG_HEADER
+                raise SyncopyTimeout(ctx.plan.rank, divmod(flag, ctx.plan.chunks_per_rank), exc.value, self.fk.timeout_s,
+                                     "the kernel never finished it")
 
     def _events(self, on: bool) -> "_Timeline":
         self.timeline = _Timeline(self.engine) if on else _Timeline.OFF
@@ -297,14 +430,7 @@ class LoopbackWorld:
             return loop.moves
         ctx = loop.ctx
         c, rows = ctx.plan.chunks_per_rank, ctx.plan.rows_per_rank
-        if len(peers) != self.world:
-            raise LaunchError(f"the loopback world has {self.world} ranks but got {len(peers)} peer shards; pass one per rank (any value for rank {self.rank})")
-        for r, t in enumerate(peers):
-            if r != self.rank and (t is None or tuple(t.shape) != loop.shard_shape):
-                got = "None" if t is None else tuple(t.shape)
-                raise LaunchError(f"peer shard {r} has shape {got}; every peer's shard must have this rank's shard shape {loop.shard_shape}")
-            if r != self.rank and not t.is_contiguous():
-                raise LaunchError(f"peer shard {r} is not contiguous; pass .contiguous() shards (each chunk moves as one copy)")
+        self._check_peers(loop, peers)
         sig = ptr(ctx.signals)
         moves = {}
         for g in range(ctx.n_chunks):
@@ -319,6 +445,52 @@ class LoopbackWorld:
             moves[g] = (ptr(dst), ptr(what), nbytes(dst), [sig + 4 * (dev.SIG_HEADER + f) for f in ctx.plan.flags(g)])
         loop.peers, loop.moves = list(peers), moves
         return moves
+
+
+class _Wire:
+    """A producer context's transfers on the loopback world: per remote chunk (its flag, where it
+    goes in the pinned `outbox`, where it is in the partial, bytes); per peer partial of this
+    rank's chunks (the flag of this rank's chunk at the same finish position, the `inbox` rows it
+    lands in, the peer's pinned rows, bytes); the target words; the send and receive streams."""
+
+    def __init__(self, world: "LoopbackWorld", loop: _Loop, peers, out: torch.Tensor):
+        from syncopy.runtime import plan as planning
+
+        ctx, eng = loop.ctx, world.engine
+        plan, dim = ctx.plan, ctx.dim
+        c, rows, rank = plan.chunks_per_rank, plan.rows_per_rank, plan.rank
+        self.peers = list(peers)
+        self.send, self.recv = eng.side_stream(world.fk.timeout_s), eng.side_stream(world.fk.timeout_s)
+        self.received = eng.ops.event()
+        sig = ptr(ctx.signals)
+        n = ctx.n_chunks
+        flag = [sig + 4 * (dev.SIG_HEADER + g) for g in range(n)]
+        self.targets = [sig + 4 * (dev.SIG_HEADER + n + 2 + n + g) for g in range(n)]
+        self.outbox = eng.pin(torch.empty_like(ctx.buffer, device="cpu"))
+        self.inbox = {p: torch.empty_like(out) for p in range(plan.world) if p != rank}
+        self.sends = {}
+        for g in plan.finish:
+            if g // c == rank or plan.empty(g):
+                continue
+            lo, hi = plan.bounds(g)
+            part = ctx.buffer.narrow(dim, lo, hi - lo)
+            self.sends[g] = (flag[g], ptr(self.outbox.narrow(dim, lo, hi - lo)), ptr(part), nbytes(part))
+        self.receives = []
+        mine = [g for g in plan.finish]  # this rank's finish order: position k -> its k-th chunk
+        for p, box in self.inbox.items():
+            theirs = planning.reduce(ctx.schedule, p, plan.world, rows, size=plan.size).finish
+            for k, g in enumerate(theirs):
+                if g // c != rank:
+                    continue  # p's chunk for another rank
+                lo, hi = plan.bounds(g)
+                i_lo = lo - rank * rows
+                dst, src = box.narrow(dim, i_lo, hi - lo), self.peers[p].narrow(dim, i_lo, hi - lo)
+                self.receives.append((flag[mine[min(k, len(mine) - 1)]], ptr(dst), ptr(src), nbytes(dst)))
+
+
+def _wrap32(x: int) -> int:
+    """`x` as the int32 the device holds after the same additions."""
+    return (x + 2**31) % 2**32 - 2**31
 
 
 class _Timeline:
@@ -341,8 +513,8 @@ class _Timeline:
 
     def ms(self) -> dict:
         start = self.events["start"]
-        if isinstance(start, float):  # host clock (the CPU engine)
-            out = {name: (t - start) * 1e3 for name, t in self.events.items() if name != "start"}
+        if isinstance(start, float):  # host clock (the CPU engine; a worker stream's stamp is a list)
+            out = {name: ((t[0] if isinstance(t, list) else t) - start) * 1e3 for name, t in self.events.items() if name != "start"}
         else:
             out = {name: start.elapsed_time(ev) for name, ev in self.events.items() if name != "start"}
         out["host"] = dict(self.host_ms)

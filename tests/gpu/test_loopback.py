@@ -176,3 +176,154 @@ def test_signals_are_never_reset_epochs_increase():
         assert _run_ag_gemm(fk, 2, 64, 64, 64, torch.float16, lw=lw) < 2e-2
     ctx = next(iter(lw.contexts.values()))
     assert ctx.epoch == 5 and int(ctx.signals[4:8].min()) == 5
+
+
+def _ag_args(shard, b, c, m, n, k):
+    return (shard, b, c, m, n, k, shard.stride(0), shard.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1))
+
+
+def test_warm_launches_enqueue_without_host_sync_and_errors_surface_later():
+    # A warm launch behaves like a CUDA op: under sync debug mode "error" any host sync on its path
+    # raises. Its errors are not lost: a withheld chunk's timeout is raised by synchronize().
+    import triton
+
+    import syncopy
+    from syncopy.runtime.loopback import LoopbackWorld
+    from syncopy.templates.ag_gemm.kernel import ag_gemm_kernel
+
+    world, rows, n, k = 4, 256, 128, 96
+    fk = _fused(ag_gemm_kernel, "A", 3, timeout_s=0.5)
+    lw = LoopbackWorld(fk, world, rank=1)
+    meta = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, GROUP_M=4)
+    m = rows * world
+    grid = (triton.cdiv(m, 64) * triton.cdiv(n, 64),)
+    cases = [_gemm_case(world, rows, n, k, torch.float16, rank=1, seed=s) for s in range(3)]
+    outs = [torch.empty(m, n, dtype=torch.float16, device="cuda") for _ in cases]
+    lw.launch(grid, _ag_args(cases[0][0], cases[0][1], outs[0], m, n, k), meta, cases[0][2])  # cold: probe, context
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(3):
+            for (shard, b, peers, _), c in zip(cases, outs):
+                lw.launch(grid, _ag_args(shard, b, c, m, n, k), meta, peers, sync=False)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    lw.synchronize()
+    for (shard, b, peers, full), c in zip(cases, outs):
+        ref = full.float() @ b.float()
+        assert (c.float() - ref).abs().max().item() / ref.abs().max().item() < 2e-2
+    shard, b, peers, _ = cases[0]
+    lw.launch(grid, _ag_args(shard, b, outs[0], m, n, k), meta, peers, sync=False, withhold=frozenset({7}))  # epoch 11
+    with pytest.raises(syncopy.SyncopyTimeout) as info:
+        lw.synchronize()
+    assert (info.value.rank, info.value.chunk, info.value.epoch) == (1, (2, 1), 11)
+
+
+def test_every_small_chunk_is_complete_when_its_flag_is_seen():
+    # The flag behind each chunk is a stream write-value (a memory barrier first): a kernel polling
+    # the flags checksums each chunk the moment it sees its flag, launch after launch, with the
+    # buffer poisoned in between. Any chunk seen before its data is complete fails the sums.
+    import triton
+    import triton.language as tl
+
+    from syncopy import device as dev
+    from syncopy.runtime import streamops
+
+    @triton.jit
+    def _sum_on_flag(flags, buf, sums, epoch, ROWS: tl.constexpr, COLS: tl.constexpr):
+        g = tl.program_id(0)
+        flag = dev._flag_of_block(flags + g)
+        while flag < epoch:
+            flag = dev._flag_of_block(flags + g)
+        offs = (g * ROWS + tl.arange(0, ROWS))[:, None] * COLS + tl.arange(0, COLS)[None, :]
+        x = tl.load(buf + offs, cache_modifier=".cg")
+        tl.store(sums + g, tl.sum(tl.sum(x, axis=1), axis=0))
+
+    ops = streamops.cuda_ops()
+    chunks, rows, cols = 64, 4, 64
+    sources = [torch.randint(-8, 8, (chunks * rows, cols), dtype=torch.int32).float().pin_memory() for _ in range(2)]
+    want = [s.view(chunks, rows * cols).sum(1).cuda() for s in sources]
+    buf = torch.empty(chunks * rows, cols, device="cuda")
+    flags = torch.zeros(chunks, dtype=torch.int32, device="cuda")
+    sums = torch.empty(chunks, device="cuda")
+    side = torch.cuda.Stream()
+    chunk_bytes = rows * cols * 4
+    for epoch in range(1, 41):
+        src = sources[epoch % 2]
+        buf.fill_(float("nan"))
+        side.wait_stream(torch.cuda.current_stream())
+        _sum_on_flag[(chunks,)](flags, buf, sums, epoch, ROWS=rows, COLS=cols)
+        h = side.cuda_stream
+        for g in range(chunks):
+            ops.copy(buf.data_ptr() + g * chunk_bytes, src.data_ptr() + g * chunk_bytes, chunk_bytes, h)
+            ops.write32(flags.data_ptr() + 4 * g, epoch, h)
+        torch.cuda.synchronize()
+        assert torch.equal(sums, want[epoch % 2]), f"epoch {epoch}: chunks {torch.nonzero(sums != want[epoch % 2]).flatten().tolist()}"
+
+
+def test_a_stream_waits_for_a_flag_the_kernel_releases():
+    # cuStreamWaitValue32: the copy behind the wait starts only once the kernel's release store
+    # raised the flag, and it copies what the kernel wrote before the release.
+    import triton
+    import triton.language as tl
+
+    from syncopy.runtime import streamops
+
+    from syncopy import device as dev
+
+    @triton.jit
+    def _write_then_release(out, flag, value, spin_ns, N: tl.constexpr):
+        start = dev._globaltimer()
+        now = start
+        while now - start < spin_ns:  # hold the flag back a while: the copy must not start early
+            now = dev._globaltimer()
+        tl.store(out + tl.arange(0, N), value + tl.arange(0, N))
+        tl.debug_barrier()
+        tl.atomic_xchg(flag, value, sem="release", scope="sys")
+
+    ops = streamops.cuda_ops()
+    n = 1024
+    out = torch.zeros(n, dtype=torch.int32, device="cuda")
+    flag = torch.zeros(1, dtype=torch.int32, device="cuda")
+    host = torch.zeros(n, dtype=torch.int32).pin_memory()
+    side = torch.cuda.Stream()
+    for value in range(1, 6):
+        ops.wait32(flag.data_ptr(), value, side.cuda_stream)
+        ops.copy(host.data_ptr(), out.data_ptr(), 4 * n, side.cuda_stream)
+        _write_then_release[(1,)](out, flag, value, 200_000, N=n)
+        torch.cuda.synchronize()
+        assert torch.equal(host, value + torch.arange(n, dtype=torch.int32))
+
+
+@pytest.mark.parametrize("world,chunks", [(2, 2), (4, 3)])
+def test_gemm_rs_on_loopback_sends_while_the_kernel_runs(world, chunks):
+    import triton
+
+    import syncopy
+    from syncopy.runtime.loopback import LoopbackWorld
+    from syncopy.templates.ag_gemm.kernel import ag_gemm_kernel
+
+    fk = syncopy.overlap(dict(pattern="reduce_scatter", tensor="C", dim=0, chunks_per_rank=chunks, order="local_first"),
+                         timeout_s=20.0)(ag_gemm_kernel)
+    rank, rows, n, k = 1, 512, 256, 512
+    m = rows * world
+    lw = LoopbackWorld(fk, world, rank)
+    meta = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, GROUP_M=4)
+    for seed in range(3):
+        g = torch.Generator().manual_seed(seed)
+        a = torch.randn(m, k, generator=g).half().cuda()
+        b = torch.randn(k, n, generator=g).half().cuda()
+        peers = [torch.randn(rows, n, generator=g).half().pin_memory() for _ in range(world)]
+        out = torch.full((rows, n), float("nan"), dtype=torch.float16, device="cuda")
+        grid = (triton.cdiv(m, 64) * triton.cdiv(n, 64),)
+        ctx = lw.launch(grid, _ag_args(a, b, out, m, n, k), meta, peers, timeline=True)
+        partial = a.float() @ b.float()
+        want = partial[rank * rows:(rank + 1) * rows] + sum(p.float().cuda() for r, p in enumerate(peers) if r != rank)
+        assert (out.float() - want).abs().max().item() / want.abs().max().item() < 2e-2
+        wire = lw.launch_wire(out)
+        for gch in wire.sends:
+            lo, hi = ctx.plan.bounds(gch)
+            assert (wire.outbox[lo:hi].float().cuda() - partial[lo:hi]).abs().max().item() < 0.5
+        t = lw.timeline_ms()
+        sent = sorted(v for name, v in t.items() if isinstance(name, tuple))
+        assert len(sent) == (world - 1) * chunks and sent[0] < t["end"]

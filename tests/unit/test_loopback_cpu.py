@@ -154,3 +154,48 @@ def test_withheld_chunk_is_a_timeout_naming_it():
     with pytest.raises(syncopy.SyncopyTimeout) as info:
         _launch(lw, shards, b, withhold=frozenset({2}))  # chunk 0 of rank 1
     assert (info.value.rank, info.value.chunk, info.value.epoch) == (0, (1, 0), 1)
+
+
+def _gemm_rs(order="local_first", chunks=2, timeout_s=20.0):
+    from syncopy.templates.gemm_rs.kernel import gemm_rs_kernel
+
+    return syncopy.overlap(dict(pattern="reduce_scatter", tensor="C", dim=0, chunks_per_rank=chunks, order=order),
+                           timeout_s=timeout_s)(gemm_rs_kernel)
+
+
+def _launch_rs(lw, seed, rank, world=WORLD, rows=ROWS, **kw):
+    g = torch.Generator().manual_seed(seed)
+    m, k = rows * world, 16
+    a, b = torch.randn(m, k, generator=g), torch.randn(k, N, generator=g)
+    peers = [torch.randn(rows, N, generator=g) for _ in range(world)]  # rank p's partial of this rank's rows
+    out = torch.full((rows, N), float("nan"))
+    grid = (triton.cdiv(m, 8), triton.cdiv(N, 8))
+    ctx = lw.launch(grid, (a, b, out, m, N, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1)),
+                    dict(BLOCK_M=8, BLOCK_N=8, BLOCK_K=16), peers, **kw)
+    partial = a @ b
+    want = partial[rank * rows:(rank + 1) * rows] + sum(p for r, p in enumerate(peers) if r != rank)
+    return out, want, partial, ctx
+
+
+@pytest.mark.parametrize("rank", [0, 2])
+def test_gemm_rs_sends_chunks_as_their_flags_rise_while_the_kernel_runs(rank):
+    # Producer overlap: the send stream waits on each remote chunk's flag (a stream wait on the
+    # device; here a worker thread) and copies the chunk to its owner before the kernel has ended.
+    lw = LoopbackWorld(_gemm_rs(), WORLD, rank, device="cpu")
+    for seed in range(2):
+        out, want, partial, ctx = _launch_rs(lw, seed, rank, timeline=True)
+        assert torch.allclose(out, want, atol=1e-4)
+        wire = lw.launch_wire(out)
+        for g in wire.sends:  # every remote chunk left with this launch's values
+            lo, hi = ctx.plan.bounds(g)
+            assert torch.equal(wire.outbox[lo:hi], partial[lo:hi])
+        t = lw.timeline_ms()
+        sent = sorted(v for name, v in t.items() if isinstance(name, tuple))
+        assert len(sent) == (WORLD - 1) * 2 and sent[0] < t["end"]  # the first chunk left while tiles still computed
+    assert ctx.epoch == 2
+
+
+def test_gemm_rs_ring_is_refused_by_the_loopback_world():
+    lw = LoopbackWorld(_gemm_rs(order="ring"), WORLD, 0, device="cpu")
+    with pytest.raises(syncopy.LaunchError, match=r"^the loopback world emulates reduce_scatter sent straight to each owner, not reduce_scatter \(ring\); use"):
+        _launch_rs(lw, 0, 0)

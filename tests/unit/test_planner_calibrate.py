@@ -134,3 +134,26 @@ def test_gpu_bench_output_is_read_as_records():
     assert (overlap.template, overlap.dtype, overlap.world, overlap.chunks_per_rank) == ("ag_gemm", "fp16", 4, 2)
     assert overlap.measured() == pytest.approx({"sequential_s": 1.9e-3, "stream_overlap_s": 1.1e-3, "fused_s": 1.4e-3})
     assert wait.world == 1 and wait.measured() == pytest.approx({"sequential_s": 0.25e-3, "fused_s": 0.34e-3})
+
+
+def test_gpu_bench_cases_are_read_as_records_with_their_pattern():
+    from syncopy.planner.calibrate import report
+
+    data = {
+        "device": "NVIDIA H100", "wait_overhead": 0.03,
+        "wait_overhead_rows": [{"m": 4096, "n": 4096, "k": 4096, "original_ms": 0.25, "fused_all_present_ms": 0.26}],
+        "cases": [
+            {"pattern": "ag_gemm", "world_kind": "loopback", "m": 8192, "n": 8192, "k": 4096, "world": 4, "chunks": 4,
+             "sequential_ms": 1.9, "stream_overlap_ms": 1.1, "fused_ms": 1.05},
+            {"pattern": "gemm_rs", "world_kind": "loopback", "m": 8192, "n": 8192, "k": 4096, "world": 4, "chunks": 2,
+             "sequential_ms": 3.1, "stream_overlap_ms": 2.4, "fused_ms": 2.2},
+        ],
+    }
+    ag, rs, wait = load_measurements(data)[0]
+    assert (ag.template, ag.order, ag.chunks_per_rank) == ("ag_gemm", "ring", 4)
+    assert (rs.template, rs.order, rs.world) == ("gemm_rs", "local_first", 4)
+    assert rs.measured() == pytest.approx({"sequential_s": 3.1e-3, "stream_overlap_s": 2.4e-3, "fused_s": 2.2e-3})
+    assert wait.world == 1 and wait.measured() == pytest.approx({"sequential_s": 0.25e-3, "fused_s": 0.26e-3})
+    text = report(load_profile("h100-nvlink"), [ag, rs])
+    assert text.splitlines()[1].startswith("  ag_gemm 8192x8192x4096 W4 c4")
+    assert text.splitlines()[-1].endswith("of 6 predictions within 15% of the measurement")
