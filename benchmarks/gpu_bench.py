@@ -429,6 +429,7 @@ def main(argv=None) -> int:
     p.add_argument("--json", metavar="OUT")
     p.add_argument("--quick", action="store_true", help="small shapes only (a smoke run)")
     p.add_argument("--poll", action="store_true", help="also time the poll forms")
+    p.add_argument("--patterns", default="ag_gemm,gemm_rs", help="the cases to run, comma-separated")
     a = p.parse_args(argv)
     name = torch.cuda.get_device_name()
     print(f"device: {name} (torch {torch.__version__}, triton {triton.__version__})", flush=True)
@@ -441,7 +442,10 @@ def main(argv=None) -> int:
     out = {"device": name, "torch": torch.__version__, "triton": triton.__version__, "cases": []}
     print("cases (loopback world, world 4):", flush=True)
     failures = []
+    wanted = set(a.patterns.split(","))
     for case, shapes in ((ag_gemm_case, ag_shapes), (gemm_rs_case, rs_shapes)):
+        if case.__name__.removesuffix("_case") not in wanted:
+            continue
         for m, n, k in shapes:
             try:
                 out["cases"].append(case(m, n, k))

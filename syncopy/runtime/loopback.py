@@ -313,6 +313,7 @@ class LoopbackWorld:
             compute  [epoch, targets][=== fused kernel: tiles in send order, flags rise ===][out = own + sum(inbox)]
             send                     [wait flag g0][g0 -> owner][wait flag g1][g1 -> owner] ...
             receive                  [wait flag of this rank's k-th chunk][peer p's k-th chunk -> inbox] ...
+                                     (both enqueued after the kernel: see the comment there)
 
         The emulation sends every chunk straight to its owner (the direct algorithm); ring plans
         pass running sums between peers, which one process cannot play."""
@@ -341,20 +342,33 @@ class LoopbackWorld:
         # Both streams start after this launch's targets are written (flags of earlier epochs are
         # below `epoch`: the waits cannot pass early).
         ops.record(loop.compute_mark, hc)
-        ops.wait_event(hs, loop.compute_mark)
-        ops.wait_event(hr, loop.compute_mark)
-        for g, (flag, dst, src, n) in wire.sends.items():
-            ops.wait32(flag, epoch, hs)
-            ops.copy(dst, src, n, hs)
-            events.mark(("sent", g), wire.send)
-        for flag, dst, src, n in wire.receives:
-            ops.wait32(flag, epoch, hr)
-            ops.copy(dst, src, n, hr)
-        events.host("copies enqueued", host0)
+
+        def transfers():
+            ops.wait_event(hs, loop.compute_mark)
+            ops.wait_event(hr, loop.compute_mark)
+            for g, (flag, dst, src, n) in wire.sends.items():
+                ops.wait32(flag, epoch, hs)
+                ops.copy(dst, src, n, hs)
+                events.mark(("sent", g), wire.send)
+            for flag, dst, src, n in wire.receives:
+                ops.wait32(flag, epoch, hr)
+                ops.copy(dst, src, n, hr)
+            events.host("copies enqueued", host0)
+
+        # On a GPU the waits are enqueued after the kernel that raises their flags. Streams share
+        # the GPU's hardware queues (CUDA_DEVICE_MAX_CONNECTIONS of them): a wait enqueued first
+        # could sit ahead of the kernel in the same queue and block it for good (the driver's
+        # warning on cuStreamWaitValue32; an H200 run hung exactly so). Enqueued after it, a wait
+        # that shares the kernel's queue only loses the overlap. An interpreted launch returns
+        # when the kernel is done, so on CPU the worker streams get their waits first.
+        if not eng.concurrent:
+            transfers()
         events.mark("kernel", cur)
         fused[grid](**call, **fk._extra(ctx, order, ctx.no_trace), **options)
         events.mark("end", cur)
         events.host("kernel launched", host0)
+        if eng.concurrent:
+            transfers()
         ops.record(wire.received, hr)
         ops.wait_event(hc, wire.received)
         self._reduce_own(ctx, wire, out)

@@ -288,9 +288,10 @@ def test_a_stream_waits_for_a_flag_the_kernel_releases():
     host = torch.zeros(n, dtype=torch.int32).pin_memory()
     side = torch.cuda.Stream()
     for value in range(1, 6):
+        # The writer first: a wait enqueued ahead of it could share its hardware queue and block it.
+        _write_then_release[(1,)](out, flag, value, 200_000, N=n)
         ops.wait32(flag.data_ptr(), value, side.cuda_stream)
         ops.copy(host.data_ptr(), out.data_ptr(), 4 * n, side.cuda_stream)
-        _write_then_release[(1,)](out, flag, value, 200_000, N=n)
         torch.cuda.synchronize()
         assert torch.equal(host, value + torch.arange(n, dtype=torch.int32))
 
