@@ -14,7 +14,7 @@ host time of a warm fused launch (call to return) against the bare Triton launch
 kernel; the wait overhead (fused, every chunk present, vs the original kernel); and, with --poll,
 the cost of one poll of a flag that never rises in the forms a wait could take.
 
-    python benchmarks/gpu_bench.py [--json OUT.json] [--quick] [--poll]
+    python benchmarks/gpu_bench.py [--json OUT.json] [--quick] [--poll] [--patterns ag_gemm,gemm_rs]
 """
 from __future__ import annotations
 
@@ -452,10 +452,12 @@ def main(argv=None) -> int:
             except Exception as exc:  # keep the other cases; the run still fails at the end
                 failures.append(f"{case.__name__}({m}, {n}, {k}): {type(exc).__name__}: {exc}")
                 print(f"    FAILED: {failures[-1]}", flush=True)
+            _save(out, a.json)  # what is measured so far survives a run stopped at its time limit
     out["failures"] = failures
     print("host time of a warm launch:", flush=True)
     out["host_launch"] = host_launch(*((2048, 2048, 1024) if a.quick else (8192, 8192, 4096)))
     out["host_launch_us"] = out["host_launch"]["fused_us"]
+    _save(out, a.json)
     out["graph_replay_us"] = None  # CUDA-graph capture of a fused launch is not built yet
     print(f"  fused {out['host_launch']['fused_us']:.1f} us, bare Triton launch {out['host_launch']['bare_us']:.1f} us "
           f"({out['host_launch']['copies']} chunk copies + flags per launch)", flush=True)
@@ -480,10 +482,14 @@ def main(argv=None) -> int:
     print("targets:")
     for what, (value, met) in out["targets"].items():
         print(f"  {what:32s} {value!s:>8s}  {'met' if met else 'MISSED'}")
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(out, f, indent=2)
+    _save(out, a.json)
     return 1 if failures else 0
+
+
+def _save(out: dict, path: str | None) -> None:
+    if path:
+        with open(path, "w") as f:
+            json.dump(out, f, indent=2)
 
 
 def _print_poll(out: dict) -> None:
