@@ -489,8 +489,10 @@ class _Wire:
             lo, hi = plan.bounds(g)
             part = ctx.buffer.narrow(dim, lo, hi - lo)
             self.sends[g] = (flag[g], ptr(self.outbox.narrow(dim, lo, hi - lo)), ptr(part), nbytes(part))
-        self.receives = []
-        mine = [g for g in plan.finish]  # this rank's finish order: position k -> its k-th chunk
+        # Receives in the order they become due (one stream runs them in order: a late one first
+        # would hold back every other), each behind the flag of this rank's chunk at its position.
+        due = []
+        mine = list(plan.finish)  # this rank's finish order: position k -> its k-th chunk
         for p, box in self.inbox.items():
             theirs = planning.reduce(ctx.schedule, p, plan.world, rows, size=plan.size).finish
             for k, g in enumerate(theirs):
@@ -499,7 +501,9 @@ class _Wire:
                 lo, hi = plan.bounds(g)
                 i_lo = lo - rank * rows
                 dst, src = box.narrow(dim, i_lo, hi - lo), self.peers[p].narrow(dim, i_lo, hi - lo)
-                self.receives.append((flag[mine[min(k, len(mine) - 1)]], ptr(dst), ptr(src), nbytes(dst)))
+                k = min(k, len(mine) - 1)
+                due.append((k, p, (flag[mine[k]], ptr(dst), ptr(src), nbytes(dst))))
+        self.receives = [entry for _, _, entry in sorted(due, key=lambda d: d[:2])]
 
 
 def _wrap32(x: int) -> int:

@@ -296,8 +296,8 @@ def test_a_stream_waits_for_a_flag_the_kernel_releases():
         assert torch.equal(host, value + torch.arange(n, dtype=torch.int32))
 
 
-@pytest.mark.parametrize("world,chunks", [(2, 2), (4, 3)])
-def test_gemm_rs_on_loopback_sends_while_the_kernel_runs(world, chunks):
+@pytest.mark.parametrize("world,chunks,rows,n,k", [(2, 2, 512, 256, 512), (4, 3, 2048, 2048, 8192)])
+def test_gemm_rs_on_loopback_sends_while_the_kernel_runs(world, chunks, rows, n, k):
     import triton
 
     import syncopy
@@ -306,7 +306,7 @@ def test_gemm_rs_on_loopback_sends_while_the_kernel_runs(world, chunks):
 
     fk = syncopy.overlap(dict(pattern="reduce_scatter", tensor="C", dim=0, chunks_per_rank=chunks, order="local_first"),
                          timeout_s=20.0)(ag_gemm_kernel)
-    rank, rows, n, k = 1, 512, 256, 512
+    rank = 1
     m = rows * world
     lw = LoopbackWorld(fk, world, rank)
     meta = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, GROUP_M=4)
@@ -327,4 +327,6 @@ def test_gemm_rs_on_loopback_sends_while_the_kernel_runs(world, chunks):
             assert (wire.outbox[lo:hi].float().cuda() - partial[lo:hi]).abs().max().item() < 0.5
         t = lw.timeline_ms()
         sent = sorted(v for name, v in t.items() if isinstance(name, tuple))
-        assert len(sent) == (world - 1) * chunks and sent[0] < t["end"]
+        assert len(sent) == (world - 1) * chunks
+        if k >= 4096:  # a kernel that outlasts the host's enqueueing of the sends (they go after it)
+            assert sent[0] < t["end"]
