@@ -20,7 +20,6 @@ a host thread while the interpreted kernel's tiles spin.
 """
 from __future__ import annotations
 
-import collections
 import threading
 import time
 
@@ -31,6 +30,7 @@ from syncopy.api import FusedKernel, _ensure_allocator, _spin_limit
 from syncopy.errors import LaunchError, SyncopyTimeout
 from syncopy.runtime import streamops
 from syncopy.runtime.context import Context
+from syncopy.runtime.pending import LaunchErrors
 from syncopy.runtime.streamops import nbytes, ptr
 
 
@@ -99,12 +99,10 @@ class _Host(_Cuda):
 
 class _Loop:
     """What the loopback world keeps per context: the context, its chunk moves (addresses made once
-    per peer list), the addresses of its epoch and error words, the pinned ring the error words
-    are copied to after each launch, and the launches whose errors are not read yet."""
+    per peer list), the addresses of its epoch and error words, and its launches whose errors are
+    not read yet (runtime/pending.py)."""
 
-    RING = 64  # launches in flight before a launch waits for the oldest one's error words
-
-    def __init__(self, ctx: Context, shard_shape: tuple[int, ...], engine):
+    def __init__(self, ctx: Context, shard_shape: tuple[int, ...], engine, timeout_s: float):
         self.ctx, self.shard_shape = ctx, shard_shape
         self.peers: list | None = None  # the peer tensors the moves were made from (compared by identity)
         self.moves: dict[int, tuple[int, int, int, list[int]]] = {}  # chunk -> (dst, src, bytes, flag addresses)
@@ -116,9 +114,7 @@ class _Loop:
         self.own = (ptr(own), nbytes(own))
         self.own_flags = [sig + 4 * (dev.SIG_HEADER + rank * per + f) for f in range(per)]
         ops = engine.ops
-        self.ring = engine.pin(torch.zeros(self.RING, dev.SIG_HEADER, dtype=torch.int32))
-        self.done = [ops.event() for _ in range(self.RING)]  # per ring slot: the launch's kernel and error copy are done
-        self.pending: collections.deque[tuple[int, int]] = collections.deque()  # (epoch, slot), oldest first
+        self.errors = LaunchErrors(ctx, ops, engine.pin, timeout_s)
         self.compute_mark, self.side_mark = ops.event(), ops.event()
         self.wire: _Wire | None = None  # producer contexts: their transfers (made with the first peer list)
 
@@ -149,7 +145,7 @@ class LoopbackWorld:
             choice = self.fk._resolve(shard, self.world, args) if self.fk.schedule.planned else None
             ctx = self.fk._make_context(shard, self.rank, self.world, choice)
             ctx.ctx[dev.CTX_SPIN_LIMIT.value] = _spin_limit(self.fk.timeout_s, self.engine.device_type)
-            self.loops[key] = _Loop(ctx, key[0], self.engine)
+            self.loops[key] = _Loop(ctx, key[0], self.engine, self.fk.timeout_s)
         return self.loops[key]
 
     def launch(self, grid, args: tuple, kwargs: dict, peers: list[torch.Tensor], delay_s: float = 0.0,
@@ -263,12 +259,7 @@ class LoopbackWorld:
 
     def _after_kernel(self, loop: _Loop, epoch: int, hc) -> None:
         """Copy the kernel's error words into the launch's ring slot behind it; read them later."""
-        if len(loop.pending) >= loop.RING:
-            self._check(loop, wait=True, upto=1)  # the oldest launch's slot is about to be reused
-        slot = epoch % loop.RING
-        self.ops.copy(ptr(loop.ring[slot]), loop.error_words, 4 * dev.SIG_HEADER, hc)
-        self.ops.record(loop.done[slot], hc)
-        loop.pending.append((epoch, slot))
+        loop.errors.record(epoch, hc)
 
     def synchronize(self) -> None:
         """Wait for every launch so far and raise the first error among them (SyncopyTimeout)."""
@@ -280,24 +271,10 @@ class LoopbackWorld:
                         stream.synchronize()
             self._check(loop, wait=True)
 
-    def _check(self, loop: _Loop, wait: bool = False, upto: int | None = None) -> None:
-        """Read the error words of the launches that are done (all of them, or the oldest `upto`,
-        with `wait`), oldest first; raise the first error as SyncopyTimeout."""
+    def _check(self, loop: _Loop, wait: bool = False) -> None:
+        """Raise the first error of this context's launches that are done (all of them, with `wait`)."""
         self._check_streams(loop)
-        checked = 0
-        while loop.pending and (upto is None or checked < upto):
-            epoch, slot = loop.pending[0]
-            while not self.ops.done(loop.done[slot]):
-                if not wait:
-                    return
-                time.sleep(20e-6)
-            loop.pending.popleft()
-            checked += 1
-            flag, rank, unit, at = loop.ring[slot].tolist()
-            if flag:
-                loop.pending.clear()  # later launches of a failed context are not trusted either
-                ctx = loop.ctx
-                raise SyncopyTimeout(rank, divmod(ctx.plan.chunk_of_flag(unit), ctx.plan.chunks_per_rank), at, self.fk.timeout_s)
+        loop.errors.check(wait=wait)
 
     # -- producer patterns ------------------------------------------------------------------------
     def _launch_producer(self, loop: _Loop, grid, call: dict, order, out: torch.Tensor, options: dict, peers,

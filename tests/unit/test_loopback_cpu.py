@@ -90,9 +90,9 @@ def test_launches_return_without_waiting_and_errors_surface_later(monkeypatch):
     # sync=False: a launch enqueues and returns. The error words of each launch go to a pinned ring
     # slot behind its kernel; a withheld chunk's timeout is raised by the next launch (or by
     # synchronize()), naming the launch it happened in -- never lost, never a hang.
-    from syncopy.runtime import loopback
+    from syncopy.runtime.pending import LaunchErrors
 
-    monkeypatch.setattr(loopback._Loop, "RING", 2)  # slots are reused: the third launch waits for the first's words
+    monkeypatch.setattr(LaunchErrors, "RING", 2)  # slots are reused: the third launch waits for the first's words
     lw = LoopbackWorld(_fused(timeout_s=0.3), WORLD, 0, device="cpu")
     shards, b = _case(9)
     for _ in range(3):
@@ -100,7 +100,7 @@ def test_launches_return_without_waiting_and_errors_surface_later(monkeypatch):
         assert _err(c, shards, b) < 1e-4
     lw.synchronize()
     (loop,) = lw.loops.values()
-    assert not loop.pending and ctx.epoch == 3
+    assert not loop.errors.pending and ctx.epoch == 3
     _launch(lw, shards, b, sync=False, withhold=frozenset({3}))  # epoch 4: chunk 1 of rank 1 never comes
     with pytest.raises(syncopy.SyncopyTimeout) as info:
         _launch(lw, shards, b, sync=False)

@@ -1,0 +1,63 @@
+"""Errors of launches that returned before their kernel ran: read once the kernel is done, off the
+launch path (after ProcessGroupNCCL's work objects: a collective enqueues and returns, its failure
+surfaces later, never lost).
+
+    compute stream  [== fused kernel e ==][copy error words -> pinned ring[e % RING]][event e]
+    host            launch e returns ... next launch / synchronize(): for each event that completed,
+                                          oldest first: read its ring slot, raise SyncopyTimeout
+
+The kernel leaves (flag, rank, unit, epoch) in its error words when a wait ran out; the copy
+behind it lands in pinned host memory, which the host reads with no CUDA call once the launch's
+event is done (cuEventQuery never blocks). A launch that finds RING launches still pending waits
+for the oldest one: that only happens when the host runs RING launches ahead of the device.
+"""
+from __future__ import annotations
+
+import collections
+import time
+
+import torch
+
+from syncopy import device as dev
+from syncopy.errors import SyncopyTimeout
+from syncopy.runtime.streamops import ptr
+
+
+class LaunchErrors:
+    """The pending launches of one context and the ring their error words land in."""
+
+    RING = 64
+
+    def __init__(self, ctx, ops, pin, timeout_s: float):
+        self.ctx, self.ops, self.timeout_s = ctx, ops, timeout_s
+        self.words = ptr(ctx.signals) + 4 * dev.SIG_ERROR.value
+        self.ring = pin(torch.zeros(self.RING, dev.SIG_HEADER, dtype=torch.int32))
+        self.done = [ops.event() for _ in range(self.RING)]  # per slot: the launch's kernel and error copy are done
+        self.pending: collections.deque[tuple[int, int]] = collections.deque()  # (epoch, slot), oldest first
+
+    def record(self, epoch: int, stream) -> None:
+        """Behind the launch's kernel on `stream` (a handle of `ops`): its error words to the ring."""
+        if len(self.pending) >= self.RING:
+            self.check(wait=True, upto=1)  # the oldest launch's slot is about to be reused
+        slot = epoch % self.RING
+        self.ops.copy(ptr(self.ring[slot]), self.words, 4 * dev.SIG_HEADER, stream)
+        self.ops.record(self.done[slot], stream)
+        self.pending.append((epoch, slot))
+
+    def check(self, wait: bool = False, upto: int | None = None) -> None:
+        """Read the error words of the launches that are done (with `wait`: all of them, or the
+        oldest `upto`), oldest first; raise the first error as SyncopyTimeout."""
+        checked = 0
+        while self.pending and (upto is None or checked < upto):
+            epoch, slot = self.pending[0]
+            while not self.ops.done(self.done[slot]):
+                if not wait:
+                    return
+                time.sleep(20e-6)
+            self.pending.popleft()
+            checked += 1
+            flag, rank, unit, at = self.ring[slot].tolist()
+            if flag:
+                self.pending.clear()  # later launches of a failed context are not trusted either
+                plan = self.ctx.plan
+                raise SyncopyTimeout(rank, divmod(plan.chunk_of_flag(unit), plan.chunks_per_rank), at, self.timeout_s)
