@@ -585,6 +585,8 @@ class FusedKernel:
             g0, g1, g2 = self._grid(grid, call_args)
             backend.check_grid(g0 * g1 * g2, t.persistent is not None, self.local.fn.__name__, shard.device)
         order, ranges, exec_order = self._order(ctx, grid, call_args, backend)
+        if _deferred(backend):
+            backend.check()  # earlier launches that are done: their errors surface here
         epoch = ctx.begin(_spin_limit(self.timeout_s, shard.device.type))
         trace, trace_buf = self._new_trace(ctx, epoch, len(ranges))
         if self.poison_receive and ctx.buffer.is_floating_point():
@@ -606,6 +608,14 @@ class FusedKernel:
             k1 = time.perf_counter() - ctx.t0
             if transfer is not None:
                 transfer.join()
+        if getattr(transfer, "deferred", False):
+            # Enqueued, like any CUDA op: the error words are read once the kernel is done (the
+            # next launch, synchronize(), or now if it already is; a traced launch waits for it).
+            backend.finish(ctx, epoch)
+            backend.check(wait=trace is not None)
+            if trace is not None:
+                self._finish_trace(trace, trace_buf, order, ranges, exec_order, (k0, k1), persistent=t.persistent is not None)
+            return None
         if transfer is not None and transfer.errors:
             ctx.broken = repr(transfer.errors[0])
             raise LaunchError(f"rank {ctx.plan.rank}: transfer failed: {transfer.errors[0]}")
@@ -625,6 +635,15 @@ class FusedKernel:
         if trace is not None:
             self._finish_trace(trace, trace_buf, order, ranges, exec_order, (k0, k1), persistent=t.persistent is not None)
         return None
+
+    def synchronize(self) -> None:
+        """Wait for this operator's launches so far and raise the first error among them
+        (SyncopyTimeout, naming rank, chunk and epoch). On GPUs a warm launch returns once its work
+        is enqueued, like any CUDA op (p2p with one rank per GPU); its errors surface at the next
+        launch of the same shape or here. CPU launches return when they are done and raise at once."""
+        for _, backend in list(self._contexts.values()):
+            if _deferred(backend):
+                backend.check(wait=True)
 
     def _new_trace(self, ctx: Context, epoch: int, n_tiles: int) -> tuple[Trace | None, torch.Tensor]:
         """This launch's Trace (None without trace=True) and the buffer its tiles record starts in."""
@@ -759,6 +778,11 @@ def _schedule_difference(r: int, theirs: str, rank: int, mine: str) -> str:
             return (f"rank {r} launched with {key}: {json.dumps(a.get(key))} but rank {rank} with {key}: {json.dumps(b.get(key))}; "
                     "every rank must use the same schedule (the same file and the same overlap() overrides)")
     return f"rank {r} launched with a different schedule than rank {rank}; every rank must use the same schedule"
+
+
+def _deferred(backend) -> bool:
+    """Does `backend` return from launches before their kernel ran (errors read later)?"""
+    return getattr(backend, "asynchronous", False)
 
 
 def _dropped_out(transfer) -> str:

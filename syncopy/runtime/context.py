@@ -94,8 +94,10 @@ class Context:
         # One flag per unit: a chunk per unit in the minimal form, several units per chunk with
         # explicit slices (the kernel's chunk ranges count units; RankPlan.flags maps them).
         n = self.n_flags = plan.world * plan.flags_per_rank
-        # [error x4 | flags x n | arrived (or sent) | started | producer: counters x n | targets x n]
-        self.signals = torch.zeros(dev.SIG_HEADER + n + 2 + (2 * n if producer else 0), dtype=torch.int32, device=device)
+        # [error x4 | flags x n | arrived (or sent) | started | producer: counters x n | targets x n
+        #  | ready x world (p2p: rank r wrote e when its buffer may take launch e's chunks)]
+        self._ready = dev.SIG_HEADER + n + 2 + (2 * n if producer else 0)
+        self.signals = torch.zeros(self._ready + plan.world, dtype=torch.int32, device=device)
         self.targets = [0] * n
         self.tiles_per_chunk: dict[tuple, list[int]] = {}  # producer: per launch shape, from the probe
         self.ctx = torch.zeros(dev.CTX_LEN, dtype=torch.int64, device=device)
@@ -118,6 +120,11 @@ class Context:
         self.uid = 0  # set by the launcher: the same on every rank of the group, distinct among its contexts
         self.t0 = 0.0
         self.t0_wall = 0.0
+
+    def ready_word(self, rank: int) -> int:
+        """Index in the signal pad of the word `rank` raises when this rank's buffer may take its
+        next launch's chunks (runtime/backends/p2p.py)."""
+        return self._ready + rank
 
     def chunk_view(self, chunk: int) -> torch.Tensor:
         lo, hi = self.plan.bounds(chunk)

@@ -166,6 +166,9 @@ class HostOps:
 
     device_type = "cpu"
 
+    def __init__(self, deadline_s: float = 60.0):
+        self.deadline_s = deadline_s  # of a wait done when enqueued (a HostStream's own deadline otherwise)
+
     @staticmethod
     def handle(stream):
         return stream if isinstance(stream, HostStream) else None
@@ -185,7 +188,7 @@ class HostOps:
 
     def wait32(self, addr: int, value: int, stream) -> None:
         word = ctypes.c_int32.from_address(addr)
-        deadline_s = stream.deadline_s if stream is not None else 60.0
+        deadline_s = stream.deadline_s if stream is not None else self.deadline_s
 
         def wait():
             end = time.monotonic() + deadline_s

@@ -50,7 +50,20 @@ def run_templates(rank: int, world: int, cases: list[dict]) -> list[dict]:
     from syncopy import templates
     from syncopy.runtime.backends.p2p import HostMemory
 
+    from syncopy.runtime.backends.p2p import P2PBackend
+
     _use_host_backends()
+    # Host-side handshakes (a sync of the compute stream, a barrier) per launch, counted from the
+    # second launch on: ranks alone on their GPU hand-shake on the device only.
+    host_handshakes = [0]
+    for cls, name in ((HostMemory, "sync"), (P2PBackend, "barrier")):
+        real = getattr(cls, name)
+
+        def counted(self, *args, _real=real):
+            host_handshakes[0] += 1
+            return _real(self, *args)
+
+        setattr(cls, name, counted)
     out = []
     for case in cases:
         # shared: the ranks behave as if they shared one GPU (p2p then completes pushes before the launch)
@@ -61,6 +74,8 @@ def run_templates(rank: int, world: int, cases: list[dict]) -> list[dict]:
                         timeout_s=60)
         worst = 0.0
         for it in range(case.get("launches", 2)):
+            if it == 1:
+                host_handshakes[0] = 0
             inp = mod.inputs(rank, world, tuple(case["shape"]), torch.float32, seed=it)
             got = mod.launch(fused, **inp)
             ref = mod.reference(**inp)
@@ -70,7 +85,7 @@ def run_templates(rank: int, world: int, cases: list[dict]) -> list[dict]:
         shared = any(getattr(b, "shared_device", False) for _, b in fused._contexts.values())
         handshake = {type(getattr(b, "handshake", None)).__name__ for _, b in fused._contexts.values()}
         out.append({**case, "worst": worst, "tolerance": mod.TOLERANCE[torch.float32], "backend": backend, "shared_device": shared,
-                    "handshake": handshake,
+                    "handshake": handshake, "warm_host_handshakes": host_handshakes[0],
                     "epochs": [ctx.epoch for ctx, _ in fused._contexts.values()]})
     return out
 

@@ -32,6 +32,7 @@ CASES = [
     dict(backend="nccl", template="gemm_ar", chunks=1, order="ring", shape=(10, 16, 16), launches=1),
 ]
 HOST_CLASS = {"p2p": "HostP2P", "nccl": "HostNccl"}
+CONSUMERS = {"ag_gemm", "ag_gemm_persistent", "a2a_gemm"}
 
 
 @once
@@ -52,6 +53,10 @@ def test_backend_protocol_gives_the_reference_result(case):
         assert r["shared_device"] == bool(CASES[case].get("shared")), r
         # p2p's ranks share a host: its launch barriers go through shared memory, not gloo.
         assert r["handshake"] == ({"NodeBarrier"} if CASES[case]["backend"] == "p2p" else {"NoneType"}), r
+        if CASES[case]["backend"] == "p2p" and CASES[case]["template"] in CONSUMERS and r.get("launches", 2) > 1:
+            # Warm consumer launches hand-shake on the device (ready words in the peers' pads), no
+            # host sync or barrier; ranks sharing a GPU still meet on the host every launch.
+            assert (r["warm_host_handshakes"] == 0) != bool(CASES[case].get("shared")), r
 
 
 @pytest.mark.world

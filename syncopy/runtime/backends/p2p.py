@@ -1,20 +1,26 @@
 """The single-node GPU backend: each rank pushes its chunks straight into its peers' buffers with
 the copy engines, through CUDA IPC mappings of every rank's gathered buffer and signal pad, and
-raises the peer's flag with a 4-byte copy of the epoch behind the chunk on the same stream.
-Communication uses no SM.
+raises the peer's flag behind each chunk with a stream write-value. Communication uses no SM, and a
+warm launch enqueues and returns: the handshake between ranks is on the device.
 
     rank r, launch e (all_gather; one push stream per peer, high priority)
-    host            local | sync | barrier | enqueue pushes | launch | join: sync push streams
-    compute stream  [own shard -> own slot, own flags = e]  [=== fused kernel: tiles spin on flags ===]
-    push stream (p)                        [chunk -> p's slot][p's flag = e][chunk -> p's slot][p's flag = e]
-                                                               \\__ stream order: the flag lands after its chunk
+    host            local | enqueue: ready words, pushes | launch kernel | wait words | return
+    compute stream  [own shard -> own slot, own flags = e][ready[r] = e in every peer's pad][== fused kernel ==][wait pushes][error words -> ring]
+    push stream (p)    [wait ready[p] >= e in our pad][chunk -> p's slot][p's flag = e][chunk][flag] ...
+                        \__ p finished its kernel e-1 and its writes before e   \__ write-value: a memory barrier first
 
-Why copies and not a driver "stream write-value": the flag write is a cudaMemcpyAsync of the epoch
-from a device word that this stream itself filled (from pinned memory) -- a copy-engine op,
-ordered after the chunk by the stream, through public torch API only. torch's own
-`stream_write_value32` sits in the private `torch._C._distributed_c10d._SymmetricMemory`, and
-cuda-python would be a new dependency (absent on the target machines); the copy is what the
-loopback world already runs on H100/H200.
+A peer may push launch e's chunks into this rank's buffer only once this rank's kernel e-1 is done
+reading it and its pre-launch writes for e (own slot, poisoning) are in place: this rank says so by
+writing e into a word of every peer's pad, on its compute stream behind those writes
+(`cuStreamWriteValue32` to the peer's mapped pad); each push stream waits for that word
+(`cuStreamWaitValue32` on its own pad) before its first copy. The compute stream waits for this
+rank's pushes after the kernel, so work the caller enqueues next (and the next launch's own
+writes) follows them like any stream-ordered op. The kernel's error words are read after the
+fact (runtime/pending.py): at the next launch or `fused.synchronize()`.
+
+Why stream write-values and waits (runtime/streamops.py): the write-value is documented to order the
+stream's earlier writes before the flag, which a copy of the epoch behind the chunk is not; the wait
+keeps the handshake off the host. Both are driver calls through ctypes (no new dependency).
 
 Why CUDA IPC and not torch symmetric memory: the gathered buffer and signal pad are ordinary torch
 allocations that the fused kernel already takes; torch's CUDA IPC (`reduce_tensor`/rebuild, the
@@ -24,20 +30,16 @@ kept its form across torch releases. `torch.distributed._symmetric_memory` would
 allocated by its own allocator, its rendezvous API is private and has changed between releases,
 and two ranks on one device are outside what it supports.
 
-Launch after launch nothing is reset (flags carry the epoch), but a peer must not push launch e's
-chunks while this rank's kernel e-1 still reads them, nor before this rank's pre-launch writes to
-its buffer (own slot, poisoning) are done: each launch starts with a host sync of the compute
-stream and a barrier. The ranks share a host, so the barrier goes through a small file all of them
-map (control.NodeBarrier: a store and a few loads, where gloo's barrier is a TCP round trip through
-every rank) and has a deadline that names the rank that never came.
+Launch after launch nothing is reset (flags and ready words carry the epoch).
 
 Ranks that share one GPU (tests, emulation) are the exception to in-kernel overlap. Without MPS,
 kernels of different processes on one GPU take turns: on an H200 (default compute mode) two ranks
 whose kernels each spun out a 1 s poll budget took 2.5 s each, one kernel after the other. A rank
 whose kernel spins while the pushes it waits for sit in the other process's queue would then wait
 on the GPU's time-slicing at best. So when `ranks_on_device` finds more than one rank on this GPU,
-every rank's pushes complete (push streams synced, then a barrier) before any kernel starts:
-correct, not overlapped. One rank per GPU, the configuration the backend is for, launches at once.
+every launch starts with a host sync and a barrier, and every rank's pushes complete (push streams
+synced, then a barrier) before any kernel starts: correct, not overlapped, and synchronous. One
+rank per GPU, the configuration the backend is for, launches at once and asynchronously.
 
 Producer patterns (reduce_scatter, all_reduce) have no device-side way here to make a copy wait for
 a flag the kernel raises (that takes cuStreamWaitValue32), so they run correctly but without
@@ -56,9 +58,12 @@ import torch.distributed as dist
 from syncopy import device as dev
 from syncopy.errors import LaunchError
 from syncopy.runtime import plan as planning
-from syncopy.runtime.backends.control import NodeBarrier, control_group, hosts, node_barrier, wait_bound
+from syncopy.runtime import streamops
+from syncopy.runtime.backends.control import JOIN_FIX, NodeBarrier, control_group, hosts, node_barrier, wait_bound
 from syncopy.runtime.context import Context
 from syncopy.runtime.link import Faults, Link
+from syncopy.runtime.pending import LaunchErrors
+from syncopy.runtime.streamops import ptr
 
 
 def refuse_emulation(name: str, link: Link | None, faults: Faults | None, drop: bool = False) -> None:
@@ -97,8 +102,21 @@ class CudaMemory:
     def sync(self, device) -> None:
         torch.cuda.current_stream(device).synchronize()
 
-    def host_words(self, n: int) -> torch.Tensor:
-        return torch.zeros(n, dtype=torch.int32).pin_memory()
+    def compute_stream(self, device):
+        return torch.cuda.current_stream(device)
+
+    def sync_all(self, device) -> None:
+        torch.cuda.synchronize(device)
+
+    def keep(self, t: torch.Tensor, stream) -> None:
+        """The caller's tensor `t` is read on `stream`: the caching allocator must not reuse it before."""
+        t.record_stream(stream)
+
+    def make_ops(self, deadline_s: float):
+        return streamops.cuda_ops()  # a device wait has no deadline: the bounded kernel waits end every launch
+
+    def pin(self, t: torch.Tensor) -> torch.Tensor:
+        return t.pin_memory()
 
     def share(self, t: torch.Tensor) -> tuple:
         from torch.multiprocessing.reductions import reduce_tensor
@@ -143,8 +161,20 @@ class HostMemory(CudaMemory):
     def sync(self, device) -> None:
         pass
 
-    def host_words(self, n: int) -> torch.Tensor:
-        return torch.zeros(n, dtype=torch.int32)
+    def compute_stream(self, device):
+        return Inline()
+
+    def sync_all(self, device) -> None:
+        pass
+
+    def keep(self, t: torch.Tensor, stream) -> None:
+        pass
+
+    def make_ops(self, deadline_s: float):
+        return streamops.HostOps(deadline_s)
+
+    def pin(self, t: torch.Tensor) -> torch.Tensor:
+        return t
 
     def share(self, t: torch.Tensor) -> tuple:
         import torch.multiprocessing
@@ -182,9 +212,9 @@ class P2PBackend:
         self.peers: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = None  # rank -> (buffer, signals) mapped here
         self.streams: dict[int, torch.cuda.Stream] = {}
         self.order: dict[int, list[int]] = {}
-        self.epoch_host: torch.Tensor | None = None
-        self.epoch_dev: torch.Tensor | None = None
         self.shared_device = False  # another rank on this GPU: pushes complete before the launch
+        self.ops = self.memory.make_ops(wait_bound(timeout_s))
+        self.errors: LaunchErrors | None = None  # consumer contexts: launches whose error words are not read yet
 
     def check_grid(self, programs: int, persistent: bool, kernel: str, device) -> None:
         """Every grid is safe: the copy engines need no SM."""
@@ -217,8 +247,8 @@ class P2PBackend:
         if ctx.producer:
             return
         self.shared_device = mem.shares_device(self.user_group, ctx.buffer.device)
-        self.epoch_host = mem.host_words(ctx.plan.widest_chunk)
-        self.epoch_dev = torch.zeros(self.world, ctx.plan.widest_chunk, dtype=torch.int32, device=ctx.buffer.device)
+        if not self.shared_device:
+            self.errors = LaunchErrors(ctx, self.ops, mem.pin, self.timeout_s)
         self.order = self._push_order(ctx)
         for p in self.order:
             self.streams[p] = mem.stream(ctx.buffer.device)
@@ -248,14 +278,49 @@ class P2PBackend:
         else:
             dist.barrier(group=self.group)
 
+    @property
+    def asynchronous(self) -> bool:
+        """Warm launches enqueue and return, their handshake on the device (module doc): every
+        consumer launch of a rank alone on its GPU, once connected."""
+        return self.errors is not None
+
     def _ready(self, ctx: Context) -> None:
-        """Host side of the per-launch handshake: our pending writes to our buffer (own slot,
-        poisoning) and our previous kernel are done, and so are every peer's."""
-        self.memory.sync(ctx.buffer.device)
+        """The per-launch handshake: our pending writes to our buffer (own slot, poisoning) and our
+        previous kernel are done, and so are every peer's. The first launch connects (collective,
+        synchronous); after that, ranks alone on their GPU say so on the device (`_say_ready`),
+        ranks sharing one sync and meet at a barrier."""
         if self.peers is None:
+            self.memory.sync(ctx.buffer.device)
             self._connect(ctx)  # collective: a barrier too
-        else:
+        elif not self.asynchronous:
+            self.memory.sync(ctx.buffer.device)
             self.barrier(f"the handshake of launch {ctx.epoch}")
+        if self.asynchronous:
+            self._say_ready(ctx)
+
+    def _say_ready(self, ctx: Context) -> None:
+        """On the compute stream, behind our writes to our buffer: epoch e into our ready word of
+        every peer's pad (each push stream of a peer waits for it)."""
+        hc = self.ops.handle(self.memory.compute_stream(ctx.buffer.device))
+        word = ctx.ready_word(self.rank)
+        for _, sig in self.peers.values():
+            self.ops.write32(ptr(sig) + 4 * word, ctx.epoch, hc)
+
+    def finish(self, ctx: Context, epoch: int) -> None:
+        """After the kernel, on the compute stream: wait for our pushes (what the caller enqueues
+        next follows them), then the kernel's error words to the ring (read by `check`)."""
+        device = ctx.buffer.device
+        compute = self.memory.compute_stream(device)
+        for stream in self.streams.values():
+            compute.wait_stream(stream)
+        self.errors.record(epoch, self.ops.handle(compute))
+
+    def check(self, wait: bool = False) -> None:
+        """Raise the first error of the launches that are done (all of them, with `wait`)."""
+        if self.errors is not None:
+            if wait:
+                self.memory.sync_all(self.errors.ctx.buffer.device)
+            self.errors.check(wait=wait)
 
     # -- consumer patterns ------------------------------------------------------------------------
     def local(self, ctx: Context, shard: torch.Tensor) -> None:
@@ -282,30 +347,26 @@ class Push:
         self.lost: list[int] = []
 
     def start(self) -> "Push":
-        be, ctx, plan = self.backend, self.ctx, self.ctx.plan
+        be, ctx, plan, ops = self.backend, self.ctx, self.ctx.plan, self.backend.ops
         c = plan.chunks_per_rank
-        # The last launch's copies out of this pinned word finished: join() synchronised them.
-        be.epoch_host.fill_(self.epoch)
         for p, chunks in be.order.items():
             buf, sig = be.peers[p]
             stream = be.streams[p]
-            # The compute stream's work since the last host sync comes first: the epoch source word
-            # is allocated (zeroed) there when the context connects, and streams are unordered. If
-            # the zeroing ran after the epoch's copy, the flags behind every chunk would carry 0 (an
-            # H200 run showed exactly that: a peer's flags at 0 after all pushes had completed).
+            hs = ops.handle(stream)
+            # Our own slot (and, for all_to_all, the input) are written on the compute stream.
             be.memory.after_compute(stream, ctx.buffer.device)
+            if ctx.source is not None:
+                be.memory.keep(ctx.source, stream)
+            if be.asynchronous:
+                self._wait_ready(p, hs)
             with be.memory.using(stream):
-                # This stream's own device copy of the epoch: the source of its flag copies (a copy
-                # into a peer on another GPU runs on the source device's stream, i.e. this one).
-                epoch_word = be.epoch_dev[p]
-                epoch_word.copy_(be.epoch_host, non_blocking=True)
                 for g in chunks:
                     if divmod(g, c) in be.faults.drop:
                         continue
                     lo, hi = plan.bounds(g)
                     buf.narrow(ctx.dim, lo, hi - lo).copy_(ctx.send_view(g, p), non_blocking=True)
-                    f = plan.flags(g)
-                    sig[dev.SIG_HEADER + f.start : dev.SIG_HEADER + f.stop].copy_(epoch_word[: len(f)], non_blocking=True)
+                    for f in plan.flags(g):
+                        ops.write32(ptr(sig) + 4 * (dev.SIG_HEADER + f), self.epoch, hs)
         if be.shared_device:
             # Processes on one GPU take turns: a kernel launched now could hold the GPU while the
             # pushes it waits for sit in a peer's queue (module doc). Deliver everything first.
@@ -313,7 +374,23 @@ class Push:
             be.barrier(f"the delivery of launch {self.epoch}")
         return self
 
+    def _wait_ready(self, p: int, stream) -> None:
+        """`stream` goes on once peer p's buffer may take this launch's chunks (module doc)."""
+        ctx = self.ctx
+        try:
+            self.backend.ops.wait32(ptr(ctx.signals) + 4 * ctx.ready_word(p), self.epoch, stream)
+        except streamops.StreamTimeout:  # CPU emulation only: a device wait has no deadline
+            raise LaunchError(f"rank {self.backend.rank}: rank {p} never got ready for launch {self.epoch} within "
+                              f"{wait_bound(self.backend.timeout_s):g}s; {JOIN_FIX}") from None
+
+    @property
+    def deferred(self) -> bool:
+        """The launch returns without waiting: errors are read later (P2PBackend.finish and check)."""
+        return self.backend.asynchronous
+
     def join(self) -> None:
+        if self.deferred:
+            return
         for stream in self.backend.streams.values():
             stream.synchronize()
 
