@@ -228,17 +228,15 @@ def test_interpreted_waits_count_polls(monkeypatch):
     assert api._spin_limit(1e-6, "cpu") == 100  # at least 100 polls
 
 
-@pytest.mark.parametrize("shared", [False, True])
-def test_p2p_pushes_follow_the_compute_stream_and_ranks_on_one_gpu_deliver_first(monkeypatch, shared):
-    # The epoch word a push copies from is zeroed on the compute stream when the context connects;
-    # every push stream must wait for the compute stream before its first copy (an H200 run without
-    # this wait left a peer's flags at 0, and the peer timed out). Ranks that share a GPU then wait
-    # for every push to finish and meet in a barrier before any of them launches its kernel.
+def _recording_p2p(monkeypatch, shared: bool, deadline_s: float = 5.0):
+    """A p2p backend of rank 0 of 3 between CPU tensors, its peers' buffers local, recording what it does."""
     import torch
 
     from syncopy.runtime.backends import p2p
-    from syncopy.runtime.backends.p2p import HostMemory, P2PBackend, Push
+    from syncopy.runtime.backends.p2p import HostMemory, P2PBackend
     from syncopy.runtime.context import Context
+    from syncopy.runtime.pending import LaunchErrors
+    from syncopy.runtime.streamops import HostOps
 
     calls = []
 
@@ -264,12 +262,26 @@ def test_p2p_pushes_follow_the_compute_stream_and_ranks_on_one_gpu_deliver_first
     ctx.schedule = schedule
     be = object.__new__(P2PBackend)
     be.rank, be.world, be.memory, be.faults, be.shared_device, be.group = 0, world, Recording(), Faults(), shared, "control"
+    be.ops, be.timeout_s = HostOps(deadline_s), deadline_s
+    be.errors = None if shared else LaunchErrors(ctx, be.ops, be.memory.pin, deadline_s)
     be.order = be._push_order(ctx)
     be.streams = {p: be.memory.stream(None) for p in be.order}
     be.peers = {p: (torch.empty_like(ctx.buffer), torch.zeros_like(ctx.signals)) for p in be.order}
-    be.epoch_host = torch.zeros(1, dtype=torch.int32)
-    be.epoch_dev = torch.zeros(world, 1, dtype=torch.int32)
     ctx.begin(100)
+    return be, ctx, calls
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_p2p_pushes_follow_the_compute_stream_and_ranks_on_one_gpu_deliver_first(monkeypatch, shared):
+    # Our own slot is written on the compute stream: every push stream waits for it before its
+    # first copy. Ranks alone on their GPU then wait (on the device) for each peer's ready word and
+    # launch at once; ranks that share a GPU wait for every push to finish and meet in a barrier
+    # before any of them launches its kernel.
+    from syncopy.runtime.backends.p2p import Push
+
+    be, ctx, calls = _recording_p2p(monkeypatch, shared)
+    for p in be.order:
+        ctx.signals[ctx.ready_word(p)] = 1  # every peer is ready for launch 1
     Push(be, ctx, 1).start()
     for p, stream in be.streams.items():
         assert calls.index(("after_compute", stream)) < calls.index(("using", stream)), calls
@@ -279,7 +291,20 @@ def test_p2p_pushes_follow_the_compute_stream_and_ranks_on_one_gpu_deliver_first
     if shared:
         assert after == [("synchronize", s) for s in be.streams.values()] + [("barrier", "control")], after
     else:
-        assert after == [], after  # the kernel launches at once; join() syncs after it
+        assert after == [], after  # the kernel launches at once; nothing on the host waits
+
+
+def test_p2p_pushes_wait_for_the_peers_ready_word(monkeypatch):
+    # A peer that never says it is ready for this launch gets no chunk (its kernel may still read
+    # the last launch's): on the device the push stream waits; on CPU the wait has a deadline.
+    from syncopy.runtime.backends.p2p import Push
+
+    be, ctx, calls = _recording_p2p(monkeypatch, False, deadline_s=0.2)
+    ctx.signals[ctx.ready_word(1)] = 1  # rank 1 is ready, rank 2 is still at launch 0
+    with pytest.raises(LaunchError, match=r"^rank 0: rank 2 never got ready for launch 1 within 5.4s; every rank of the group must"):
+        Push(be, ctx, 1).start()
+    flags = {p: peer[1][4:10].tolist() for p, peer in be.peers.items()}
+    assert flags == {1: [1, 1, 0, 0, 0, 0], 2: [0] * 6}
 
 
 def test_a_peers_failed_connection_is_kept_in_gloos_words_and_a_timeout_is_not():
