@@ -406,20 +406,19 @@ def _fill(plan: ReducePlan, schedule: Schedule, order, algorithm: str) -> None:
 def _explicit_reduce(plan: ReducePlan, schedule: Schedule) -> None:
     """This rank's part of an explicit reduce plan (validated: every partial is added once where
     it must be). Sends and receives go in (step, list position) order; a send carries this rank's
-    partial, or its partial sum once every partial sum of the chunk reached it (`reduce: sum`), or
-    the chunk's sum (a copy, all_reduce). The kernel finishes chunks in the order they first leave."""
+    partial, or its partial sum once every partial sum of the chunk reached it (`reduce: sum`, see
+    syncopy.schedule.explicit), or the chunk's sum (a copy, all_reduce). The kernel finishes chunks in the order they first leave."""
     r, c = plan.rank, plan.chunks_per_rank
     transfers = schedule.transfers
 
     def gid(t) -> int:
         return t.chunk[0] * c + t.chunk[1]
 
-    gets_partials = {(t.dst, gid(t)) for t in transfers if t.reduce is not None}
     leaving: dict[int, None] = {}
-    for i, _, _ in explicit.ordered(schedule):
+    for i, _, waits in explicit.ordered(schedule):
         t = transfers[i]
         if t.src == r:
-            value = "final" if t.reduce is None else "sum" if (r, gid(t)) in gets_partials else "partial"
+            value = "final" if t.reduce is None else "sum" if waits else "partial"
             plan.steps.append(Step("send", gid(t), t.dst, value))
             leaving.setdefault(gid(t))
         if t.dst == r:

@@ -337,12 +337,15 @@ def _waits_for(s: "Schedule", after: list[list[int]]) -> list[list[tuple[int, st
 
 # --------------------------------------------------------------------------------------------------
 # reduce_scatter and all_reduce: chunk [b, i] = rows of rank b's part of the output. Every rank's
-# kernel writes a partial of every chunk. A transfer with `reduce: sum` sends the sender's partial,
-# plus every partial sum of that chunk that reaches the sender (it leaves once they all have), and
-# the receiver adds it to its own. A rank to which every rank's partial comes exactly once holds
-# the chunk's sum. all_reduce: a transfer without `reduce` copies the sum on (from a rank that has it).
+# kernel writes a partial of every chunk. A transfer with `reduce: sum` sends what its rank holds
+# of the chunk and the receiver adds it to its own: the rank's partial sum (its own partial plus
+# every partial sum of the chunk that reaches it: the transfer leaves once they all have), or its
+# own partial alone when the transfer's `step` comes no later than the (explicit) steps of all of
+# them. A rank to which every rank's partial comes exactly once holds the chunk's sum. all_reduce:
+# a transfer without `reduce` copies the sum on, from a rank that has it.
 #
 #   reduce_scatter, ring of 3, chunk (2, 0):   0 --partial--> 1 --partial sum--> 2 (= the sum)
+#   all_reduce, one-shot (every transfer `step: 1`): every rank sends its own partial to every rank
 # --------------------------------------------------------------------------------------------------
 def _arrivals(s: "Schedule") -> tuple[dict, dict]:
     """(rank, chunk) -> the transfers adding into it there, and the transfers copying its sum there."""
@@ -359,7 +362,11 @@ def _passes_on(s: "Schedule", i: int, arrivals: tuple[dict, dict]) -> list[int]:
     t = s.transfers[i]
     adds, copies = arrivals
     key = (t.src, tuple(t.chunk))
-    return adds.get(key, []) + (copies.get(key, []) if t.reduce is None else [])
+    if t.reduce is None:
+        return adds.get(key, []) + copies.get(key, [])
+    coming = adds.get(key, [])
+    own_only = t.step is not None and all(s.transfers[j].step is not None and s.transfers[j].step >= t.step for j in coming)
+    return [] if own_only else coming
 
 
 def _ranks(ranks) -> str:
@@ -371,16 +378,18 @@ def partials(s: "Schedule") -> dict[tuple[int, tuple[int, int]], frozenset]:
     """(rank, chunk) -> the ranks whose partials the rank adds up for that chunk (its own included),
     for every rank and chunk; raises PlanError where a partial would be added twice. Needs an acyclic plan."""
     world, c = s.world, s.chunks_per_rank
-    adds, _ = _arrivals(s)
+    arrivals = _arrivals(s)
+    adds, _ = arrivals
     out: dict[tuple, frozenset] = {}
 
     def at(rank: int, chunk: tuple) -> frozenset:
         key = (rank, chunk)
         if key in out:
             return out[key]
-        have, source = {rank: None}, {}
+        have = {rank: None}
         for j in adds.get(key, []):
-            brought = at(s.transfers[j].src, chunk)
+            sender = s.transfers[j].src
+            brought = at(sender, chunk) if _passes_on(s, j, arrivals) else frozenset({sender})
             twice = sorted(brought & have.keys())
             if twice:
                 k = twice[0]
@@ -454,13 +463,18 @@ def _check_acyclic(s: "Schedule", edges) -> None:
                 k = cycle.index(min(cycle))  # start at the first-listed transfer: stable messages
                 cycle = cycle[k:] + cycle[:k]
                 chain = " -> ".join(_describe(s, x) for x in cycle) + f" -> {name(s, cycle[0])}"
-                raise PlanError(("transfers", cycle[0]), f"transfers form a cycle, a deadlock: {chain} (each waits for the next, "
-                                                         "by `after` or because it forwards what the next brings); remove an `after` "
-                                                         "entry or re-route a relay on this cycle")
+                raise PlanError(("transfers", cycle[0]), f"transfers form a cycle, a deadlock: {chain} {_cycle_fix(s)}")
             if color[j] == white:
                 color[j] = grey
                 stack.append((j, iter(edges[j])))
                 path.append(j)
+
+
+def _cycle_fix(s: "Schedule") -> str:
+    if s.pattern in PRODUCER_PATTERNS:
+        return ("(each passes on a partial sum that includes what the next brings); to send a rank's own partial alone, give "
+                "that transfer a step no later than the steps of every transfer adding its chunk on its rank")
+    return "(each waits for the next, by `after` or because it forwards what the next brings); remove an `after` entry or re-route a relay on this cycle"
 
 
 def _topological(edges) -> list[int]:
