@@ -499,6 +499,14 @@ def _topological(edges) -> list[int]:
     return out
 
 
+def _relay_reason(s: "Schedule", t: "Transfer", other: str) -> str:
+    if t.reduce is not None:
+        return f"it passes on rank {t.src}'s partial sum of chunk {_chunk(t.chunk)}, which includes what {other} brings there"
+    if s.pattern in PRODUCER_PATTERNS:
+        return f"it copies on the sum of chunk {_chunk(t.chunk)}, which needs what {other} brings to rank {t.src}"
+    return f"it forwards chunk {_chunk(t.chunk)}, which {other} brings to rank {t.src}"
+
+
 def _steps(s: "Schedule", edges, check: bool) -> list[int]:
     """Each transfer's step: as written, or one after the latest step it waits for (1 with no waits)."""
     steps = [0] * len(edges)
@@ -511,7 +519,7 @@ def _steps(s: "Schedule", edges, check: bool) -> list[int]:
         steps[i] = t.step
         if check and edges[i] and t.step <= latest:
             j, why = max(edges[i], key=lambda e: steps[e[0]])
-            reason = f"it forwards chunk {_chunk(t.chunk)}, which {name(s, j)} brings to rank {t.src}" if why == "relay" else "listed in `after`"
+            reason = _relay_reason(s, t, name(s, j)) if why == "relay" else "listed in `after`"
             raise PlanError(("transfers", i, "step"), f"step {t.step} is not after step {steps[j]} of {name(s, j)}, which this transfer "
                                                       f"waits for ({reason}); give it a step of at least {steps[j] + 1}")
     return steps
