@@ -11,7 +11,9 @@ An explicit schedule (`order: explicit`, syncopy.schedule.explicit) lowers trans
 each rank receives what is sent to it, in (step, list position) order, and sends what it sends in
 that order, a relay after its chunk landed here and after the `after` transfers landed here.
 With explicit slices (`units_per_rank` + `chunks`) the kernel's flags are per unit: chunk i covers
-units [lo, hi) of its shard and its landing raises all of their flags.
+units [lo, hi) of its shard and its landing raises all of their flags. all_to_all lowers the same
+way (its blocks come straight from their owners, validated), and explicit reduce plans become
+`Step`s (see `_explicit_reduce`).
 """
 from __future__ import annotations
 
@@ -359,6 +361,9 @@ def reduce(schedule: Schedule, rank: int, world: int, rows_per_rank: int, nbytes
     bidirectional_ring: even chunk indices go clockwise, odd ones counter-clockwise.
     An explicit schedule (`transfers:`) runs as written, whatever the size (see `_explicit_reduce`).
     """
+    if schedule.chunks is not None:  # refused when the schedule validates; kept for unvalidated copies
+        raise LaunchError(f"explicit slices (`chunks:`) are lowered for all_gather and all_to_all only, not {schedule.pattern}; "
+                          "drop `units_per_rank` and `chunks` and give chunks_per_rank")
     _check_lowerable(schedule, world, rows_per_rank, "each rank's part")
     c = schedule.chunks_per_rank
     order = schedule.order

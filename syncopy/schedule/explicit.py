@@ -29,20 +29,32 @@ Meaning (what the runtime does with it):
   only signals a rank can see). `step` orders things: each rank expects its chunks in (step, list
   position) order and issues its sends in that order; a transfer's step must come after the steps
   of the transfers it waits for (by default it is one more than the latest of them, or 1).
-  `mode` (push | pull), `into` (a destination region other than `chunk`), `reduce` (sum, ...) and
-  `signal: false` are there so that all-to-all, reduce-scatter and all-reduce plans can be written
-  down; only all_gather plans run today, and they copy, land where they come from, and signal.
+  `mode` (push | pull) says who drives the copy (the gloo backend moves both the same way).
+- **Per pattern** (a key a pattern does not use is refused, never ignored):
+  - all_gather: transfers copy, land where they come from (`into`, if given, equals `chunk`) and
+    signal; relays as above.
+  - all_to_all: rank d's buffer holds in block b what rank b's input holds in block d, so a block
+    goes straight from its owner (relays are refused): `{chunk: [b, i], from: b, to: d}` lands
+    chunk i in block b of rank d. A plan descriptor's form is accepted too: `chunk` the sender's
+    block for the receiver, `into` where it lands, `{chunk: [d, i], from: b, to: d, into: [b, i]}`.
+  - reduce_scatter, all_reduce: chunk [b, i] is rows of rank b's part of the output, and every
+    transfer of a reduce_scatter says `reduce: sum` (the only op lowered; what it carries is
+    explained where reduce plans are checked, below). An all_reduce transfer without `reduce` copies a
+    chunk's sum on. Neither takes `chunks:` slices, `after`, `into` or `signal: false`.
 
 Validation that needs neither the world nor the shard shape runs when the schedule loads (errors
 name the key path, e.g. `transfers[3].from`, and the file's line): slices that overlap, leave gaps
 or fall outside the units; ranks outside `world`; unknown `after` names; a chunk that reaches a rank
 twice or reaches the rank it came from (its signal would be produced twice in one epoch); a relay of
 a chunk its rank never receives, a rank that never receives a chunk (waits on signals nobody
-produces); dependency cycles (named in order); steps that run before what they wait for. At launch
-the plan's `world` must equal the group's size and no chunk may be empty for the shard's row count.
+produces); all_to_all blocks sent by a rank that does not own them; reduce plans in which a
+partial would be added twice or a sum misses one, a rank that never gets a sum it must hold, a
+copy of a sum its rank never has; dependency cycles (named in order); steps that run before what
+they wait for. At launch the plan's `world` must equal the group's size and no chunk may be empty
+for the shard's row count.
 
-`expand(schedule, world)` writes a named order as this form (`syncopy expand S.yaml --world N`);
-its plans equal the named order's node for node, which is how the form is tested to be faithful.
+`expand(schedule, world)` writes a named order as this form (`syncopy expand S.yaml --world N`)
+for every pattern; its plans equal the named order's, which is how the form is tested to be faithful.
 """
 from __future__ import annotations
 
