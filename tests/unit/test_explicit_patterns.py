@@ -367,3 +367,15 @@ def test_cli_expand_writes_what_check_accepts(tmp_path, capsys, pattern):
     written.write_text(capsys.readouterr().out)
     assert main(["check", str(written)]) == 0
     assert loads(written.read_text()) == expand(loads(path.read_text()), 3)
+
+
+def test_the_decorator_refuses_what_check_refuses():
+    import syncopy
+
+    relay = loads(A2A).model_dump(by_alias=True, exclude_none=True)
+    relay["transfers"].append({"chunk": [0, 0], "from": 1, "to": 2})
+    with pytest.raises(ScheduleError) as info:
+        syncopy.overlap(relay)
+    assert str(info.value) == (
+        "schedule: transfers[6].from: chunk (0, 0) is rank 0's block, but this transfer sends it from rank 1; all_to_all "
+        "blocks go straight from their owner (relays are not lowered for all_to_all): send it from rank 0")
