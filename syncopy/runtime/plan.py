@@ -429,9 +429,10 @@ def _explicit_reduce(plan: ReducePlan, schedule: Schedule) -> None:
         if t.dst == r:
             plan.steps.append(Step("reduce", gid(t), t.src) if t.reduce is not None else Step("recv", gid(t), t.src, "final"))
     plan.finish = list(leaving) + [g for g in range(plan.world * c) if g not in leaving]
+    # Chunks whose every partial is added here and whose sum this rank keeps (reduce_scatter: its own).
     everyone = frozenset(range(plan.world))
     plan.summed = tuple(block * c + index for (rank, (block, index)), have in explicit.partials(schedule).items()
-                        if rank == r and have == everyone)
+                        if rank == r and have == everyone and (plan.pattern == "all_reduce" or block == r))
 
 
 def _ring_reduce(plan: ReducePlan, direction: int, indices) -> None:

@@ -421,10 +421,16 @@ def partials(s: "Schedule") -> dict[tuple[int, tuple[int, int]], frozenset]:
 
 
 def _check_reduce_flow(s: "Schedule") -> None:
-    world, everyone = s.world, frozenset(range(s.world))
+    everyone = frozenset(range(s.world))
     summed = partials(s)
-    adds, copies = _arrivals(s)
-    missing = lambda rank, chunk: _ranks(everyone - summed[(rank, chunk)])  # noqa: E731
+    _, copies = _arrivals(s)
+
+    def missing(rank: int, chunk: tuple) -> str:
+        return _ranks(everyone - summed[(rank, chunk)])
+
+    def has_sum(rank: int, chunk: tuple) -> bool:
+        return summed[(rank, chunk)] == everyone or (rank, chunk) in copies
+
     if s.pattern == "reduce_scatter":
         for (rank, chunk), have in summed.items():
             if chunk[0] == rank and have != everyone:
@@ -432,7 +438,6 @@ def _check_reduce_flow(s: "Schedule") -> None:
                                                 f"{missing(rank, chunk)}, so its result would be wrong; add transfers of chunk "
                                                 f"{list(chunk)} with reduce: sum that bring them to rank {rank}")
         return
-    has_sum = lambda rank, chunk: summed[(rank, chunk)] == everyone or (rank, chunk) in copies  # noqa: E731
     for i, t in enumerate(s.transfers):
         if t.reduce is None and not has_sum(t.src, tuple(t.chunk)):
             raise PlanError(("transfers", i), f"rank {t.src} copies on the sum of chunk {_chunk(t.chunk)}, but it never has it (it adds "

@@ -379,3 +379,13 @@ def test_the_decorator_refuses_what_check_refuses():
     assert str(info.value) == (
         "schedule: transfers[6].from: chunk (0, 0) is rank 0's block, but this transfer sends it from rank 1; all_to_all "
         "blocks go straight from their owner (relays are not lowered for all_to_all): send it from rank 0")
+
+
+def test_a_reduce_scatter_rank_keeps_only_its_own_sums():
+    # Rank 2 also gathers every partial of rank 1's chunk (own partials, stepped with what comes in):
+    # its sum is rank 1's to keep, so rank 2 must not write it into its own part.
+    text = RS + ("  - {chunk: [1, 0], from: 0, to: 2, reduce: sum, step: 1}\n"
+                 "  - {chunk: [1, 0], from: 1, to: 2, reduce: sum, step: 1}\n")
+    text = _edit(text, ("{chunk: [1, 0], from: 2, to: 1, reduce: sum}", "{chunk: [1, 0], from: 2, to: 1, reduce: sum, step: 1}"),
+                 ("{chunk: [1, 0], from: 0, to: 1, reduce: sum}", "{chunk: [1, 0], from: 0, to: 1, reduce: sum, step: 1}"))
+    assert [reduce(loads(text), r, 3, 4).reduced_here for r in range(3)] == [[0], [1], [2]]
