@@ -412,7 +412,8 @@ def _explicit_reduce(plan: ReducePlan, schedule: Schedule) -> None:
     """This rank's part of an explicit reduce plan (validated: every partial is added once where
     it must be). Sends and receives go in (step, list position) order; a send carries this rank's
     partial, or its partial sum once every partial sum of the chunk reached it (`reduce: sum`, see
-    syncopy.schedule.explicit), or the chunk's sum (a copy, all_reduce). The kernel finishes chunks in the order they first leave."""
+    syncopy.schedule.explicit), or the chunk's sum (a copy, all_reduce). The kernel finishes
+    chunks in the order they first leave."""
     r, c = plan.rank, plan.chunks_per_rank
     transfers = schedule.transfers
 

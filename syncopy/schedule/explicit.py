@@ -39,8 +39,8 @@ Meaning (what the runtime does with it):
     block for the receiver, `into` where it lands, `{chunk: [d, i], from: b, to: d, into: [b, i]}`.
   - reduce_scatter, all_reduce: chunk [b, i] is rows of rank b's part of the output, and every
     transfer of a reduce_scatter says `reduce: sum` (the only op lowered; what it carries is
-    explained where reduce plans are checked, below). An all_reduce transfer without `reduce` copies a
-    chunk's sum on. Neither takes `chunks:` slices, `after`, `into` or `signal: false`.
+    explained where reduce plans are checked, below). An all_reduce transfer without `reduce`
+    copies a chunk's sum on. Neither takes `chunks:` slices, `after`, `into` or `signal: false`.
 
 Validation that needs neither the world nor the shard shape runs when the schedule loads (errors
 name the key path, e.g. `transfers[3].from`, and the file's line): slices that overlap, leave gaps
