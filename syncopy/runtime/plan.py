@@ -11,7 +11,9 @@ An explicit schedule (`order: explicit`, syncopy.schedule.explicit) lowers trans
 each rank receives what is sent to it, in (step, list position) order, and sends what it sends in
 that order, a relay after its chunk landed here and after the `after` transfers landed here.
 With explicit slices (`units_per_rank` + `chunks`) the kernel's flags are per unit: chunk i covers
-units [lo, hi) of its shard and its landing raises all of their flags.
+units [lo, hi) of its shard and its landing raises all of their flags. all_to_all lowers the same
+way (its blocks come straight from their owners, validated), and explicit reduce plans become
+`Step`s (see `_explicit_reduce`).
 """
 from __future__ import annotations
 
@@ -223,7 +225,7 @@ def _explicit(plan: RankPlan, schedule: Schedule) -> None:
     ordered = explicit.ordered(schedule)
 
     def gid(i: int) -> int:
-        block, index = transfers[i].chunk
+        block, index = explicit.landing(transfers[i])  # all_to_all: `chunk` may name the sender's block
         return block * c + index
 
     for i, _, _ in ordered:
@@ -288,10 +290,11 @@ class ReducePlan:
     chunks_per_rank: int
     rows_per_rank: int
     pattern: str
-    algorithm: str  # ring | direct | one_shot
+    algorithm: str  # ring | direct | one_shot | explicit
     size: int = 0  # rows of the full output (all_reduce: may be less than world * rows_per_rank)
     finish: list[int] = field(default_factory=list)
     steps: list[Step] = field(default_factory=list)
+    summed: tuple[int, ...] = ()  # explicit: the chunks this rank adds every partial of
 
     def position(self) -> dict[int, int]:
         return {g: k for k, g in enumerate(self.finish)}
@@ -318,7 +321,12 @@ class ReducePlan:
     @property
     def reduced_here(self) -> list[int]:
         """Chunks whose complete sum is formed on this rank (a ring only passes partial sums on)."""
-        mine = range(self.world * self.chunks_per_rank) if self.algorithm == "one_shot" else _chunks_of(self.rank, self.chunks_per_rank)
+        if self.algorithm == "explicit":
+            mine = self.summed
+        elif self.algorithm == "one_shot":
+            mine = range(self.world * self.chunks_per_rank)
+        else:
+            mine = _chunks_of(self.rank, self.chunks_per_rank)
         return [g for g in mine if not self.empty(g)]
 
     @property
@@ -351,22 +359,24 @@ def reduce(schedule: Schedule, rank: int, world: int, rows_per_rank: int, nbytes
     all_reduce: one_shot when the tensor has at most `one_shot_max_bytes`, else the reduce-scatter
     above followed by an all-gather of the reduced chunks (ring or direct, like the schedule).
     bidirectional_ring: even chunk indices go clockwise, odd ones counter-clockwise.
+    An explicit schedule (`transfers:`) runs as written, whatever the size (see `_explicit_reduce`).
     """
-    if schedule.transfers is not None or schedule.chunks is not None:
-        raise LaunchError(
-            f"the full schedule form (`chunks:` / `transfers:`) is lowered for all_gather only, not {schedule.pattern}; "
-            "write this schedule with chunks_per_rank and ring, local_first, bidirectional_ring or a list of peer offsets"
-        )
+    if schedule.chunks is not None:  # refused when the schedule validates; kept for unvalidated copies
+        raise LaunchError(f"explicit slices (`chunks:`) are lowered for all_gather and all_to_all only, not {schedule.pattern}; "
+                          "drop `units_per_rank` and `chunks` and give chunks_per_rank")
     _check_lowerable(schedule, world, rows_per_rank, "each rank's part")
     c = schedule.chunks_per_rank
     order = schedule.order
-    if schedule.pattern == "all_reduce" and world > 1 and nbytes <= one_shot_max_bytes:
+    if order == "explicit":
+        algorithm = "explicit"
+    elif schedule.pattern == "all_reduce" and world > 1 and nbytes <= one_shot_max_bytes:
         algorithm = "one_shot"
     else:
         algorithm = "ring" if order in ("ring", "bidirectional_ring") else "direct"
     plan = ReducePlan(rank, world, c, rows_per_rank, schedule.pattern, algorithm, size)
     if world == 1:
         plan.finish = _chunks_of(rank, c)
+        plan.summed = tuple(plan.finish)
         return plan
     _fill(plan, schedule, order, algorithm)
     # Chunks past the end of a short last part move nothing (every rank drops the same ones).
@@ -377,6 +387,9 @@ def reduce(schedule: Schedule, rank: int, world: int, rows_per_rank: int, nbytes
 
 def _fill(plan: ReducePlan, schedule: Schedule, order, algorithm: str) -> None:
     world, c = plan.world, plan.chunks_per_rank
+    if algorithm == "explicit":
+        _explicit_reduce(plan, schedule)
+        return
     if algorithm == "one_shot":
         _one_shot(plan)
     elif algorithm == "ring":
@@ -393,6 +406,34 @@ def _fill(plan: ReducePlan, schedule: Schedule, order, algorithm: str) -> None:
             _ring_gather(plan)
         else:
             _direct_gather(plan, list(range(1, world)) if order == "local_first" else list(order))
+
+
+def _explicit_reduce(plan: ReducePlan, schedule: Schedule) -> None:
+    """This rank's part of an explicit reduce plan (validated: every partial is added once where
+    it must be). Sends and receives go in (step, list position) order; a send carries this rank's
+    partial, or its partial sum once every partial sum of the chunk reached it (`reduce: sum`, see
+    syncopy.schedule.explicit), or the chunk's sum (a copy, all_reduce). The kernel finishes
+    chunks in the order they first leave."""
+    r, c = plan.rank, plan.chunks_per_rank
+    transfers = schedule.transfers
+
+    def gid(t) -> int:
+        return t.chunk[0] * c + t.chunk[1]
+
+    leaving: dict[int, None] = {}
+    for i, _, waits in explicit.ordered(schedule):
+        t = transfers[i]
+        if t.src == r:
+            value = "final" if t.reduce is None else "sum" if waits else "partial"
+            plan.steps.append(Step("send", gid(t), t.dst, value))
+            leaving.setdefault(gid(t))
+        if t.dst == r:
+            plan.steps.append(Step("reduce", gid(t), t.src) if t.reduce is not None else Step("recv", gid(t), t.src, "final"))
+    plan.finish = list(leaving) + [g for g in range(plan.world * c) if g not in leaving]
+    # Chunks whose every partial is added here and whose sum this rank keeps (reduce_scatter: its own).
+    everyone = frozenset(range(plan.world))
+    plan.summed = tuple(block * c + index for (rank, (block, index)), have in explicit.partials(schedule).items()
+                        if rank == r and have == everyone and (plan.pattern == "all_reduce" or block == r))
 
 
 def _ring_reduce(plan: ReducePlan, direction: int, indices) -> None:

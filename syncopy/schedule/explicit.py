@@ -29,20 +29,32 @@ Meaning (what the runtime does with it):
   only signals a rank can see). `step` orders things: each rank expects its chunks in (step, list
   position) order and issues its sends in that order; a transfer's step must come after the steps
   of the transfers it waits for (by default it is one more than the latest of them, or 1).
-  `mode` (push | pull), `into` (a destination region other than `chunk`), `reduce` (sum, ...) and
-  `signal: false` are there so that all-to-all, reduce-scatter and all-reduce plans can be written
-  down; only all_gather plans run today, and they copy, land where they come from, and signal.
+  `mode` (push | pull) says who drives the copy (the gloo backend moves both the same way).
+- **Per pattern** (a key a pattern does not use is refused, never ignored):
+  - all_gather: transfers copy, land where they come from (`into`, if given, equals `chunk`) and
+    signal; relays as above.
+  - all_to_all: rank d's buffer holds in block b what rank b's input holds in block d, so a block
+    goes straight from its owner (relays are refused): `{chunk: [b, i], from: b, to: d}` lands
+    chunk i in block b of rank d. A plan descriptor's form is accepted too: `chunk` the sender's
+    block for the receiver, `into` where it lands, `{chunk: [d, i], from: b, to: d, into: [b, i]}`.
+  - reduce_scatter, all_reduce: chunk [b, i] is rows of rank b's part of the output, and every
+    transfer of a reduce_scatter says `reduce: sum` (the only op lowered; what it carries is
+    explained where reduce plans are checked, below). An all_reduce transfer without `reduce`
+    copies a chunk's sum on. Neither takes `chunks:` slices, `after`, `into` or `signal: false`.
 
 Validation that needs neither the world nor the shard shape runs when the schedule loads (errors
 name the key path, e.g. `transfers[3].from`, and the file's line): slices that overlap, leave gaps
 or fall outside the units; ranks outside `world`; unknown `after` names; a chunk that reaches a rank
 twice or reaches the rank it came from (its signal would be produced twice in one epoch); a relay of
 a chunk its rank never receives, a rank that never receives a chunk (waits on signals nobody
-produces); dependency cycles (named in order); steps that run before what they wait for. At launch
-the plan's `world` must equal the group's size and no chunk may be empty for the shard's row count.
+produces); all_to_all blocks sent by a rank that does not own them; reduce plans in which a
+partial would be added twice or a sum misses one, a rank that never gets a sum it must hold, a
+copy of a sum its rank never has; dependency cycles (named in order); steps that run before what
+they wait for. At launch the plan's `world` must equal the group's size and no chunk may be empty
+for the shard's row count.
 
-`expand(schedule, world)` writes a named order as this form (`syncopy expand S.yaml --world N`);
-its plans equal the named order's node for node, which is how the form is tested to be faithful.
+`expand(schedule, world)` writes a named order as this form (`syncopy expand S.yaml --world N`)
+for every pattern; its plans equal the named order's, which is how the form is tested to be faithful.
 """
 from __future__ import annotations
 
@@ -51,6 +63,7 @@ import re
 from typing import TYPE_CHECKING
 
 from syncopy.errors import ScheduleError, ScheduleLocation
+from syncopy.schedule.model import PRODUCER_PATTERNS
 
 if TYPE_CHECKING:
     from syncopy.schedule.model import Schedule, Transfer
@@ -99,7 +112,14 @@ def validate(s: "Schedule") -> None:
     after = _check_transfers(s)
     if s.pattern == "all_gather":
         _check_all_gather_flow(s, after)
+    elif s.pattern == "all_to_all":
+        _check_every_rank_receives(s, _delivery(s))
     edges = _waits_for(s, after)
+    if s.pattern in PRODUCER_PATTERNS:
+        # Counting partials needs the partial sums acyclic; copies of sums are checked after the counts,
+        # so that a copy to a rank that adds the sum itself is named as that, not as the cycle it makes.
+        _check_acyclic(s, [e if t.reduce is not None else [] for t, e in zip(s.transfers, edges)])
+        _check_reduce_flow(s)
     _check_acyclic(s, edges)
     _steps(s, edges, check=True)
 
@@ -109,6 +129,9 @@ def _check_slices(s: "Schedule") -> None:
         if s.units_per_rank is not None:
             raise PlanError(("units_per_rank",), "units_per_rank only applies to an explicit `chunks:` list of slices; add the slices or remove it")
         return
+    if s.pattern in PRODUCER_PATTERNS:
+        raise PlanError(("chunks",), f"explicit slices are lowered for all_gather and all_to_all only: a {s.pattern} kernel announces "
+                                     "chunks_per_rank equal chunks; drop `units_per_rank` and `chunks` and give chunks_per_rank")
     units = s.units_per_rank
     if units is None:
         raise PlanError(("chunks",), "explicit chunk slices need `units_per_rank: U` (each shard is cut into U equal units and "
@@ -182,16 +205,7 @@ def _check_transfers(s: "Schedule") -> list[list[int]]:
                                                        f"use a block (the chunk's home rank) in 0..{world - 1}")
             if not 0 <= index < c:
                 raise PlanError(("transfers", i, key), f"[{block}, {index}] names chunk {index} but a shard has {c} chunks; use an index in 0..{c - 1}")
-        if s.pattern == "all_gather":
-            if t.into is not None and tuple(t.into) != tuple(t.chunk):
-                raise PlanError(("transfers", i, "into"), "an all_gather chunk lands where it comes from in the gathered tensor; drop `into`")
-            if t.reduce is not None:
-                raise PlanError(("transfers", i, "reduce"), "an all_gather transfer copies; `reduce` is for reduce_scatter and all_reduce plans, drop it")
-            if not t.signal:
-                raise PlanError(("transfers", i, "signal"), f"the kernel on rank {t.dst} reads chunk {_chunk(t.chunk)}, so its landing must raise "
-                                                            "the signal; drop `signal: false`")
-        elif s.pattern == "all_to_all" and t.reduce is not None:
-            raise PlanError(("transfers", i, "reduce"), "an all_to_all transfer copies; `reduce` is for reduce_scatter and all_reduce plans, drop it")
+        _check_fields(s, i, t)
         deps = []
         for k, ref in enumerate(t.after):
             where = ("transfers", i, "after", k)
@@ -211,12 +225,12 @@ def _check_transfers(s: "Schedule") -> list[list[int]]:
                                        f"wait only for transfers that land on rank {t.src}")
             deps.append(j)
         after.append(deps)
-    # A region signalled twice on one rank (any pattern): its flag would be raised twice in one epoch.
+    if s.pattern in PRODUCER_PATTERNS:
+        return after  # partials reach a rank several times by design: _check_reduce_flow counts them
+    # A region signalled twice on one rank: its flag would be raised twice in one epoch.
     signalled: dict[tuple, int] = {}
     for i, t in enumerate(transfers):
-        if not t.signal:
-            continue
-        region = tuple(t.into if t.into is not None else t.chunk)
+        region = landing(t)
         if (t.dst, region) in signalled:
             j = signalled[(t.dst, region)]
             raise PlanError(("transfers", i), f"chunk {_chunk(region)} reaches rank {t.dst} twice (also {_describe(s, j)}), so its signal would "
@@ -225,9 +239,68 @@ def _check_transfers(s: "Schedule") -> list[list[int]]:
     return after
 
 
+def landing(t: "Transfer") -> tuple[int, int]:
+    """The region transfer `t` fills on its receiver, [block, index]: `into` where given, else `chunk`.
+    For all_gather and all_to_all it is also the kernel's chunk whose flag the landing raises."""
+    return tuple(t.into if t.into is not None else t.chunk)
+
+
+def _check_fields(s: "Schedule", i: int, t: "Transfer") -> None:
+    """What one transfer may say for `s.pattern`: a key the pattern does not use is refused, never ignored."""
+    if s.pattern == "all_to_all":
+        _check_all_to_all_fields(s, i, t)
+    elif t.into is not None and tuple(t.into) != tuple(t.chunk):
+        what = ("an all_gather chunk lands where it comes from in the gathered tensor" if s.pattern == "all_gather" else
+                f"a {s.pattern} transfer adds into the same chunk of the receiver's partial")
+        raise PlanError(("transfers", i, "into"), f"{what}; drop `into`")
+    if s.pattern in PRODUCER_PATTERNS:
+        _check_reduce_fields(s, i, t)
+        return
+    if t.reduce is not None:
+        raise PlanError(("transfers", i, "reduce"), f"an {s.pattern} transfer copies; `reduce` is for reduce_scatter and all_reduce plans, drop it")
+    if not t.signal:
+        raise PlanError(("transfers", i, "signal"), f"the kernel on rank {t.dst} reads chunk {_chunk(landing(t))}, so its landing must raise "
+                                                    "the signal; drop `signal: false`")
+
+
+def _check_all_to_all_fields(s: "Schedule", i: int, t: "Transfer") -> None:
+    # Rank d's buffer holds in block b what rank b's input holds in block d: a block has one owner,
+    # and what lands is fixed by (owner, receiver, index). Without `into`, `chunk` names that landing
+    # region [owner, index]; with `into`, `chunk` names the sender's block for the receiver (its
+    # source region) and `into` the landing region, as a plan descriptor from another system would.
+    block, index = t.chunk
+    if t.into is None or tuple(t.into) == tuple(t.chunk):
+        if block != t.src:
+            raise PlanError(("transfers", i, "from"), f"chunk {_chunk(t.chunk)} is rank {block}'s block, but this transfer sends it from "
+                                                      f"rank {t.src}; all_to_all blocks go straight from their owner (relays are not "
+                                                      f"lowered for all_to_all): send it from rank {block}")
+        return
+    if block != t.dst:
+        raise PlanError(("transfers", i, "chunk"), f"with `into`, `chunk` names the block of rank {t.src}'s input that goes to rank {t.dst}, "
+                                                   f"[{t.dst}, {index}], not {list(t.chunk)}; write chunk: [{t.dst}, {index}]")
+    if tuple(t.into) != (t.src, index):
+        raise PlanError(("transfers", i, "into"), f"rank {t.dst} keeps what rank {t.src} sends in its block {t.src}, so chunk {index} lands "
+                                                  f"at [{t.src}, {index}], not {list(t.into)}; write into: [{t.src}, {index}]")
+
+
+def _check_reduce_fields(s: "Schedule", i: int, t: "Transfer") -> None:
+    if t.reduce is None and s.pattern == "reduce_scatter":
+        raise PlanError(("transfers", i), "a reduce_scatter transfer adds the sender's partial (or partial sum) into the receiver's; "
+                                          "add `reduce: sum`")
+    if t.reduce not in (None, "sum"):
+        raise PlanError(("transfers", i, "reduce"), f"reduce {t.reduce!r} is not lowered: the kernel's partials are added; "
+                                                    "write reduce: sum")
+    if not t.signal:
+        raise PlanError(("transfers", i, "signal"), f"the {s.pattern} kernel waits on no landing (it writes the chunks the runtime "
+                                                    "sends), so `signal` says nothing here; drop `signal: false`")
+    if t.after:
+        raise PlanError(("transfers", i, "after"), f"`after` is not lowered for {s.pattern} plans: a partial sum leaves once every "
+                                                   "partial of its chunk has reached its rank, and the sum once it is complete; drop `after`")
+
+
 def _delivery(s: "Schedule") -> dict[tuple[int, tuple[int, int]], int]:
-    """(rank, chunk) -> the transfer that lands it there (all_gather: at most one, checked)."""
-    return {(t.dst, tuple(t.chunk)): i for i, t in enumerate(s.transfers)}
+    """(rank, chunk) -> the transfer that lands it there (all_gather, all_to_all: at most one, checked)."""
+    return {(t.dst, landing(t)): i for i, t in enumerate(s.transfers)}
 
 
 def _check_all_gather_flow(s: "Schedule", after: list[list[int]]) -> None:
@@ -242,6 +315,12 @@ def _check_all_gather_flow(s: "Schedule", after: list[list[int]]) -> None:
             raise PlanError(("transfers", i), f"rank {t.src} forwards chunk {_chunk(t.chunk)} but no transfer brings it to rank {t.src}, so this "
                                               f"send would wait on a signal nobody produces; add a transfer of chunk {list(t.chunk)} to "
                                               f"rank {t.src}, or send it from rank {block}")
+    _check_every_rank_receives(s, delivered)
+
+
+def _check_every_rank_receives(s: "Schedule", delivered: dict) -> None:
+    """Every rank's kernel reads every peer's chunks: each must land there (all_gather, all_to_all)."""
+    world, c = s.world, s.chunks_per_rank
     for rank in range(world):
         for block in range(world):
             if block == rank:
@@ -254,6 +333,9 @@ def _check_all_gather_flow(s: "Schedule", after: list[list[int]]) -> None:
 
 def _waits_for(s: "Schedule", after: list[list[int]]) -> list[list[tuple[int, str]]]:
     """Edges i -> j (transfer i waits for transfer j), with why: 'after' or 'relay'."""
+    if s.pattern in PRODUCER_PATTERNS:
+        arrivals = _arrivals(s)
+        return [[(j, "relay") for j in _passes_on(s, i, arrivals)] for i in range(len(s.transfers))]
     delivered = _delivery(s) if s.pattern == "all_gather" else {}
     edges = []
     for i, t in enumerate(s.transfers):
@@ -263,6 +345,117 @@ def _waits_for(s: "Schedule", after: list[list[int]]) -> list[list[tuple[int, st
             out.append((relay, "relay"))
         edges.append(out)
     return edges
+
+
+# --------------------------------------------------------------------------------------------------
+# reduce_scatter and all_reduce: chunk [b, i] = rows of rank b's part of the output. Every rank's
+# kernel writes a partial of every chunk. A transfer with `reduce: sum` sends what its rank holds
+# of the chunk and the receiver adds it to its own: the rank's partial sum (its own partial plus
+# every partial sum of the chunk that reaches it: the transfer leaves once they all have), or its
+# own partial alone when the transfer's `step` comes no later than the (explicit) steps of all of
+# them. A rank to which every rank's partial comes exactly once holds the chunk's sum. all_reduce:
+# a transfer without `reduce` copies the sum on, from a rank that has it.
+#
+#   reduce_scatter, ring of 3, chunk (2, 0):   0 --partial--> 1 --partial sum--> 2 (= the sum)
+#   all_reduce, one-shot (every transfer `step: 1`): every rank sends its own partial to every rank
+# --------------------------------------------------------------------------------------------------
+def _arrivals(s: "Schedule") -> tuple[dict, dict]:
+    """(rank, chunk) -> the transfers adding into it there, and the transfers copying its sum there."""
+    adds: dict[tuple, list[int]] = {}
+    copies: dict[tuple, list[int]] = {}
+    for i, t in enumerate(s.transfers):
+        (adds if t.reduce is not None else copies).setdefault((t.dst, tuple(t.chunk)), []).append(i)
+    return adds, copies
+
+
+def _passes_on(s: "Schedule", i: int, arrivals: tuple[dict, dict]) -> list[int]:
+    """What transfer i waits for on its sending rank: every partial sum of its chunk coming there and,
+    for a copy of the sum, the copy that brings the sum there."""
+    t = s.transfers[i]
+    adds, copies = arrivals
+    key = (t.src, tuple(t.chunk))
+    if t.reduce is None:
+        return adds.get(key, []) + copies.get(key, [])
+    coming = adds.get(key, [])
+    own_only = t.step is not None and all(s.transfers[j].step is not None and s.transfers[j].step >= t.step for j in coming)
+    return [] if own_only else coming
+
+
+def _ranks(ranks) -> str:
+    ranks = sorted(ranks)
+    return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
+
+
+def partials(s: "Schedule") -> dict[tuple[int, tuple[int, int]], frozenset]:
+    """(rank, chunk) -> the ranks whose partials the rank adds up for that chunk (its own included),
+    for every rank and chunk; raises PlanError where a partial would be added twice. Needs an acyclic plan."""
+    world, c = s.world, s.chunks_per_rank
+    arrivals = _arrivals(s)
+    adds, _ = arrivals
+    out: dict[tuple, frozenset] = {}
+
+    def at(rank: int, chunk: tuple) -> frozenset:
+        key = (rank, chunk)
+        if key in out:
+            return out[key]
+        have = {rank: None}
+        for j in adds.get(key, []):
+            sender = s.transfers[j].src
+            brought = at(sender, chunk) if _passes_on(s, j, arrivals) else frozenset({sender})
+            twice = sorted(brought & have.keys())
+            if twice:
+                k = twice[0]
+                already = "its own" if have[k] is None else f"brought by {name(s, have[k])}"
+                raise PlanError(("transfers", j), f"{_describe(s, j)} brings rank {k}'s partial of chunk {_chunk(chunk)} to rank {rank}, which "
+                                                  f"already adds it ({already}), so it would be added twice; send each rank's partial "
+                                                  "to a chunk's sum once")
+            have.update(dict.fromkeys(brought, j))
+        out[key] = frozenset(have)
+        return out[key]
+
+    for rank in range(world):
+        for block in range(world):
+            for index in range(c):
+                at(rank, (block, index))
+    return out
+
+
+def _check_reduce_flow(s: "Schedule") -> None:
+    everyone = frozenset(range(s.world))
+    summed = partials(s)
+    _, copies = _arrivals(s)
+
+    def missing(rank: int, chunk: tuple) -> str:
+        return _ranks(everyone - summed[(rank, chunk)])
+
+    def has_sum(rank: int, chunk: tuple) -> bool:
+        return summed[(rank, chunk)] == everyone or (rank, chunk) in copies
+
+    if s.pattern == "reduce_scatter":
+        for (rank, chunk), have in summed.items():
+            if chunk[0] == rank and have != everyone:
+                raise PlanError(("transfers",), f"rank {rank} sums chunk {_chunk(chunk)} of its part without the partials of "
+                                                f"{missing(rank, chunk)}, so its result would be wrong; add transfers of chunk "
+                                                f"{list(chunk)} with reduce: sum that bring them to rank {rank}")
+        return
+    for i, t in enumerate(s.transfers):
+        if t.reduce is None and not has_sum(t.src, tuple(t.chunk)):
+            raise PlanError(("transfers", i), f"rank {t.src} copies on the sum of chunk {_chunk(t.chunk)}, but it never has it (it adds "
+                                              f"no partials of {missing(t.src, tuple(t.chunk))} and no transfer copies the sum to it), so "
+                                              "this send would wait on a signal nobody produces; add `reduce: sum` to pass on a partial "
+                                              "sum, or send the sum from a rank that has it")
+    for (rank, chunk), have in summed.items():
+        came = copies.get((rank, chunk), [])
+        if have == everyone and came:
+            raise PlanError(("transfers", came[0]), f"rank {rank} adds every partial of chunk {_chunk(chunk)} itself, so this copy would land "
+                                                    "its sum there a second time; remove this transfer")
+        if len(came) > 1:
+            raise PlanError(("transfers", came[1]), f"the sum of chunk {_chunk(chunk)} reaches rank {rank} twice (also "
+                                                    f"{_describe(s, came[0])}); remove one of the two")
+        if have != everyone and not came:
+            raise PlanError(("transfers",), f"rank {rank} never gets the sum of chunk {_chunk(chunk)}: it adds no partials of "
+                                            f"{missing(rank, chunk)} and no transfer copies the sum to it; add a transfer of chunk "
+                                            f"{list(chunk)} to rank {rank} (reduce: sum for the missing partials, or a copy of the sum)")
 
 
 def _check_acyclic(s: "Schedule", edges) -> None:
@@ -287,13 +480,18 @@ def _check_acyclic(s: "Schedule", edges) -> None:
                 k = cycle.index(min(cycle))  # start at the first-listed transfer: stable messages
                 cycle = cycle[k:] + cycle[:k]
                 chain = " -> ".join(_describe(s, x) for x in cycle) + f" -> {name(s, cycle[0])}"
-                raise PlanError(("transfers", cycle[0]), f"transfers form a cycle, a deadlock: {chain} (each waits for the next, "
-                                                         "by `after` or because it forwards what the next brings); remove an `after` "
-                                                         "entry or re-route a relay on this cycle")
+                raise PlanError(("transfers", cycle[0]), f"transfers form a cycle, a deadlock: {chain} {_cycle_fix(s)}")
             if color[j] == white:
                 color[j] = grey
                 stack.append((j, iter(edges[j])))
                 path.append(j)
+
+
+def _cycle_fix(s: "Schedule") -> str:
+    if s.pattern in PRODUCER_PATTERNS:
+        return ("(each passes on a partial sum that includes what the next brings); to send a rank's own partial alone, give "
+                "that transfer a step no later than the steps of every transfer adding its chunk on its rank")
+    return "(each waits for the next, by `after` or because it forwards what the next brings); remove an `after` entry or re-route a relay on this cycle"
 
 
 def _topological(edges) -> list[int]:
@@ -318,6 +516,14 @@ def _topological(edges) -> list[int]:
     return out
 
 
+def _relay_reason(s: "Schedule", t: "Transfer", other: str) -> str:
+    if t.reduce is not None:
+        return f"it passes on rank {t.src}'s partial sum of chunk {_chunk(t.chunk)}, which includes what {other} brings there"
+    if s.pattern in PRODUCER_PATTERNS:
+        return f"it copies on the sum of chunk {_chunk(t.chunk)}, which needs what {other} brings to rank {t.src}"
+    return f"it forwards chunk {_chunk(t.chunk)}, which {other} brings to rank {t.src}"
+
+
 def _steps(s: "Schedule", edges, check: bool) -> list[int]:
     """Each transfer's step: as written, or one after the latest step it waits for (1 with no waits)."""
     steps = [0] * len(edges)
@@ -330,7 +536,7 @@ def _steps(s: "Schedule", edges, check: bool) -> list[int]:
         steps[i] = t.step
         if check and edges[i] and t.step <= latest:
             j, why = max(edges[i], key=lambda e: steps[e[0]])
-            reason = f"it forwards chunk {_chunk(t.chunk)}, which {name(s, j)} brings to rank {t.src}" if why == "relay" else "listed in `after`"
+            reason = _relay_reason(s, t, name(s, j)) if why == "relay" else "listed in `after`"
             raise PlanError(("transfers", i, "step"), f"step {t.step} is not after step {steps[j]} of {name(s, j)}, which this transfer "
                                                       f"waits for ({reason}); give it a step of at least {steps[j] + 1}")
     return steps
@@ -364,7 +570,12 @@ def expand(s: "Schedule", world: int) -> "Schedule":
         ring, W=3, one chunk:     step 1: 0->1 (0,0)  1->2 (1,0)  2->0 (2,0)
                                   step 2: 0->1 (2,0)  1->2 (0,0)  2->0 (1,0)   relays
 
-    The runtime lowers the result to the same per-rank plans as the named order.
+    The runtime lowers the result to the same per-rank plans as the named order. all_to_all sends
+    every block straight to its receiver (its ring orders run as local_first, nothing is relayed).
+    reduce_scatter and all_reduce write `reduce: sum` transfers of partial sums (an all_reduce
+    then copies each sum on): the reduce-scatter + all-gather algorithm its named order runs above
+    `one_shot_max_bytes` (below, the named order sends every partial everywhere at once; the sums
+    are the same).
     """
     from syncopy.schedule.model import Schedule
 
@@ -383,8 +594,55 @@ def expand(s: "Schedule", world: int) -> "Schedule":
         raise ScheduleError(f"the explicit order {s.order} lists {len(s.order)} peer offsets but the world has {world} ranks; "
                             f"list each of the offsets 1..{world - 1} once", ScheduleLocation(None, "order"))
     data = s.model_dump(by_alias=True, exclude_none=True)
-    data.update(order="explicit", world=world, transfers=_named_transfers(s.order, world, s.chunks_per_rank))
+    c = s.chunks_per_rank
+    if s.pattern in PRODUCER_PATTERNS:
+        transfers = _named_reduce_transfers(s.order, world, c, gather=s.pattern == "all_reduce")
+    elif s.pattern == "all_to_all" and s.order in ("ring", "bidirectional_ring"):
+        transfers = _named_transfers("local_first", world, c)  # as syncopy.runtime.plan.all_to_all runs them
+    else:
+        transfers = _named_transfers(s.order, world, c)
+    data.update(order="explicit", world=world, transfers=transfers)
     return Schedule.model_validate(data)
+
+
+def _named_reduce_transfers(order, world: int, c: int, gather: bool) -> list[dict]:
+    """The named reduce orders of syncopy.runtime.plan.reduce (ring, direct), written out.
+
+        ring, W=3: step 1: 0->1 (2, i)  1->2 (0, i)  2->0 (1, i)      partials
+                   step 2: 0->1 (1, i)  1->2 (2, i)  2->0 (0, i)      partial sums: rank b has (b, i)
+        gather:    step 3: 0->1 (0, i)  1->2 (1, i)  2->0 (2, i)      the sums go round once more
+                   step 4: 0->1 (2, i)  1->2 (0, i)  2->0 (1, i)
+    """
+    out: list[dict] = []
+
+    def move(step, block, indices, src, dst, add=True):
+        for i in indices:
+            out.append({"chunk": [block, i], "from": src, "to": dst, "step": step, **({"reduce": "sum"} if add else {})})
+
+    if world == 1:
+        return out
+    if order == "ring" or order == "bidirectional_ring":
+        # Chunk (b, i) starts on the rank after b against the direction and collects a partial at
+        # every hop; a bidirectional ring sends even indices clockwise, odd ones counter-clockwise.
+        ways = [(+1, range(c))] if order == "ring" else [(+1, range(0, c, 2)), (-1, range(1, c, 2))]
+        for hop in range(world - 1):
+            for way, indices in ways:
+                for r in range(world):
+                    move(hop + 1, (r - way * (hop + 1)) % world, indices, r, (r + way) % world)
+        if gather:
+            for hop in range(world - 1):
+                for r in range(world):
+                    move(world + hop, (r - hop) % world, range(c), r, (r + 1) % world, add=False)
+        return out
+    offsets = list(range(1, world)) if order == "local_first" else list(order)
+    for d in offsets:
+        for r in range(world):
+            move(1, (r + d) % world, range(c), r, (r + d) % world)
+    if gather:
+        for d in offsets:
+            for r in range(world):
+                move(2, r, range(c), r, (r + d) % world, add=False)
+    return out
 
 
 def _named_transfers(order, world: int, c: int) -> list[dict]:

@@ -75,13 +75,15 @@ class Transfer(BaseModel):
     """One transfer of the full form: chunk `chunk` = [block, index] moves from rank `from` to rank `to`.
 
     Block b is the b-th of `world` equal blocks of the communicated tensor along `dim` (for
-    all_gather: rank b's shard), index i its i-th chunk. `into` names the destination region when it
-    differs from the source region (all_to_all); `reduce` combines into the destination instead of
-    overwriting (reduce_scatter, all_reduce); `signal: false` lands the data without raising the
-    destination's flag (an intermediate partial sum). `step` orders arrivals and sends (default: one
-    after the latest transfer it waits for); `after` names transfers, by `id` or by list index,
-    that must have landed on this transfer's sending rank first. `mode` says who drives the copy
-    (push: the sender, pull: the receiver); the gloo backend moves both the same way.
+    all_gather: rank b's shard; all_to_all: what rank b sends; reduce patterns: rank b's part of
+    the output), index i its i-th chunk. `into` names the landing region when it differs from the
+    source region (all_to_all only); `reduce: sum` adds into the destination instead of
+    overwriting (reduce_scatter, all_reduce); `signal: false` is refused by every pattern lowered
+    today. `step` orders arrivals and sends (default: one after the latest transfer it waits for);
+    `after` names transfers, by `id` or by list index, that must have landed on this transfer's
+    sending rank first (not for reduce patterns). `mode` says who drives the copy (push: the
+    sender, pull: the receiver); the gloo backend moves both the same way. What each pattern
+    accepts and means: `syncopy.schedule.explicit`.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)

@@ -177,13 +177,16 @@ def test_all_to_all_sends_the_peers_block_and_keeps_the_gather_layout():
     assert torch.equal(ctx.send_view(2, 0), ctx.source[0:2])
 
 
-def test_the_full_form_is_refused_for_reduce_patterns_at_launch():
+def test_explicit_slices_are_refused_for_reduce_patterns():
     from pathlib import Path
 
-    from syncopy.schedule import load_schedule
+    from syncopy.errors import ScheduleError
+    from syncopy.schedule import from_dict, load_schedule
 
     example = load_schedule(Path(__file__).resolve().parents[2] / "examples" / "explicit_all_gather.yaml")
-    s = example.model_copy(update={"pattern": "reduce_scatter"})
-    with pytest.raises(LaunchError, match=r"the full schedule form \(`chunks:` / `transfers:`\) is lowered for all_gather only, "
+    with pytest.raises(ScheduleError, match=r"^schedule: chunks: explicit slices are lowered for all_gather and all_to_all only"):
+        from_dict({**example.model_dump(by_alias=True, exclude_none=True), "pattern": "reduce_scatter"})
+    s = example.model_copy(update={"pattern": "reduce_scatter"})  # unvalidated: the lowering refuses it too
+    with pytest.raises(LaunchError, match=r"explicit slices \(`chunks:`\) are lowered for all_gather and all_to_all only, "
                                           r"not reduce_scatter"):
         planning.reduce(s, 0, 3, 10)
