@@ -416,6 +416,8 @@ class FusedKernel:
         key = self._shape_key(grid, args)
         dims = key[0]
         n = dims[0] * dims[1] * dims[2]
+        # A producer whose write rows come from loaded data is probed at every launch (on GPUs the
+        # probe's answer is read back: a host sync that only such kernels pay).
         if key in ctx.orders and not t.fresh_probe:
             return ctx.orders[key]
         ranges: list[tuple[int, int]] = [(0, -1)] * n
@@ -822,8 +824,11 @@ def overlap(schedule, *, chunks_per_rank: int | str | None = None, order: str | 
 
     all_gather: pass the communicated argument as this rank's shard; the kernel sees the gathered
     tensor. reduce_scatter: pass it as this rank's shard of the result (rows / world); the kernel
-    writes its full partial result, and the argument receives the sum over ranks of this rank's
-    rows. all_reduce: pass it at full size; it receives the sum over ranks.
+    writes its full partial result, into a partial that starts at zero, and the argument receives
+    the sum over ranks of this rank's rows. all_reduce: pass it at full size; the kernel sees it as
+    passed (so `C += A @ B` works), and it receives the sum over ranks of what the kernel made of
+    each rank's C. With poison_receive, producers poison the output once the kernel's partial holds
+    what it needs from it.
     """
     _check_timeout(timeout_s)
     sched = _override(load_schedule(schedule), chunks_per_rank=chunks_per_rank, order=order)
