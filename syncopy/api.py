@@ -530,8 +530,9 @@ class FusedKernel:
         # A row-count argument equals the rows written: the grid covers the kernel's rows, so the output is wrong.
         # None equals the rows of the full partial: a kernel told the true row count that writes fewer
         # (a partial grid, a bound like `rows < MW`) means it, and its other rows stay zero.
+        # Rows that come from loaded data (fresh_probe) say nothing of the output's size.
         size = ctx.buffer.shape[ctx.dim]
-        return (self.schedule.pattern == "reduce_scatter"
+        return (self.schedule.pattern == "reduce_scatter" and not self._built[0].fresh_probe
                 and written is not None and 0 < written < size
                 and written % ctx.plan.world == 0
                 and any(type(v) is int and v == written for v in args.values())

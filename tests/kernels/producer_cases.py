@@ -8,6 +8,7 @@ the user's C does (issue 10, cases 9-12). Every kernel computes C from A (M x K)
     lower_triangular   tiles above the diagonal return before their store
     rows_by_index      tile rows come from a loaded permutation (store addresses depend on data)
     skip_by_flag       a tile returns early when its loaded flag says so (the store set depends on data)
+    scatter_add_rows   MoE-combine style: tl.atomic_add into rows a loaded index names (repeats, gaps)
 """
 import triton
 import triton.language as tl
@@ -97,3 +98,14 @@ def skip_by_flag(A, B, C, skip, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK:
     acc = _dot_tile(A, B, rows, cols, M, N, K, 0, K, BM, BN, BK)
     c_ptrs = C + rows[:, None] * N + cols[None, :]
     tl.store(c_ptrs, acc, mask=(rows[:, None] < M) & (cols[None, :] < N))
+
+
+@triton.jit
+def scatter_add_rows(A, B, C, dest, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    rows = pid_m * BM + tl.arange(0, BM)
+    cols = pid_n * BN + tl.arange(0, BN)
+    acc = _dot_tile(A, B, rows, cols, M, N, K, 0, K, BM, BN, BK)
+    to = tl.load(dest + rows, mask=rows < M, other=0)
+    tl.atomic_add(C + to[:, None] * N + cols[None, :], acc, mask=(rows[:, None] < M) & (cols[None, :] < N))

@@ -37,6 +37,8 @@ def _model(name: str, c: "torch.Tensor", a, b, extra: dict):
                     c[i * BM:(i + 1) * BM, j * BN:(j + 1) * BN] = prod[i * BM:(i + 1) * BM, j * BN:(j + 1) * BN]
     elif name == "rows_by_index":
         c[extra["perm"].long()] = prod
+    elif name == "scatter_add_rows":
+        c.index_add_(0, extra["dest"].long(), prod)
     elif name == "skip_by_flag":
         skip = extra["skip"].view(-(-m // BM), -(-N // BN))
         for i in range(skip.shape[0]):
@@ -59,6 +61,8 @@ def _launch(fn, name: str, a, b, c, m: int, extra: dict, group=None) -> None:
         fn[(triton.cdiv(extra["MW"], BM), triton.cdiv(extra["NW"], BN))](a, b, c, m, N, K, extra["MW"], extra["NW"], **meta)
     elif name == "rows_by_index":
         fn[tiles](a, b, c, extra["perm"], m, N, K, **meta)
+    elif name == "scatter_add_rows":
+        fn[tiles](a, b, c, extra["dest"], m, N, K, **meta)
     elif name == "skip_by_flag":
         fn[tiles](a, b, c, extra["skip"], m, N, K, **meta)
     else:
@@ -79,6 +83,11 @@ def _inputs(name: str, rank: int, world: int, m: int, launch: int) -> tuple:
         # Identity, reversed, random: each launch's tiles write other chunks than the last one's.
         perm = [torch.arange(m), torch.arange(m - 1, -1, -1), torch.randperm(m, generator=g)][launch % 3]
         extra = {"perm": perm.to(torch.int32)}
+    elif name == "scatter_add_rows":
+        # Anywhere (rows repeat, others stay unwritten), then the first half only, then one row.
+        dest = [torch.randint(0, m, (m,), generator=g), torch.randint(0, m // 2, (m,), generator=g),
+                torch.full((m,), m - 1)][launch % 3]
+        extra = {"dest": dest.to(torch.int32)}
     elif name == "skip_by_flag":
         tiles = -(-m // BM) * -(-N // BN)
         skip = (torch.rand(tiles, generator=g) < 0.5).to(torch.int32)

@@ -1,7 +1,7 @@
 """Producers run as their reference does (issue 10, part B): the kernel sees a partial that starts as
 the user's C (all_reduce) or as zeros (reduce_scatter), so split-K atomics, grids that leave elements
-unwritten, `C += A @ B` epilogues, tiles that return before their store and stores whose rows come from
-loaded data all give what `fused.reference` gives, and what a torch model of the kernel gives.
+unwritten, `C += A @ B` epilogues, tiles that return before their store and stores (or atomics) whose
+rows come from loaded data all give what `fused.reference` gives, and what a torch model of the kernel gives.
 Worlds 2-4, three launches each with new data, a slow jittery link, NaN-poisoned outputs."""
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from syncopy.runtime.world import spawn
 from tests.world import producer_workers
 from tests.world.workers import once
 
-ALL = ["splitk_atomic", "partial_grid", "accumulate", "lower_triangular", "rows_by_index", "skip_by_flag"]
-KERNELS = {2: ALL, 3: ALL, 4: ["accumulate", "lower_triangular", "rows_by_index"]}
+ALL = ["splitk_atomic", "partial_grid", "accumulate", "lower_triangular", "rows_by_index", "skip_by_flag", "scatter_add_rows"]
+KERNELS = {2: ALL, 3: ALL, 4: ["accumulate", "lower_triangular", "scatter_add_rows"]}
 PATTERNS = ["reduce_scatter", "all_reduce"]
 
 
