@@ -438,12 +438,17 @@ class FusedKernel:
         key = self._shape_key(grid, args)
         dims = key[0]
         n = dims[0] * dims[1] * dims[2]
-        if key in ctx.orders:
+        # A producer whose write rows come from loaded data is probed at every launch (on GPUs the
+        # probe's answer is read back: a host sync that only such kernels pay).
+        if key in ctx.orders and not t.fresh_probe:
             return ctx.orders[key]
         ranges: list[tuple[int, int]] = [(0, -1)] * n
         written = None
         if probe is not None:
             ranges, written = self._probe(ctx, grid, args, probe, n)
+        if self.producer:
+            # A probe program that ended before recording (a return the address slice kept) writes nothing.
+            ranges = [(lo, hi) if 0 <= lo <= hi else (0, -1) for lo, hi in ranges]
         tiles = planning.tile_order(ranges, ctx.plan.position(), producer=self.producer)
         if self.producer:
             self._check_coverage(ctx, ranges, args, written)
@@ -527,36 +532,39 @@ class FusedKernel:
         return self._grid(grid, args), scalars
 
     def _check_coverage(self, ctx: Context, ranges: list[tuple[int, int]], args: dict, written: int | None = None) -> None:
+        """A grid may leave chunks unwritten, as the local kernel may leave rows of its output: those
+        chunks keep the partial's initial contents (_init_partial) and are announced at launch start.
+        Refused only where the output is evidently the wrong size (_should_blame_output_rows)."""
         missing = [g for g in range(ctx.n_chunks) if not ctx.plan.empty(g) and not any(lo <= g <= hi for lo, hi in ranges)]
-        if missing:
+        if missing and self._should_blame_output_rows(ctx, args, written):
             lo, hi = ctx.plan.bounds(missing[0])
-            if self._should_blame_output_rows(ctx, args, written):
-                tensor, world, size = self.schedule.tensor, ctx.plan.world, ctx.buffer.shape[ctx.dim]
-                raise LaunchError(
-                    f"'{tensor}' has {ctx.plan.rows_per_rank} rows, but reduce_scatter gives each rank its rows of the result "
-                    f"(rows / world) and the kernel writes {written} rows: give '{tensor}' {written // world} rows "
-                    f"({written} / {world} ranks); as passed, '{tensor}' needs a grid that writes all {size} rows, and no "
-                    f"program writes rows {lo}..{hi - 1} (chunk {missing[0]})"
-                )
+            tensor, world, size = self.schedule.tensor, ctx.plan.world, ctx.buffer.shape[ctx.dim]
             raise LaunchError(
-                f"no program of this grid writes rows {lo}..{hi - 1} of '{self.schedule.tensor}' (chunk {missing[0]}), so it "
-                f"could never be reduced; launch a grid that covers all {ctx.buffer.shape[ctx.dim]} rows"
+                f"'{tensor}' has {ctx.plan.rows_per_rank} rows, but reduce_scatter gives each rank its rows of the result "
+                f"(rows / world) and the kernel writes {written} rows: give '{tensor}' {written // world} rows "
+                f"({written} / {world} ranks); as passed, '{tensor}' needs a grid that writes all {size} rows, and no "
+                f"program writes rows {lo}..{hi - 1} (chunk {missing[0]})"
             )
 
     def _should_blame_output_rows(self, ctx: Context, args: dict, written: int | None) -> bool:
         # reduce_scatter only: its output is this rank's part, the usual mistake is passing the whole result.
         # The probe saw where the writes end (dim 0), and they split evenly over the ranks.
         # A row-count argument equals the rows written: the grid covers the kernel's rows, so the output is wrong.
-        return (self.schedule.pattern == "reduce_scatter"
-                and written is not None and 0 < written < ctx.buffer.shape[ctx.dim]
+        # None equals the rows of the full partial: a kernel told the true row count that writes fewer
+        # (a partial grid, a bound like `rows < MW`) means it, and its other rows stay zero.
+        # Rows that come from loaded data (fresh_probe) say nothing of the output's size.
+        size = ctx.buffer.shape[ctx.dim]
+        return (self.schedule.pattern == "reduce_scatter" and not self._built[0].fresh_probe
+                and written is not None and 0 < written < size
                 and written % ctx.plan.world == 0
-                and any(type(v) is int and v == written for v in args.values()))
+                and any(type(v) is int and v == written for v in args.values())
+                and not any(type(v) is int and v == size for v in args.values()))
 
     @staticmethod
     def _tiles_per_chunk(ctx: Context, ranges: list[tuple[int, int]]) -> list[int]:
         need = [0] * ctx.n_chunks
         for lo, hi in ranges:
-            for g in range(lo, hi + 1):
+            for g in range(max(lo, 0), hi + 1):
                 need[g] += 1
         return need
 
@@ -673,17 +681,23 @@ class FusedKernel:
 
     def _launch_producer(self, grid, bound: dict, out: torch.Tensor, options: dict, ctx: Context, backend):
         """reduce_scatter / all_reduce: the kernel writes its full partial result into our buffer and
-        announces chunks; the transfer threads reduce them into `out` while later tiles compute."""
+        announces chunks; the transfer threads reduce them into `out` while later tiles compute.
+
+        The kernel runs as the reference runs it: on a partial that starts as the user's `out`
+        (all_reduce) or as zeros (reduce_scatter), so atomics, read-modify-write epilogues and
+        elements no tile writes give what `fused.reference` gives."""
         _, fused, _, _ = self._built
         call_args = dict(bound)
         call_args[self.schedule.tensor] = ctx.buffer
         order, ranges, exec_order = self._order(ctx, grid, call_args, backend)
-        ctx.set_targets(ctx.tiles_per_chunk[self._shape_key(grid, call_args)])
+        need = ctx.tiles_per_chunk[self._shape_key(grid, call_args)]
+        ctx.set_targets(need)
         epoch = ctx.begin(_spin_limit(self.timeout_s, out.device.type))
         trace, trace_buf = self._new_trace(ctx, epoch, len(ranges))
-        if self.poison_receive and ctx.buffer.is_floating_point():
-            ctx.buffer.fill_(float("nan"))
-            out.fill_(float("nan"))
+        self._init_partial(ctx, out)
+        if self.poison_receive and out.is_floating_point():
+            out.fill_(float("nan"))  # after _init_partial read it: only the reduction may write `out` now
+        _announce_unwritten(ctx, need)
         transfer = backend.start_reduce(ctx, out, epoch) if backend is not None else None
         k0 = time.perf_counter() - ctx.t0
         try:
@@ -714,6 +728,17 @@ class FusedKernel:
             self._finish_trace(trace, trace_buf, order, ranges, exec_order, (k0, k1))
         return None
 
+    def _init_partial(self, ctx: Context, out: torch.Tensor) -> None:
+        """What the kernel's partial holds before its first store, as in the reference: all_reduce,
+        this rank's `out` (the kernel sees the user's C, e.g. for `C += A @ B`); reduce_scatter,
+        zeros (a partial the kernel adds into, or leaves unwritten, starts at zero). Enqueued on the
+        current stream, the kernel's, so on GPUs it is a stream-ordered memset or copy, no host sync.
+        Done at every launch: the kernel's own stores are not proven to cover every element."""
+        if self.schedule.pattern == "all_reduce":
+            ctx.buffer.copy_(out)
+        else:
+            ctx.buffer.zero_()
+
     def _reference(self, grid, args, kwargs, group):
         group = checked_group(group)
         bound, shard, options = self._bind(args, dict(kwargs))
@@ -743,7 +768,9 @@ class FusedKernel:
 
 
     def _reference_producer(self, grid, bound: dict, out: torch.Tensor, options: dict, group) -> None:
-        """The local kernel into a full buffer, then reduce_scatter_tensor (or all_reduce)."""
+        """all_reduce: the local kernel on this rank's `out` as passed (it may read it: `C += A @ B`),
+        then all_reduce, so out = sum over ranks r of kernel(C_r). reduce_scatter: the local kernel
+        into a full buffer of zeros, then reduce_scatter_tensor, so unwritten elements sum to 0."""
         world = dist.get_world_size(group)
         call_args = dict(bound)
         if self.schedule.pattern == "all_reduce":
@@ -752,13 +779,21 @@ class FusedKernel:
             return
         shape = list(out.shape)
         shape[self.schedule.dim] *= world
-        full = torch.empty(shape, dtype=out.dtype, device=out.device)
+        full = torch.zeros(shape, dtype=out.dtype, device=out.device)
         call_args[self.schedule.tensor] = full
         self.local[grid](**call_args, **options)
         # gloo has no reduce_scatter: all_reduce and keep this rank's part (same sums).
         dist.all_reduce(full, group=group)
         rows = out.shape[self.schedule.dim]
         out.copy_(full.narrow(self.schedule.dim, dist.get_rank(group) * rows, rows))
+
+
+def _announce_unwritten(ctx: Context, tiles_per_chunk: list[int]) -> None:
+    """Chunks no tile writes in this launch are final at once (they hold the partial's initial
+    contents): raise their flags now, after _init_partial, so no transfer waits for a tile."""
+    for g, count in enumerate(tiles_per_chunk):
+        if count == 0:
+            ctx.signals[dev.SIG_HEADER + g] = ctx.epoch
 
 
 def _chunk_of_row(ctx: Context, row: int) -> int:
@@ -836,8 +871,11 @@ def overlap(schedule, *, chunks_per_rank: int | str | None = None, order: str | 
 
     all_gather: pass the communicated argument as this rank's shard; the kernel sees the gathered
     tensor. reduce_scatter: pass it as this rank's shard of the result (rows / world); the kernel
-    writes its full partial result, and the argument receives the sum over ranks of this rank's
-    rows. all_reduce: pass it at full size; it receives the sum over ranks.
+    writes its full partial result, into a partial that starts at zero, and the argument receives
+    the sum over ranks of this rank's rows. all_reduce: pass it at full size; the kernel sees it as
+    passed (so `C += A @ B` works), and it receives the sum over ranks of what the kernel made of
+    each rank's C. With poison_receive, producers poison the output once the kernel's partial holds
+    what it needs from it.
     """
     _check_timeout(timeout_s)
     sched = _override(load_schedule(schedule), chunks_per_rank=chunks_per_rank, order=order)

@@ -203,6 +203,10 @@ def notify_chunks(signals, ctx, g_lo, g_hi):
     The barrier orders every thread's stores before the count; acq_rel makes the last tile see
     (synchronise with) the other tiles' counts, and its release on the flag carries all of them to
     whoever acquires the flag (the host, a copy engine, a peer).
+
+    Every tile calls this exactly once, on every path: a tile that returns before its stores calls
+    it first, over its range from the order table (passes/producer_notify.py), because the targets
+    count every tile the probe saw writing the chunk, whether or not it stores this time.
     """
     epoch = tl.load(ctx + CTX_EPOCH).to(tl.int32)
     n = (tl.load(ctx + CTX_WORLD) * tl.load(ctx + CTX_CHUNKS)).to(tl.int32)

@@ -11,6 +11,8 @@ import libcst as cst
 
 from syncopy.errors import KernelError
 from syncopy.frontend import infer as inference
+from syncopy.frontend import persistent as persistent_flow
+from syncopy.frontend import scope
 from syncopy.frontend.source import KernelSource
 from syncopy.passes import consumer_wait, names, probe, producer_notify, signature, tile_reorder
 from syncopy.schedule.model import IMPLEMENTED_PATTERNS, PRODUCER_PATTERNS, Schedule
@@ -28,6 +30,8 @@ class Transformed:
     remapped: bool
     stages: dict[str, str] = field(default_factory=dict)
     persistent: inference.persistent.PersistentLoop | None = None  # tiles come from a loop, not the grid
+    # Producers whose write ranges depend on loaded data: the runtime probes them at every launch.
+    fresh_probe: bool = False
 
     def code(self, node: cst.CSTNode | None = None) -> str:
         return self.source.module.code_for_node(node if node is not None else self.func)
@@ -90,7 +94,11 @@ def _producer(ks: KernelSource, schedule: Schedule, rows: str | None, before_lin
     func = ks.func
     body = list(func.body.body)
     start = inference.body_start(func)
-    notified = producer_notify.insert_notifies(body, binding, table=True)
+    prefix = [cst.parse_statement(f"{inference.BASE_NAME} = {binding.tensor}\n")] if binding.copy_base else []
+    prefix += producer_notify.probe_body(body, binding, start)
+    pointers = persistent_flow.forward(func, set(scope.pointer_params(ks)))
+    fresh = producer_notify.depends_on_data(prefix, ks.module, pointers)
+    notified = producer_notify.insert_notifies(body, binding, table=True, fresh=fresh)
     remapped_body, remapped = tile_reorder.remap_program_ids(ks, notified)
     if not remapped:
         raise KernelError(
@@ -105,8 +113,6 @@ def _producer(ks: KernelSource, schedule: Schedule, rows: str | None, before_lin
     head.append(cst.parse_statement(f"{names.DEVICE}.trace_tile_start({names.SIGNALS}, {names.TRACE}, {names.CTX}, {names.TRACE_FLAG})\n"))
     new_body = remapped_body[:start] + head + remapped_body[start:]
     fused = signature.add_params(func.with_changes(body=func.body.with_changes(body=new_body)))
-    prefix = head[:1] if binding.copy_base else []
-    prefix += producer_notify.probe_body(body, binding, start)
     probe_fn = probe.build(signature.add_params(func), prefix, [])
     if probe_fn is None:
         raise KernelError(
@@ -114,7 +120,7 @@ def _producer(ks: KernelSource, schedule: Schedule, rows: str | None, before_lin
             "cannot run its address arithmetic alone to count the tiles per chunk; compute the addresses first",
             ks.location(func),
         )
-    t = Transformed(ks, schedule, binding, fused, probe_fn, True, stages)
+    t = Transformed(ks, schedule, binding, fused, probe_fn, True, stages, fresh_probe=fresh)
     stages["fused"] = t.code()
     stages["probe"] = t.code(probe_fn)
     return t

@@ -12,13 +12,27 @@ sends (and peers reduce) that chunk while later tiles still compute.
     tl.store(c_ptrs, c, mask=c_mask)
     # syncopy: announce the finished chunks
     syncopy_device.notify_chunks(syncopy_signals, syncopy_ctx, syncopy_lo, syncopy_hi)
+
+Every tile counts itself exactly once, on every path: a `return` before the announcement (a
+triangular mask's `if pid_n > pid_m: return`, a tile skipped by a loaded flag) is preceded by the
+same count, over the tile's range from the probe table, which is what the chunk's target was made
+of. So a tile that stores nothing never holds a chunk back, and a chunk is announced only once
+every tile that could write it has ended:
+
+    if pid_n > pid_m:
+        # syncopy: a tile that ends here still counts itself against its chunks
+        syncopy_device.notify_chunks(syncopy_signals, syncopy_ctx, syncopy_table_lo, syncopy_table_hi)
+        return
+
+The targets and table come from the probe; where the write addresses depend on loaded data
+(`depends_on_data`), the runtime probes again at every launch instead of reusing a table.
 """
 from __future__ import annotations
 
 import libcst as cst
 
 from syncopy.frontend import cstutil as cu
-from syncopy.frontend.infer import TensorBinding
+from syncopy.frontend.infer import _PURE_METHODS, TensorBinding
 from syncopy.passes import consumer_wait, names
 
 D = names.DEVICE
@@ -46,23 +60,90 @@ def notify_statement() -> cst.BaseStatement:
     return _comment(stmt, "announce the finished chunks")
 
 
-def insert_notifies(body: list[cst.BaseStatement], binding: TensorBinding, table: bool = False) -> list[cst.BaseStatement]:
-    """`body` is the original function body (indices match `binding.groups`)."""
+EARLY_END = "a tile that ends here still counts itself against its chunks"
+FRESH = "its write addresses depend on loaded data: the runtime probes them at every launch"
+
+
+def _early_notify() -> cst.BaseSmallStatement:
+    return cst.parse_statement(f"{D}.notify_chunks({names.SIGNALS}, {names.CTX}, {names.TABLE_LO}, {names.TABLE_HI})\n").body[0]
+
+
+class _CountBeforeReturn(cst.CSTTransformer):
+    """Put the tile's count (over its table range) before every `return`: a tile that ends before
+    the announcement must still count itself, or the chunk it was expected to write never completes."""
+
+    def leave_SimpleStatementLine(self, original, updated):
+        if len(updated.body) == 1 and isinstance(updated.body[0], cst.Return):
+            notify = _comment(cst.SimpleStatementLine([_early_notify()], leading_lines=list(updated.leading_lines)), EARLY_END)
+            return cst.FlattenSentinel([notify, updated.with_changes(leading_lines=[])])
+        return updated.with_changes(body=self._before_returns(updated.body))
+
+    def leave_SimpleStatementSuite(self, original, updated):
+        return updated.with_changes(body=self._before_returns(updated.body))
+
+    @staticmethod
+    def _before_returns(body) -> list:
+        out = []
+        for small in body:
+            if isinstance(small, cst.Return):
+                out.append(_early_notify().with_changes(semicolon=cst.Semicolon(whitespace_after=cst.SimpleWhitespace(" "))))
+            out.append(small)
+        return out
+
+
+def insert_notifies(body: list[cst.BaseStatement], binding: TensorBinding, table: bool = False,
+                    fresh: bool = False) -> list[cst.BaseStatement]:
+    """`body` is the original function body (indices match `binding.groups`). `fresh`: the write
+    addresses depend on loaded data (said in a comment; the runtime probes at every launch)."""
     at = {g.stmt_index: k for k, g in enumerate(binding.groups)}
     last = binding.groups[-1].stmt_index
     out: list[cst.BaseStatement] = []
     for index, stmt in enumerate(body):
         k = at.get(index)
+        if index <= last:
+            # Returns after the announcement need nothing: the tile has counted itself already.
+            stmt = stmt.visit(_CountBeforeReturn())
         if k is not None:
             ranges = range_statements(binding, k, table)
+            what = f"the chunks of {binding.tensor} this program writes"
             ranges[0] = _comment(ranges[0].with_changes(leading_lines=list(stmt.leading_lines)),
-                                 f"the chunks of {binding.tensor} this program writes")
+                                 f"{what}; {FRESH}" if fresh and k == 0 else what)
             out.extend(ranges)
             stmt = stmt.with_changes(leading_lines=[])
         out.append(stmt)
         if index == last:
             out.append(notify_statement())
     return out
+
+
+_READS = {"load", "gather", "atomic_add", "atomic_xchg", "atomic_cas", "atomic_max", "atomic_min", "atomic_and", "atomic_or",
+          "atomic_xor", "inline_asm_elementwise"}
+
+
+def depends_on_data(stmts: list[cst.BaseStatement], module: cst.Module, pointers: set[str]) -> bool:
+    """Whether the probe's statements (what computes the write ranges) read memory: a load or an
+    atomic, or a call to a helper that does (followed through the helpers `module` defines; one
+    defined elsewhere counts if it is handed a pointer, `pointers`). Then the ranges can change from
+    one launch to the next with the same shapes and scalars, and no table may be reused."""
+    helpers = {f.name.value: f for f in module.body if isinstance(f, cst.FunctionDef)}
+    return any(_reads_memory(stmt, helpers, pointers, set()) for stmt in stmts)
+
+
+def _reads_memory(node: cst.CSTNode, helpers: dict, pointers: set[str], seen: set[str]) -> bool:
+    for call in cu.calls_in(node):
+        name = cu.call_name(call) or ""
+        leaf = name.rsplit(".", 1)[-1]
+        if leaf in _READS:
+            return True
+        if name.split(".", 1)[0] in ("tl", "triton", "math", "libdevice", names.DEVICE) or leaf in _PURE_METHODS:
+            continue
+        helper = helpers.get(name)
+        if helper is not None:
+            if name not in seen and _reads_memory(helper.body, helpers, pointers, seen | {name}):
+                return True
+        elif any(cu.names_in(a.value) & pointers for a in call.args):
+            return True
+    return False
 
 
 def probe_body(body: list[cst.BaseStatement], binding: TensorBinding, start: int) -> list[cst.BaseStatement]:

@@ -412,7 +412,7 @@ class PullReduce(Reduction):
     host    kernel | sync | barrier (every partial complete) | add partials (rank order) | sync | barrier
 
     The last barrier keeps every rank in this launch until all have read the partials: the next
-    launch may poison and rewrite its buffer before its kernel.
+    launch may re-initialise (zeros, or the user's C for all_reduce) and rewrite its buffer before its kernel.
     """
 
     def join(self) -> None:

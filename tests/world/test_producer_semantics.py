@@ -1,0 +1,44 @@
+"""Producers run as their reference does (issue 10, part B): the kernel sees a partial that starts as
+the user's C (all_reduce) or as zeros (reduce_scatter), so split-K atomics, grids that leave elements
+unwritten, `C += A @ B` epilogues, tiles that return before their store and stores (or atomics) whose
+rows come from loaded data all give what `fused.reference` gives, and what a torch model of the kernel gives.
+Worlds 2-4, three launches each with new data, a slow jittery link, NaN-poisoned outputs."""
+from __future__ import annotations
+
+import pytest
+
+from syncopy.runtime.world import spawn
+from tests.world import producer_workers
+from tests.world.workers import once
+
+ALL = ["splitk_atomic", "partial_grid", "accumulate", "lower_triangular", "rows_by_index", "skip_by_flag", "scatter_add_rows"]
+KERNELS = {2: ALL, 3: ALL, 4: ["accumulate", "lower_triangular", "scatter_add_rows"]}
+PATTERNS = ["reduce_scatter", "all_reduce"]
+
+
+@once
+def _world(world: int) -> list:
+    return spawn(producer_workers.run_producer_cases, world, KERNELS[world], PATTERNS, timeout_s=400)
+
+
+@pytest.mark.world
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_fused_producers_equal_their_reference_and_torch(world):
+    results = _world(world)
+    for rank, cases in enumerate(results):
+        assert [(c["name"], c["pattern"]) for c in cases] == [(k, p) for k in KERNELS[world] for p in PATTERNS], \
+            f"rank {rank}: {cases[-1].get('error')}\n{cases[-1].get('tb', '')}"
+        for c in cases:
+            where = f"rank {rank} {c['name']} {c['pattern']}"
+            assert len(c["fused"]) == producer_workers.LAUNCHES, where
+            assert max(c["reference"]) <= producer_workers.TOL, f"{where}: reference {c['reference']}"
+            assert max(c["fused"]) <= producer_workers.TOL, f"{where}: fused {c['fused']}"
+
+
+@pytest.mark.world
+def test_chunks_are_announced_while_the_kernel_still_runs():
+    """The precondition of the test above: chunks left mid-kernel, so a chunk announced too early
+    (a tile counted against the wrong chunk) would have sent an incomplete partial."""
+    for name in ALL:
+        early = [n for cases in _world(2) for c in cases if c["name"] == name for n in c["early"]]
+        assert any(early), f"{name}: no chunk was announced before the kernel ended ({early})"
