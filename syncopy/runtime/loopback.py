@@ -316,6 +316,10 @@ class LoopbackWorld:
         ctx.targets = [_wrap32(t + k) for t, k in zip(ctx.targets, tiles)]
         for addr, target in zip(wire.targets, ctx.targets):
             ops.write32(addr, target, hc)
+        fk._init_partial(ctx, out)  # what the partial holds before the kernel's stores, as in the reference
+        for g, count in enumerate(tiles):
+            if count == 0:  # no tile writes it: final at once
+                ops.write32(wire.flags[g], epoch, hc)
         # Both streams start after this launch's targets are written (flags of earlier epochs are
         # below `epoch`: the waits cannot pass early).
         ops.record(loop.compute_mark, hc)
@@ -455,7 +459,7 @@ class _Wire:
         self.received = eng.ops.event()
         sig = ptr(ctx.signals)
         n = ctx.n_chunks
-        flag = [sig + 4 * (dev.SIG_HEADER + g) for g in range(n)]
+        flag = self.flags = [sig + 4 * (dev.SIG_HEADER + g) for g in range(n)]
         self.targets = [sig + 4 * (dev.SIG_HEADER + n + 2 + n + g) for g in range(n)]
         self.outbox = eng.pin(torch.empty_like(ctx.buffer, device="cpu"))
         self.inbox = {p: torch.empty_like(out) for p in range(plan.world) if p != rank}
