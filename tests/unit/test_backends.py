@@ -334,3 +334,23 @@ def test_a_launch_whose_peer_dropped_out_after_delivering_everything_still_fails
                                                   r"rank's result is complete, but the operator's peers cannot finish: restart the job"):
         api._raise_if_dropped_out(ctx, 3, "rank 2 dropped out (Connection reset by peer)")
     assert ctx.broken == "rank 2 dropped out (Connection reset by peer)"
+
+
+def test_every_rank_takes_the_shared_gpu_handshake_when_any_gpu_hosts_two_ranks(monkeypatch):
+    # Ranks 1 and 2 share a GPU, rank 0 is alone: rank 0 counts one rank on its GPU but must still
+    # take the host handshake the others take (their barriers need it), or the rounds drift apart.
+    import types
+
+    import torch
+
+    from syncopy.runtime.backends import control
+
+    monkeypatch.setattr(control, "_key", lambda group: ("group",))
+    monkeypatch.setattr(control.socket, "gethostname", lambda: "node")
+    monkeypatch.setitem(control._devices, ("group", "cuda:0"), [("node", "gpu-a"), ("node", "gpu-b"), ("node", "gpu-b")])
+    for uuid, on_mine in (("gpu-a", 1), ("gpu-b", 2)):
+        monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device, uuid=uuid: types.SimpleNamespace(uuid=uuid))
+        assert control.ranks_on_device("group", "cuda:0") == on_mine
+        assert control.any_device_shared("group", "cuda:0") is True
+    monkeypatch.setitem(control._devices, ("group", "cuda:0"), [("node", "gpu-a"), ("node", "gpu-b")])
+    assert control.any_device_shared("group", "cuda:0") is False

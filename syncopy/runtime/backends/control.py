@@ -14,7 +14,7 @@ from syncopy.errors import LaunchError
 
 _groups: dict[tuple, object] = {}
 _hosts: dict[tuple, list[str]] = {}
-_devices: dict[tuple, int] = {}
+_devices: dict[tuple, list] = {}  # (group, device) -> every rank's (host, GPU id)
 _broken: dict[int, str] = {}  # id(control group) -> why its transport broke
 
 
@@ -100,19 +100,33 @@ def on_one_node(group) -> bool:
 def ranks_on_device(group, device) -> int:
     """How many ranks of `group` (this one included) run on this very GPU (collective the first
     time). One GPU may host several ranks (tests, emulation); p2p then delivers before launching."""
+    ids, mine = _device_ids(group, device)
+    return ids.count(mine)
+
+
+def any_device_shared(group, device) -> bool:
+    """Do two ranks of `group` run on one GPU, anywhere in the group (collective the first time)? The
+    same answer on every rank, so that every rank takes the same handshake: with ranks 1 and 2 on
+    one GPU and rank 0 alone, rank 0 must meet the others' barriers too."""
+    ids, _ = _device_ids(group, device)
+    return len(set(ids)) < len(ids)
+
+
+def _device_ids(group, device) -> tuple[list, tuple]:
+    """Every rank's (host, GPU id), gathered once per group and device; and this rank's."""
     import torch
 
     key = (*_key(group), str(device))
+    props = torch.cuda.get_device_properties(device)
+    mine = (socket.gethostname(), str(getattr(props, "uuid", "")) or f"cuda:{torch.device(device).index}")
     if key not in _devices:
-        props = torch.cuda.get_device_properties(device)
-        mine = (socket.gethostname(), str(getattr(props, "uuid", "")) or f"cuda:{torch.device(device).index}")
         ids: list = [None] * dist.get_world_size(group)
         if len(ids) == 1:
             ids = [mine]
         else:
             dist.all_gather_object(ids, mine, group=control_group(group))
-        _devices[key] = ids.count(mine)
-    return _devices[key]
+        _devices[key] = ids
+    return _devices[key], mine
 
 
 class NodeBarrier:

@@ -36,8 +36,8 @@ Ranks that share one GPU (tests, emulation) are the exception to in-kernel overl
 kernels of different processes on one GPU take turns: on an H200 (default compute mode) two ranks
 whose kernels each spun out a 1 s poll budget took 2.5 s each, one kernel after the other. A rank
 whose kernel spins while the pushes it waits for sit in the other process's queue would then wait
-on the GPU's time-slicing at best. So when `ranks_on_device` finds more than one rank on this GPU,
-every launch starts with a host sync and a barrier, and every rank's pushes complete (push streams
+on the GPU's time-slicing at best. So when any GPU of the group hosts more than one rank (`any_device_shared`: the
+same answer on every rank, so that all of them take the same handshake), every launch starts with a host sync and a barrier, and every rank's pushes complete (push streams
 synced, then a barrier) before any kernel starts: correct, not overlapped, and synchronous. One
 rank per GPU, the configuration the backend is for, launches at once and asynchronously.
 
@@ -128,10 +128,11 @@ class CudaMemory:
         return rebuild(*args)
 
     def shares_device(self, group, device) -> bool:
-        """Does another rank of `group` run on this very GPU (collective the first time)?"""
-        from syncopy.runtime.backends.control import ranks_on_device
+        """Do two ranks of `group` share a GPU anywhere in the group (collective the first time)?
+        Every rank gets the same answer and so takes the same handshake."""
+        from syncopy.runtime.backends.control import any_device_shared
 
-        return ranks_on_device(group, device) > 1
+        return any_device_shared(group, device)
 
 
 class Inline:
