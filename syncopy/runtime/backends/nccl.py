@@ -1,7 +1,8 @@
 """The multi-node GPU backend: chunks move as NCCL point-to-point ops on a dedicated communicator
 (high-priority stream, at most `occupancy.reserved_sms('nccl')` CTAs per kernel), ordered by one
-syncopy stream; after each chunk lands, its flag is raised by a 4-byte copy of the epoch on that
-stream, so stream order puts the flag after the NCCL kernel that wrote the data.
+syncopy stream; after each chunk lands, its flag is raised by a stream write-value of the epoch on
+that stream (runtime/streamops.py: a memory barrier first), so stream order puts the flag after the
+NCCL kernel that wrote the data.
 
 NCCL matches sends to receives per peer in posting order, and a send blocks until its receive is
 posted, so ranks must agree on what runs together. Every rank lowers every rank's plan and cuts
@@ -33,10 +34,12 @@ from syncopy import device as dev
 from syncopy.errors import LaunchError
 from syncopy.runtime import occupancy
 from syncopy.runtime import plan as planning
+from syncopy.runtime import streamops
 from syncopy.runtime.backends.control import control_group, wait_bound
 from syncopy.runtime.backends.p2p import Inline, Reduction, put_own_shard, refuse_emulation
 from syncopy.runtime.context import Context
 from syncopy.runtime.link import Faults, Link
+from syncopy.runtime.streamops import ptr
 
 _groups: dict[tuple, tuple] = {}
 
@@ -122,8 +125,8 @@ class CudaStreams:
         event.record(stream)
         return event
 
-    def host_words(self, n: int) -> torch.Tensor:
-        return torch.zeros(n, dtype=torch.int32).pin_memory()
+    def make_ops(self):
+        return streamops.cuda_ops()
 
     def sm_count(self, device) -> int:
         return occupancy.sm_count(device)
@@ -158,8 +161,8 @@ class HostStreams(CudaStreams):
     def mark(self, stream):
         return _Done()
 
-    def host_words(self, n: int) -> torch.Tensor:
-        return torch.zeros(n, dtype=torch.int32)
+    def make_ops(self):
+        return streamops.HostOps()  # on Inline streams: done when enqueued
 
     def sm_count(self, device) -> int:
         return self.SMS
@@ -178,8 +181,7 @@ class NcclBackend:
         self.timeout_s = timeout_s
         self.stream = self.engine.stream()
         self.rounds: list[list[tuple[str, int, int]]] | None = None  # this rank's ops per round
-        self.epoch_host: torch.Tensor | None = None
-        self.epoch_dev: torch.Tensor | None = None
+        self.ops = self.engine.make_ops()
 
     def check_grid(self, programs: int, persistent: bool, kernel: str, device) -> None:
         occupancy.check_grid(programs, self.engine.sm_count(device), self.name, persistent, kernel)
@@ -193,8 +195,6 @@ class NcclBackend:
             ops = [("send", g, dst) if src == plan.rank else ("recv", g, src) for src, dst, g in transfers if plan.rank in (src, dst)]
             mine.append(ops)
         self.rounds = [ops for ops in mine if ops]
-        self.epoch_host = self.engine.host_words(plan.widest_chunk)
-        self.epoch_dev = torch.zeros(plan.widest_chunk, dtype=torch.int32, device=ctx.buffer.device)
 
     def local(self, ctx: Context, shard: torch.Tensor) -> None:
         put_own_shard(ctx, shard)
@@ -225,15 +225,14 @@ class Rounds:
         s = be.stream
         # Our own slot (and any poisoning) was written on the compute stream: the first sends wait for it.
         be.engine.after_compute(s, ctx.buffer.device)
-        be.epoch_host.fill_(self.epoch)  # the last launch's copy out of it finished (join)
         # NCCL ignores tags; the gloo transport that emulates it on CPU matches by them (context id:
         # ranks that launch different shapes never match each other's messages, see gloo.py).
 
         def tag(g: int) -> int:
             return (ctx.uid % (1 << 14)) << 16 | g
 
+        flags, hs = ptr(ctx.signals) + 4 * dev.SIG_HEADER, be.ops.handle(s)
         with be.engine.using(s):
-            be.epoch_dev.copy_(be.epoch_host, non_blocking=True)
             for ops in be.rounds:
                 p2p, landing = [], []
                 for kind, g, peer in ops:
@@ -252,8 +251,8 @@ class Rounds:
                 for g, view, data in landing:
                     if data is not view:
                         view.copy_(data)
-                    f = plan.flags(g)
-                    ctx.signals[dev.SIG_HEADER + f.start : dev.SIG_HEADER + f.stop].copy_(be.epoch_dev[: len(f)], non_blocking=True)
+                    for f in plan.flags(g):  # a stream write-value: a memory barrier, then the flag
+                        be.ops.write32(flags + 4 * f, self.epoch, hs)
                 self.done.append((be.engine.mark(s), [g for g, _, _ in landing]))
         return self
 
