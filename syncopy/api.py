@@ -591,7 +591,9 @@ class FusedKernel:
         call_args[self.schedule.tensor] = ctx.buffer
         if backend is not None:
             g0, g1, g2 = self._grid(grid, call_args)
-            backend.check_grid(g0 * g1 * g2, t.persistent is not None, self.local.fn.__name__, shard.device)
+            # Each program is num_ctas CTAs (a cluster on sm_90): what could hold SMs is their product.
+            backend.check_grid(g0 * g1 * g2, t.persistent is not None, self.local.fn.__name__, shard.device,
+                               int(options.get("num_ctas") or 1))
         order, ranges, exec_order = self._order(ctx, grid, call_args, backend)
         if _deferred(backend):
             backend.check()  # earlier launches that are done: their errors surface here

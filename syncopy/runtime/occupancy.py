@@ -81,12 +81,19 @@ def programs(device, backend: str, n_tiles: int | None = None) -> int:
     return programs_for(sm_count(device), backend, n_tiles)
 
 
-def check_grid(n_programs: int, sms: int, backend: str, persistent: bool, kernel: str) -> None:
-    """Refuse a launch whose waiting programs could occupy the SMs `backend` needs (see module doc)."""
+def check_grid(n_programs: int, sms: int, backend: str, persistent: bool, kernel: str, ctas_per_program: int = 1) -> None:
+    """Refuse a launch whose waiting programs could occupy the SMs `backend` needs (see module doc).
+    A program of `ctas_per_program` CTAs (the `num_ctas` launch option) holds that many SMs."""
     reserved = reserved_sms(backend)
     limit = sms - reserved
-    if reserved == 0 or n_programs <= limit:
+    if reserved == 0 or n_programs * ctas_per_program <= limit:
         return  # nothing else needs an SM, or the grid leaves the reserved ones free
+    if ctas_per_program > 1:
+        raise LaunchError(
+            f"kernel '{kernel}' launches {n_programs} programs of num_ctas={ctas_per_program} CTAs ({n_programs * ctas_per_program} "
+            f"CTAs) on a GPU with {sms} SMs; on the {backend} backend its waiting tiles could occupy every SM and starve the "
+            f"{backend} kernels that deliver their chunks ({reserved} SMs are kept for them); launch at most {limit} CTAs in all "
+            f"(programs x num_ctas), or use backend='p2p' on one node (copy engines, no SM)")
     what = "persistent kernel" if persistent else "kernel"
     fix = (f"launch at most {limit} programs (NUM_SMS = syncopy.runtime.occupancy.programs(device, '{backend}'))"
            if persistent else

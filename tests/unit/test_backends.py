@@ -354,3 +354,35 @@ def test_every_rank_takes_the_shared_gpu_handshake_when_any_gpu_hosts_two_ranks(
         assert control.any_device_shared("group", "cuda:0") is True
     monkeypatch.setitem(control._devices, ("group", "cuda:0"), [("node", "gpu-a"), ("node", "gpu-b")])
     assert control.any_device_shared("group", "cuda:0") is False
+
+
+def test_nccl_grid_check_counts_the_ctas_of_each_program(monkeypatch):
+    # num_ctas=2 makes every program two CTAs: 64 programs hold 128 SMs, past the 124 nccl leaves.
+    monkeypatch.delenv("SYNCOPY_NCCL_SMS", raising=False)
+    monkeypatch.delenv("NCCL_MAX_NCHANNELS", raising=False)
+    occupancy.check_grid(64, 132, "nccl", True, "k")  # one CTA each: fits
+    with pytest.raises(LaunchError, match=r"^kernel 'k' launches 64 programs of num_ctas=2 CTAs \(128 CTAs\) on a GPU with 132 SMs; "
+                                          r"on the nccl backend .* launch at most 124 CTAs in all \(programs x num_ctas\)"):
+        occupancy.check_grid(64, 132, "nccl", True, "k", ctas_per_program=2)
+
+
+def test_nccl_options_say_when_this_torch_cannot_cap_the_ctas(monkeypatch):
+    import torch.distributed as dist
+
+    from syncopy.runtime.backends import nccl
+
+    class Options:  # a torch whose NCCL options have no config.max_ctas
+        def __init__(self, is_high_priority_stream):
+            self.config = object()
+
+    monkeypatch.setattr(dist, "ProcessGroupNCCL", type("PG", (), {"Options": Options}), raising=False)
+    monkeypatch.delenv("NCCL_MAX_CTAS", raising=False)
+    monkeypatch.delenv("NCCL_MAX_NCHANNELS", raising=False)
+    with pytest.warns(UserWarning, match=r"^this torch cannot cap NCCL's CTAs per communicator, so the 8 SMs .* set NCCL_MAX_CTAS=8"):
+        nccl.nccl_options(8)
+    monkeypatch.setenv("NCCL_MAX_CTAS", "8")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        nccl.nccl_options(8)

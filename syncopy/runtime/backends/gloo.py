@@ -331,7 +331,7 @@ class GlooBackend:
         if sys.getswitchinterval() > 0.001:
             sys.setswitchinterval(0.001)
 
-    def check_grid(self, programs: int, persistent: bool, kernel: str, device) -> None:
+    def check_grid(self, programs: int, persistent: bool, kernel: str, device, ctas_per_program: int = 1) -> None:
         """Every grid runs here: the interpreter runs programs one after another."""
 
     def local(self, ctx: Context, shard: torch.Tensor) -> None:

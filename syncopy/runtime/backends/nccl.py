@@ -25,7 +25,9 @@ kernel (correct, no in-kernel overlap yet).
 from __future__ import annotations
 
 import contextlib
+import os
 import time
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -50,8 +52,11 @@ def nccl_options(reserved_sms: int):
     opts = dist.ProcessGroupNCCL.Options(is_high_priority_stream=True)
     try:
         opts.config.max_ctas = reserved_sms
-    except AttributeError:  # an older torch: NCCL_MAX_NCHANNELS (read by reserved_sms) is the lever
-        pass
+    except AttributeError:  # an older torch: only the environment caps NCCL's CTAs
+        if not any(os.environ.get(v) for v in ("NCCL_MAX_CTAS", "NCCL_MAX_NCHANNELS")):
+            warnings.warn(f"this torch cannot cap NCCL's CTAs per communicator, so the {reserved_sms} SMs syncopy keeps free for "
+                          f"NCCL may not suffice; set NCCL_MAX_CTAS={reserved_sms} (or NCCL_MAX_NCHANNELS) before starting the job",
+                          stacklevel=2)
     return opts
 
 
@@ -183,8 +188,8 @@ class NcclBackend:
         self.rounds: list[list[tuple[str, int, int]]] | None = None  # this rank's ops per round
         self.ops = self.engine.make_ops()
 
-    def check_grid(self, programs: int, persistent: bool, kernel: str, device) -> None:
-        occupancy.check_grid(programs, self.engine.sm_count(device), self.name, persistent, kernel)
+    def check_grid(self, programs: int, persistent: bool, kernel: str, device, ctas_per_program: int = 1) -> None:
+        occupancy.check_grid(programs, self.engine.sm_count(device), self.name, persistent, kernel, ctas_per_program)
 
     def _lower(self, ctx: Context) -> None:
         plan = ctx.plan

@@ -217,7 +217,7 @@ class P2PBackend:
         self.ops = self.memory.make_ops(wait_bound(timeout_s))
         self.errors: LaunchErrors | None = None  # consumer contexts: launches whose error words are not read yet
 
-    def check_grid(self, programs: int, persistent: bool, kernel: str, device) -> None:
+    def check_grid(self, programs: int, persistent: bool, kernel: str, device, ctas_per_program: int = 1) -> None:
         """Every grid is safe: the copy engines need no SM."""
 
     # -- setup (once per context, collectively) -------------------------------------------------
