@@ -20,6 +20,7 @@ a host thread while the interpreted kernel's tiles spin.
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -43,14 +44,18 @@ class _Cuda:
     def __init__(self):
         self.ops = streamops.cuda_ops()
 
-    def stream(self):
-        return torch.cuda.Stream(priority=-1)
+    def stream(self, device):
+        return torch.cuda.Stream(device=device, priority=-1)
 
-    def current(self):
-        return torch.cuda.current_stream()
+    def current(self, device):
+        return torch.cuda.current_stream(device)
 
-    def side_stream(self, deadline_s: float):
-        return self.stream()  # a GPU stream's waits have no deadline: the kernel always finishes its chunks
+    def on(self, device):
+        """Make the tensors' GPU current: Triton launches on the current device's current stream."""
+        return torch.cuda.device(device)
+
+    def side_stream(self, device, deadline_s: float):
+        return self.stream(device)  # a GPU stream's waits have no deadline: the kernel always finishes its chunks
 
     def pin(self, t: torch.Tensor) -> torch.Tensor:
         return t.pin_memory()
@@ -60,8 +65,8 @@ class _Cuda:
         ev.record(stream)
         return ev
 
-    def synchronize(self) -> None:
-        torch.cuda.synchronize()
+    def synchronize(self, device) -> None:
+        torch.cuda.synchronize(device)
 
 
 class _Host(_Cuda):
@@ -73,12 +78,15 @@ class _Host(_Cuda):
     def __init__(self):
         self.ops = streamops.HostOps()
 
-    def stream(self):
+    def stream(self, device):
         return None  # done when enqueued
 
     current = stream
 
-    def side_stream(self, deadline_s: float):
+    def on(self, device):
+        return contextlib.nullcontext()
+
+    def side_stream(self, device, deadline_s: float):
         """A stream whose waits must pass while an interpreted kernel runs: a worker thread."""
         return streamops.HostStream(deadline_s, name="syncopy-loopback-stream")
 
@@ -93,7 +101,7 @@ class _Host(_Cuda):
         stream.put(lambda: stamp.append(time.perf_counter()), always=True)
         return stamp
 
-    def synchronize(self) -> None:
+    def synchronize(self, device) -> None:
         pass
 
 
@@ -116,6 +124,7 @@ class _Loop:
         ops = engine.ops
         self.errors = LaunchErrors(ctx, ops, engine.pin, timeout_s)
         self.compute_mark, self.side_mark = ops.event(), ops.event()
+        self.side = engine.stream(ctx.buffer.device)  # the chunk copies' stream, on the context's GPU
         self.wire: _Wire | None = None  # producer contexts: their transfers (made with the first peer list)
 
 
@@ -130,7 +139,6 @@ class LoopbackWorld:
         self.fk, self.world, self.rank = fused, world, rank
         self.engine = _Cuda() if device == "cuda" else _Host()
         self.ops = self.engine.ops
-        self.side = self.engine.stream()
         self.loops: dict[tuple, _Loop] = {}
 
     @property
@@ -167,6 +175,15 @@ class LoopbackWorld:
         timeline: record events (CUDA events on a GPU: start, kernel launch, each chunk landed,
         end) and host times for `timeline_ms()`.
         """
+        with self.engine.on(self._device(args, kwargs)):
+            return self._launch(grid, args, kwargs, peers, delay_s, presignal, sync, withhold, timeline, copies)
+
+    def _device(self, args: tuple, kwargs: dict):
+        """The device of the launch's tensors (the first one passed)."""
+        return next((a.device for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), None)
+
+    def _launch(self, grid, args: tuple, kwargs: dict, peers: list[torch.Tensor], delay_s: float, presignal: bool, sync: bool,
+                withhold: frozenset, timeline: bool, copies: str | None) -> Context:
         host0 = time.perf_counter()
         fk = self.fk
         fk.build()
@@ -187,8 +204,8 @@ class LoopbackWorld:
             raise ValueError(f"copies={copies!r}: expected one of {', '.join(self.COPIES)}")
         moves = self._moves(loop, peers)
         ops, eng = self.ops, self.engine
-        cur = eng.current()
-        hc, hs = ops.handle(cur), ops.handle(self.side)
+        cur = eng.current(ctx.buffer.device)
+        hc, hs = ops.handle(cur), ops.handle(loop.side)
         events = self._events(timeline)
         events.mark("start", cur)
         events.host("setup", host0)
@@ -227,7 +244,7 @@ class LoopbackWorld:
                     ops.copy(dst, src, n, hs)
                     for f in flags:
                         ops.write32(f, epoch, hs)
-                    events.mark(g, self.side)
+                    events.mark(g, loop.side)
                 events.host("copies enqueued", host0)
             except BaseException as exc:  # surfaced by the launching thread
                 failed.append(exc)
@@ -263,8 +280,8 @@ class LoopbackWorld:
 
     def synchronize(self) -> None:
         """Wait for every launch so far and raise the first error among them (SyncopyTimeout)."""
-        self.engine.synchronize()
         for loop in self.loops.values():
+            self.engine.synchronize(loop.ctx.buffer.device)
             if loop.wire is not None:
                 for stream in (loop.wire.send, loop.wire.recv):
                     if isinstance(stream, streamops.HostStream):
@@ -300,7 +317,7 @@ class LoopbackWorld:
             raise LaunchError(f"the loopback world emulates reduce_scatter sent straight to each owner, not {plan.pattern} "
                               f"({plan.algorithm}); use pattern reduce_scatter with order local_first or a list of peer offsets")
         wire = self._wire(loop, peers, out)
-        cur = eng.current()
+        cur = eng.current(ctx.buffer.device)
         hc = ops.handle(cur)
         hs, hr = ops.handle(wire.send), ops.handle(wire.recv)
         events = self._events(timeline)
@@ -455,7 +472,7 @@ class _Wire:
         plan, dim = ctx.plan, ctx.dim
         c, rows, rank = plan.chunks_per_rank, plan.rows_per_rank, plan.rank
         self.peers = list(peers)
-        self.send, self.recv = eng.side_stream(world.fk.timeout_s), eng.side_stream(world.fk.timeout_s)
+        self.send, self.recv = (eng.side_stream(ctx.buffer.device, world.fk.timeout_s) for _ in range(2))
         self.received = eng.ops.event()
         sig = ptr(ctx.signals)
         n = ctx.n_chunks
