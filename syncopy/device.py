@@ -148,10 +148,12 @@ def _spin_polls(ptr, epoch, limit):
     """After the block saw the flag down: at most `limit` more block-wide polls (compiled and
     interpreted alike; see the comment below for why not a per-thread timed spin)."""
     flag = _flag_of_block(ptr)
-    polls = 0
-    while (flag < epoch) & (polls < limit):
+    # Count the polls left down from the int64 budget: a 32-bit count of polls made would wrap
+    # past 2^31 polls (timeout_s above ~430 s at 200 ns a poll) and the wait would never end.
+    left = limit
+    while (flag < epoch) & (left > 0):
         flag = _flag_of_block(ptr)
-        polls += 1
+        left -= 1
     return flag
 
 
