@@ -27,7 +27,8 @@ _serials = itertools.count(1)
 _groups: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # user group -> its control group
 _hosts: dict[int, list[str]] = {}  # group token -> host names
 _devices: dict[tuple, int] = {}  # (group token, device) -> ranks on that device
-_broken: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # control group -> why its transport broke
+# id(control group) -> (that group, why its transport broke); the group is held, so its id stays its own.
+_broken: dict[int, tuple[object, str]] = {}
 _generations: dict[tuple, int] = {}  # (user group name, purpose) -> internal groups made for it so far
 _locks: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # user group -> lock of its internal state
 _table_lock = threading.Lock()  # the tables above, briefly; never held across a wait on other ranks
@@ -118,8 +119,8 @@ def control_group(group, timeout_s: float | None = None) -> object:
         if group not in _groups:
             _groups[group] = member_group(group, "control", "gloo", timedelta(seconds=wait_bound(timeout_s)))
         control = _groups[group]
-    if control in _broken:
-        raise LaunchError(f"the transport of this process group broke in an earlier launch ({_broken[control]}); "
+    if id(control) in _broken:
+        raise LaunchError(f"the transport of this process group broke in an earlier launch ({_broken[id(control)][1]}); "
                           "create a new process group (dist.new_group) and launch on it")
     return control
 
@@ -127,7 +128,7 @@ def control_group(group, timeout_s: float | None = None) -> object:
 def mark_broken(control, why: str) -> None:
     """Every later use of `control` refuses at once, saying `why` (the first reason is kept)."""
     with _table_lock:  # transfer threads report too
-        _broken.setdefault(control, why)
+        _broken.setdefault(id(control), (control, why))
 
 
 JOIN_FIX = "every rank of the group must launch this operator, with the same shapes, in the same order"
