@@ -188,8 +188,6 @@ class FusedKernel:
         self._contexts: dict[tuple, tuple[Context, object]] = {}
         # Threads may share an operator (a template op is one operator per process): launches on one
         # group take turns (see _serialised_launch); the compile step runs once.
-        self._locks: dict[int, threading.RLock] = {}  # group token -> its launches' lock
-        self._locks_lock = threading.Lock()
         self._build_lock = threading.Lock()
         self._last_stream: dict = {}  # (group token, CUDA device) -> the stream of the last launch there
         self.last_trace: Trace | None = None
@@ -237,16 +235,18 @@ class FusedKernel:
         return lambda *args, group=None, **kwargs: self._serialised_launch(grid, args, kwargs, group)
 
     def _serialised_launch(self, grid, args, kwargs, group):
-        """`_launch`, one at a time per operator and group on this rank, in the mode syncopy's tensor
-        work runs in.
+        """`_launch`, one at a time per group on this rank, in the mode syncopy's tensor work runs in.
 
-        Threads: a launch reuses the context's buffers and signal pad and steps its epoch, so two
-        launches of one operator on one group must not interleave on a rank; a second thread waits
-        here for the first launch to return (launches on other groups go on meanwhile). Which thread
-        goes first is up to the threads: as with torch.distributed collectives, every rank of the
-        group must launch in the same order (the n-th launch of a rank meets the n-th launch of each
-        peer). On CUDA, a launch from a thread with another current stream first makes that stream
-        wait for the last launch's (device-side, no host wait).
+        Threads: a launch reuses the context's buffers and signal pad and steps its epoch, and a
+        first launch talks to the peers over the group's control group, so two launches on one group
+        must not interleave on a rank; a second thread waits here for the first launch to return
+        (launches on other groups go on meanwhile). Which thread goes first is up to the threads: as
+        with torch.distributed collectives, every rank of the group must launch in the same order
+        (the n-th launch of a rank meets the n-th launch of each peer); taking turns per group, not
+        per operator, makes ranks that disagree on the order of two operators wait and time out
+        (naming the rank) instead of pairing one operator's data with the other's. On CUDA, a launch
+        from a thread with another current stream first makes that stream wait for the last
+        launch's (device-side, no host wait).
 
         Modes: syncopy's own tensor work (buffers, flags, copies, on this thread and on the transfer
         threads) runs under torch.inference_mode(), whatever the caller's mode: it records no autograd
@@ -254,11 +254,8 @@ class FusedKernel:
         under the caller's inference_mode) and its own (made once, reused in any later mode)."""
         self._refuse_grad(args, kwargs)
         group = checked_group(group)
-        token = control.group_token(group)
-        with self._locks_lock:
-            lock = self._locks.setdefault(token, threading.RLock())
-        with lock, torch.inference_mode():
-            self._follow_last_launch(token, args, kwargs)
+        with control.group_lock(group), torch.inference_mode():
+            self._follow_last_launch(control.group_token(group), args, kwargs)
             return self._launch(grid, args, kwargs, group)
 
     def _refuse_grad(self, args, kwargs) -> None:

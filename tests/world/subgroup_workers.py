@@ -97,6 +97,13 @@ def run_subgroups(rank: int, world: int) -> dict:
     out["template_op"] = _outcome(lambda: _template_op(contiguous))
     rs = templates.get("gemm_rs").fused(chunks_per_rank=2, poison_receive=True, link=LINK, timeout_s=20)
     out["gemm_rs"] = [_outcome(lambda s=s: _rs(rs, strided, seed=s)) for s in (11, 12)]
+    # The GPU backends' protocols (their CPU variants) on sub-groups: handshakes and rounds per group.
+    from tests.world.host_backend_workers import _use_host_backends
+
+    _use_host_backends()
+    for backend in ("p2p", "nccl"):
+        op = templates.get("ag_gemm").fused(chunks_per_rank=2, poison_receive=True, timeout_s=20, backend=backend)
+        out[backend] = [_outcome(lambda s=s: _ag(op, group, seed=s)) for s, group in ((13, strided), (14, contiguous))]
     return out
 
 

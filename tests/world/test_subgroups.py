@@ -57,6 +57,14 @@ def test_templates_on_a_sub_group():
 
 
 @pytest.mark.world
+@pytest.mark.parametrize("backend", ["p2p", "nccl"])
+def test_gpu_backends_protocols_on_sub_groups(backend):
+    """p2p's handshakes and nccl's rounds (their CPU variants, as in test_host_backends.py) per group."""
+    for r in _world4():
+        _right(r[backend])
+
+
+@pytest.mark.world
 def test_two_threads_launching_one_operator_take_turns():
     for r in _world2():
         _right(r["threads"])

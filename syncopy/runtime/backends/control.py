@@ -46,8 +46,9 @@ def group_token(group) -> int:
 
 
 def group_lock(group) -> threading.RLock:
-    """The lock under which this process creates `group`'s internal groups (threads launch too). One
-    per group: a creation waits for the group's other ranks, and must not hold up another group's."""
+    """The lock under which this process launches on `group` and creates its internal groups (threads
+    launch too; see FusedKernel._serialised_launch). One per group: a launch waits for the group's
+    other ranks, and must not hold up another group's."""
     with _table_lock:
         return _locks.setdefault(group, threading.RLock())
 
