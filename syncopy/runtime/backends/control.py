@@ -113,9 +113,9 @@ def wait_bound(timeout_s: float | None) -> float:
 
 def control_group(group, timeout_s: float | None = None) -> object:
     """A dedicated gloo group with the ranks of `group`, so our messages never interleave with the
-    user's collectives (and a CUDA world needs no CPU backend of its own). Created on first use
-    (by the group's ranks, like every launch: `member_group`), bounded by `wait_bound(timeout_s)`. Refuses a group whose
-    transport broke (`mark_broken`): gloo closes the connections of an operation that timed out."""
+    user's collectives (and a CUDA world needs no CPU backend of its own). Created on first use by
+    the group's ranks alone (`member_group`), bounded by `wait_bound(timeout_s)`. Refuses a group
+    whose transport broke (`mark_broken`): gloo closes the connections of an operation that timed out."""
     with group_lock(group):
         if group not in _groups:
             _groups[group] = member_group(group, "control", "gloo", timedelta(seconds=wait_bound(timeout_s)))

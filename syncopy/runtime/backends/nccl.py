@@ -60,9 +60,10 @@ def nccl_group(group) -> object:
 
     Where the default group is bound to a device (`init_process_group(device_id=...)`), torch makes
     every new NCCL group by ncclCommSplit of the default communicator, which every rank of the world
-    must enter: a group of members alone would wait forever. There the rounds run on `group` itself
-    when it is an NCCL group (same ranks, same order of launches: its own messages cannot meet
-    another group's), and a launch is refused otherwise."""
+    must enter: a group of members alone would wait forever. There a sub-group's rounds run on
+    `group` itself when it is an NCCL group (same ranks, same order of launches: its own messages
+    cannot meet another group's; torch's stream and CTA limit, not ours), and a launch is refused
+    otherwise."""
     with group_lock(group):
         if group not in _groups:
             _groups[group] = _new_nccl_group(group)
@@ -84,8 +85,9 @@ def _new_nccl_group(group) -> object:
 def _should_share_user_group(group) -> bool:
     # torch splits the default communicator for every new NCCL group once the default group is bound
     # to a device; the split is collective over the whole world, which a sub-group's launch never is.
-    # The world itself may split (every rank is a member), but it gains nothing over its own group.
-    return bool(getattr(dist.distributed_c10d._get_default_group(), "bound_device_id", None))
+    # A group of every rank may split (all of them launch), and keeps its own high-priority communicator.
+    bound = getattr(dist.distributed_c10d._get_default_group(), "bound_device_id", None)
+    return bool(bound) and dist.get_world_size(group) < dist.get_world_size()
 
 
 def rounds(plans: list) -> list[list[tuple[int, int, int]]]:
