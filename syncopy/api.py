@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -186,6 +187,10 @@ class FusedKernel:
         self._built: tuple[Transformed, object, object, Path] | None = None
         self._positions: dict[tuple, list[str]] = {}  # (positions, keywords) of a launch -> the names of its positions
         self._contexts: dict[tuple, tuple[Context, object]] = {}
+        # Threads may share an operator (a template op is one operator per process): launches on one
+        # group take turns (see _serialised_launch); the compile step runs once.
+        self._build_lock = threading.Lock()
+        self._last_stream: dict = {}  # (group token, CUDA device) -> the stream of the last launch there
         self.last_trace: Trace | None = None
         # What the last launch ran with; for `auto` schedules, the planner's choice and its reason.
         self.resolved_chunks_per_rank: int | None = None
@@ -195,14 +200,15 @@ class FusedKernel:
     # -- compile --------------------------------------------------------------------------------
     def build(self) -> Transformed:
         """Run the passes (once) and import the generated module."""
-        if self._built is None:
-            from syncopy.emit import source as emit
+        with self._build_lock:
+            if self._built is None:
+                from syncopy.emit import source as emit
 
-            t = transform(from_jit(self.local), self.schedule)
-            fused, probe, path = emit.load(t, self.local.fn.__globals__)
-            if self.dump_dir is not None:
-                emit.dump(t, self.dump_dir)
-            self._built = (t, fused, probe, path)
+                t = transform(from_jit(self.local), self.schedule)
+                fused, probe, path = emit.load(t, self.local.fn.__globals__)
+                if self.dump_dir is not None:
+                    emit.dump(t, self.dump_dir)
+                self._built = (t, fused, probe, path)
         return self._built[0]
 
     @property
@@ -227,7 +233,54 @@ class FusedKernel:
         return backends.backend_for(self.backend_name, torch.device(device).type, group)
 
     def __getitem__(self, grid):
-        return lambda *args, group=None, **kwargs: self._launch(grid, args, kwargs, group)
+        return lambda *args, group=None, **kwargs: self._serialised_launch(grid, args, kwargs, group)
+
+    def _serialised_launch(self, grid, args, kwargs, group):
+        """`_launch`, one at a time per group on this rank, in the mode syncopy's tensor work runs in.
+
+        Threads: a launch reuses the context's buffers and signal pad and steps its epoch, and a
+        first launch talks to the peers over the group's control group, so two launches on one group
+        must not interleave on a rank; a second thread waits here for the first launch to return
+        (launches on other groups go on meanwhile). Which thread goes first is up to the threads: as
+        with torch.distributed collectives, every rank of the group must launch in the same order
+        (the n-th launch of a rank meets the n-th launch of each peer); taking turns per group, not
+        per operator, makes ranks that disagree on the order of two operators wait and time out
+        (naming the rank) instead of pairing one operator's data with the other's. On CUDA, a launch
+        from a thread with another current stream first makes that stream wait for the last
+        launch's (device-side, no host wait).
+
+        Modes: syncopy's own tensor work (buffers, flags, copies, on this thread and on the transfer
+        threads) runs under torch.inference_mode(), whatever the caller's mode: it records no autograd
+        anyway, and in that mode it may update in place both the caller's tensors (inference tensors
+        under the caller's inference_mode) and its own (made once, reused in any later mode)."""
+        self._refuse_grad(args, kwargs)
+        group = checked_group(group)
+        with control.group_lock(group), torch.inference_mode():
+            self._follow_last_launch(control.group_token(group), args, kwargs)
+            return self._launch(grid, args, kwargs, group)
+
+    def _refuse_grad(self, args, kwargs) -> None:
+        """A launch records no autograd graph: refuse inputs that require grad (with grad enabled),
+        rather than return a result whose gradients would silently be missing."""
+        if not torch.is_grad_enabled():
+            return
+        for key, value in [*zip(self.signature.parameters, args), *kwargs.items()]:
+            if isinstance(value, torch.Tensor) and value.requires_grad:
+                raise LaunchError(f"launch of '{self.local.fn.__name__}': argument '{key}' requires grad, but fused operators are "
+                                  f"not differentiable yet (its gradient would be lost); pass {key}.detach(), or launch under "
+                                  "torch.no_grad() or torch.inference_mode()")
+
+    def _follow_last_launch(self, token: int, args, kwargs) -> None:
+        """On CUDA, this launch's stream waits for the last launch's on the group when they differ
+        (threads have their own current streams; both launches use the same buffers)."""
+        tensors = [v for v in [*args, *kwargs.values()] if isinstance(v, torch.Tensor) and v.device.type == "cuda"]
+        if not tensors:
+            return
+        device = tensors[0].device
+        stream, last = torch.cuda.current_stream(device), self._last_stream.get((token, device))
+        if last is not None and last != stream:
+            stream.wait_stream(last)
+        self._last_stream[(token, device)] = stream
 
     @property
     def reference(self):
@@ -236,7 +289,11 @@ class FusedKernel:
 
         class _Ref:
             def __getitem__(self, grid):
-                return lambda *args, group=None, **kwargs: fk._reference(grid, args, kwargs, group)
+                def run(*args, group=None, **kwargs):
+                    fk._refuse_grad(args, kwargs)  # the local kernel records no autograd graph either
+                    return fk._reference(grid, args, kwargs, group)
+
+                return run
 
         return _Ref()
 
@@ -307,7 +364,8 @@ class FusedKernel:
 
     def _context(self, shard: torch.Tensor, group, args: dict) -> tuple[Context, object]:
         world, rank = dist.get_world_size(group), dist.get_rank(group)
-        key = (id(group), tuple(shard.shape), shard.dtype, shard.device.type)
+        # The group by its token, never by id(): a destroyed group's id may come back with another group.
+        key = (control.group_token(group), tuple(shard.shape), shard.dtype, shard.device.type)
         if key in self._contexts:
             return self._contexts[key]
         # A world of one moves nothing: its "backend" is the local copy in _launch.

@@ -80,6 +80,9 @@ context_ids = itertools.count()  # ids of this process's contexts (a launch take
 class Context:
     """Buffers and signals of one fused all-gather operator on one rank."""
 
+    # Ordinary tensors, even when the first launch of a shape runs under torch.inference_mode(): an
+    # inference tensor may not be updated in place outside that mode, and a context serves every launch.
+    @torch.inference_mode(False)
     def __init__(self, plan: RankPlan, shard_shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, dim: int,
                  producer: bool = False, full_shape: tuple[int, ...] | None = None):
         self.plan = plan

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+import threading
 import types
 from dataclasses import dataclass
 from functools import lru_cache
@@ -76,8 +77,18 @@ def get(name: str) -> Template:
     return t[name]
 
 
-@lru_cache(maxsize=None)
+_made = threading.Lock()
+
+
 def _fused(name: str, chunks_per_rank, order):
+    # One operator per (template, options) in the process, even when threads ask for it at once
+    # (lru_cache alone may build two, which would pair their launches as they come).
+    with _made:
+        return _cached_fused(name, chunks_per_rank, order)
+
+
+@lru_cache(maxsize=None)
+def _cached_fused(name: str, chunks_per_rank, order):
     return get(name).fused(chunks_per_rank=chunks_per_rank, order=order)
 
 

@@ -345,7 +345,10 @@ def test_every_rank_takes_the_shared_gpu_handshake_when_any_gpu_hosts_two_ranks(
 
     from syncopy.runtime.backends import control
 
-    monkeypatch.setattr(control, "_key", lambda group: ("group",))
+    import threading
+
+    monkeypatch.setattr(control, "group_token", lambda group: "group")
+    monkeypatch.setattr(control, "group_lock", lambda group: threading.RLock())
     monkeypatch.setattr(control.socket, "gethostname", lambda: "node")
     monkeypatch.setitem(control._devices, ("group", "cuda:0"), [("node", "gpu-a"), ("node", "gpu-b"), ("node", "gpu-b")])
     for uuid, on_mine in (("gpu-a", 1), ("gpu-b", 2)):

@@ -1,27 +1,107 @@
 """The control plane every backend shares: a gloo group with the ranks of the user's group (shape
 checks, IPC handle exchange, barriers: small host messages, whatever moves the data), and where
-those ranks run."""
+those ranks run.
+
+Internal groups are created by the members of the user's group alone (`member_group`), so a group
+can launch while the other ranks of the world do something else: several tensor-parallel groups at
+once, one group while the others run their own collectives."""
 from __future__ import annotations
 
+import itertools
 import re
 import socket
+import threading
 import time
+import weakref
 from datetime import timedelta
 
 import torch.distributed as dist
 
 from syncopy.errors import LaunchError
 
-_groups: dict[tuple, object] = {}
-_hosts: dict[tuple, list[str]] = {}
-_devices: dict[tuple, list] = {}  # (group, device) -> every rank's (host, GPU id)
-_broken: dict[int, str] = {}  # id(control group) -> why its transport broke
+# Per user group (weakly: an entry goes with its group, so a later group that Python places at the
+# same address starts afresh): a serial number no other group of this process ever gets, and
+# what was found out about the group.
+_tokens: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_serials = itertools.count(1)
+_groups: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # user group -> its control group
+_hosts: dict[int, list[str]] = {}  # group token -> host names
+_devices: dict[tuple, list] = {}  # (group token, device) -> every rank's (host, GPU id)
+# id(control group) -> (that group, why its transport broke); the group is held, so its id stays its own.
+_broken: dict[int, tuple[object, str]] = {}
+_generations: dict[tuple, int] = {}  # (user group name, purpose) -> internal groups made for it so far
+_locks: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # user group -> lock of its internal state
+_table_lock = threading.Lock()  # the tables above, briefly; never held across a wait on other ranks
+_naming = threading.local()  # .name: what torch must call the group this thread creates (member_group)
 
 
-def _key(group) -> tuple:
-    # Keyed by the user's group object (kept alive in the value so its id is not reused): a group
-    # re-created after a timeout gets a fresh transport on every rank, not the broken one.
-    return (id(group), tuple(dist.get_process_group_ranks(group)))
+def group_token(group) -> int:
+    """A number for `group` that no other process group of this process ever gets, even one created
+    after `group` was destroyed and collected (`id()` may come back; this does not): what caches of
+    per-group state are keyed by."""
+    with _table_lock:
+        if group not in _tokens:
+            _tokens[group] = next(_serials)
+        return _tokens[group]
+
+
+def group_lock(group) -> threading.RLock:
+    """The lock under which this process launches on `group` and creates its internal groups (threads
+    launch too; see FusedKernel._serialised_launch). One per group: a launch waits for the group's
+    other ranks, and must not hold up another group's."""
+    with _table_lock:
+        return _locks.setdefault(group, threading.RLock())
+
+
+def member_group(group, purpose: str, backend: str, timeout: timedelta | None, **options) -> object:
+    """A new process group with the ranks of `group`, created by those ranks alone (the others may be
+    anywhere: in their own launches, their own collectives, or idle). Call under `group_lock(group)`.
+
+    `dist.new_group` without local synchronisation must be entered by every rank of the world in
+    the same order, which ranks outside `group` never do. With `use_local_synchronization=True` only
+    members enter it, but torch names such a group from its ranks and from how many groups this
+    process already holds (2.13: sha1(ranks, len(pg_names))), a count that differs between members
+    as soon as they belong to different numbers of groups; members with different names rendezvous
+    under different store prefixes and never meet. So the name is one the members already agree on
+    without a word: `group`'s own name (they rendezvoused under it: torch's counter for groups every
+    rank creates, or its hash for local ones), with the purpose and how many such groups this process
+    made for that name before. Distinct groups get distinct names, hence distinct store prefixes and
+    connections: messages of different groups never meet."""
+    ranks = dist.get_process_group_ranks(group)
+    with _table_lock:
+        key = (_name_of(group), purpose)
+        generation = _generations.get(key, 0)
+        _generations[key] = generation + 1
+    _naming.name = f"syncopy-{purpose}-{key[0]}-{generation}"
+    _name_groups_as_told()
+    try:
+        return dist.new_group(ranks=ranks, backend=backend, timeout=timeout, use_local_synchronization=True, **options)
+    finally:
+        _naming.name = None
+
+
+def _name_of(group) -> str:
+    name = getattr(group, "group_name", None) or dist.distributed_c10d._get_process_group_name(group)
+    return str(name)
+
+
+def _name_groups_as_told() -> None:
+    """torch has no argument for a group's name: wrap its name maker, `_process_group_name` (same
+    name and signature from 2.4 to 2.13), so that a group this thread creates in `member_group` gets
+    the name set there; every other group keeps torch's own name. Where a torch lacks it, its own
+    naming stays (right wherever the members hold as many groups)."""
+    c10d = dist.distributed_c10d
+    with _table_lock:
+        original = getattr(c10d, "_process_group_name", None)
+        if original is None or getattr(original, "syncopy_wrapped", False):
+            return
+
+        def process_group_name(ranks, use_hashed_name):
+            told = getattr(_naming, "name", None)
+            return told if told is not None else original(ranks, use_hashed_name)
+
+        process_group_name.syncopy_wrapped = True
+        c10d._process_group_name = process_group_name
 
 
 def wait_bound(timeout_s: float | None) -> float:
@@ -33,23 +113,23 @@ def wait_bound(timeout_s: float | None) -> float:
 
 def control_group(group, timeout_s: float | None = None) -> object:
     """A dedicated gloo group with the ranks of `group`, so our messages never interleave with the
-    user's collectives (and a CUDA world needs no CPU backend of its own). Created on first use
-    (collectively, like every launch), bounded by `wait_bound(timeout_s)`. Refuses a group whose
-    transport broke (`mark_broken`): gloo closes the connections of an operation that timed out."""
-    key = _key(group)
-    if key not in _groups:
-        bound = timedelta(seconds=wait_bound(timeout_s))
-        _groups[key] = (group, dist.new_group(ranks=list(key[1]), backend="gloo", timeout=bound))
-    control = _groups[key][1]
+    user's collectives (and a CUDA world needs no CPU backend of its own). Created on first use by
+    the group's ranks alone (`member_group`), bounded by `wait_bound(timeout_s)`. Refuses a group
+    whose transport broke (`mark_broken`): gloo closes the connections of an operation that timed out."""
+    with group_lock(group):
+        if group not in _groups:
+            _groups[group] = member_group(group, "control", "gloo", timedelta(seconds=wait_bound(timeout_s)))
+        control = _groups[group]
     if id(control) in _broken:
-        raise LaunchError(f"the transport of this process group broke in an earlier launch ({_broken[id(control)]}); "
+        raise LaunchError(f"the transport of this process group broke in an earlier launch ({_broken[id(control)][1]}); "
                           "create a new process group (dist.new_group) and launch on it")
     return control
 
 
 def mark_broken(control, why: str) -> None:
     """Every later use of `control` refuses at once, saying `why` (the first reason is kept)."""
-    _broken.setdefault(id(control), why)
+    with _table_lock:  # transfer threads report too
+        _broken.setdefault(id(control), (control, why))
 
 
 JOIN_FIX = "every rank of the group must launch this operator, with the same shapes, in the same order"
@@ -81,14 +161,15 @@ def missing(exc: BaseException) -> str:
 
 def hosts(group) -> list[str]:
     """The host name of every rank of `group`, in group rank order (collective the first time)."""
-    key = _key(group)
-    if key not in _hosts:
-        names: list = [None] * dist.get_world_size(group)
-        if len(names) == 1:
-            names = [socket.gethostname()]
-        else:
-            dist.all_gather_object(names, socket.gethostname(), group=control_group(group))
-        _hosts[key] = names
+    key = group_token(group)
+    with group_lock(group):  # one collective at a time on the control group
+        if key not in _hosts:
+            names: list = [None] * dist.get_world_size(group)
+            if len(names) == 1:
+                names = [socket.gethostname()]
+            else:
+                dist.all_gather_object(names, socket.gethostname(), group=control_group(group))
+            _hosts[key] = names
     return _hosts[key]
 
 
@@ -116,16 +197,17 @@ def _device_ids(group, device) -> tuple[list, tuple]:
     """Every rank's (host, GPU id), gathered once per group and device; and this rank's."""
     import torch
 
-    key = (*_key(group), str(device))
+    key = (group_token(group), str(device))
     props = torch.cuda.get_device_properties(device)
     mine = (socket.gethostname(), str(getattr(props, "uuid", "")) or f"cuda:{torch.device(device).index}")
-    if key not in _devices:
-        ids: list = [None] * dist.get_world_size(group)
-        if len(ids) == 1:
-            ids = [mine]
-        else:
-            dist.all_gather_object(ids, mine, group=control_group(group))
-        _devices[key] = ids
+    with group_lock(group):  # one collective at a time on the control group
+        if key not in _devices:
+            ids: list = [None] * dist.get_world_size(group)
+            if len(ids) == 1:
+                ids = [mine]
+            else:
+                dist.all_gather_object(ids, mine, group=control_group(group))
+            _devices[key] = ids
     return _devices[key], mine
 
 

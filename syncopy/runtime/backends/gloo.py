@@ -101,7 +101,10 @@ class _Threads:
 
     def _guard(self, fn, *args):
         try:
-            fn(*args)
+            # Grad and inference mode are per thread: run in the launch's (FusedKernel._serialised_launch),
+            # so that this thread may write the caller's tensors made under torch.inference_mode().
+            with torch.inference_mode():
+                fn(*args)
         except BaseException as exc:  # surfaced by join() on the main thread
             self.errors.append(exc)
 

@@ -28,6 +28,7 @@ import contextlib
 import os
 import time
 import warnings
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -37,13 +38,13 @@ from syncopy.errors import LaunchError
 from syncopy.runtime import occupancy
 from syncopy.runtime import plan as planning
 from syncopy.runtime import streamops
-from syncopy.runtime.backends.control import control_group, wait_bound
+from syncopy.runtime.backends.control import control_group, group_lock, member_group, wait_bound
 from syncopy.runtime.backends.p2p import Inline, Reduction, put_own_shard, refuse_emulation
 from syncopy.runtime.context import Context
 from syncopy.runtime.link import Faults, Link
 from syncopy.runtime.streamops import ptr
 
-_groups: dict[tuple, tuple] = {}
+_groups: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # user group -> its NCCL group
 
 
 def nccl_options(reserved_sms: int):
@@ -61,15 +62,40 @@ def nccl_options(reserved_sms: int):
 
 
 def nccl_group(group) -> object:
-    """A dedicated NCCL communicator with the ranks of `group`, created (and connected, so that later
-    rounds may involve only some ranks) collectively on first use."""
-    ranks = tuple(dist.get_process_group_ranks(group))
-    key = (id(group), ranks)
-    if key not in _groups:
-        pg = dist.new_group(ranks=list(ranks), backend="nccl", pg_options=nccl_options(occupancy.reserved_sms("nccl")))
-        dist.all_reduce(torch.zeros(1, device=torch.device("cuda", torch.cuda.current_device())), group=pg)
-        _groups[key] = (group, pg)
-    return _groups[key][1]
+    """A dedicated NCCL communicator with the ranks of `group`, created by those ranks alone
+    (`control.member_group`: the other ranks of the world need not take part) and connected, so that
+    later rounds may involve only some ranks, on first use.
+
+    Where the default group is bound to a device (`init_process_group(device_id=...)`), torch makes
+    every new NCCL group by ncclCommSplit of the default communicator, which every rank of the world
+    must enter: a group of members alone would wait forever. There a sub-group's rounds run on
+    `group` itself when it is an NCCL group (same ranks, same order of launches: its own messages
+    cannot meet another group's; torch's stream and CTA limit, not ours), and a launch is refused
+    otherwise."""
+    with group_lock(group):
+        if group not in _groups:
+            _groups[group] = _new_nccl_group(group)
+        return _groups[group]
+
+
+def _new_nccl_group(group) -> object:
+    if _should_share_user_group(group):
+        if "nccl" not in str(dist.get_backend(group)):
+            raise LaunchError("the default process group is bound to a device (device_id=), so torch creates NCCL groups by "
+                              "splitting it with every rank of the world; launch on an NCCL group (dist.new_group(..., "
+                              "backend='nccl')), or init_process_group without device_id")
+        return group
+    pg = member_group(group, "nccl", "nccl", None, pg_options=nccl_options(occupancy.reserved_sms("nccl")))
+    dist.all_reduce(torch.zeros(1, device=torch.device("cuda", torch.cuda.current_device())), group=pg)
+    return pg
+
+
+def _should_share_user_group(group) -> bool:
+    # torch splits the default communicator for every new NCCL group once the default group is bound
+    # to a device; the split is collective over the whole world, which a sub-group's launch never is.
+    # A group of every rank may split (all of them launch), and keeps its own high-priority communicator.
+    bound = getattr(dist.distributed_c10d._get_default_group(), "bound_device_id", None)
+    return bool(bound) and dist.get_world_size(group) < dist.get_world_size()
 
 
 def rounds(plans: list) -> list[list[tuple[int, int, int]]]:
