@@ -255,7 +255,7 @@ class FusedKernel:
         under the caller's inference_mode) and its own (made once, reused in any later mode)."""
         self._refuse_grad(args, kwargs)
         group = checked_group(group)
-        with control.group_lock(group), torch.inference_mode():
+        with control.group_lock(group), torch.inference_mode(), _on_device_of(args, kwargs):
             self._follow_last_launch(control.group_token(group), args, kwargs)
             return self._launch(grid, args, kwargs, group)
 
@@ -873,6 +873,15 @@ def _schedule_difference(r: int, theirs: str, rank: int, mine: str) -> str:
             return (f"rank {r} launched with {key}: {json.dumps(a.get(key))} but rank {rank} with {key}: {json.dumps(b.get(key))}; "
                     "every rank must use the same schedule (the same file and the same overlap() overrides)")
     return f"rank {r} launched with a different schedule than rank {rank}; every rank must use the same schedule"
+
+
+def _on_device_of(args: tuple, kwargs: dict):
+    """The GPU of the launch's first CUDA tensor made current for the launch: Triton launches on the
+    current device's stream, and the backends make their streams and communicators there."""
+    import contextlib
+
+    device = next((a.device for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor) and a.is_cuda), None)
+    return torch.cuda.device(device) if device is not None else contextlib.nullcontext()
 
 
 def _deferred(backend) -> bool:
