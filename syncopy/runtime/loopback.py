@@ -175,7 +175,8 @@ class LoopbackWorld:
         timeline: record events (CUDA events on a GPU: start, kernel launch, each chunk landed,
         end) and host times for `timeline_ms()`.
         """
-        with self.engine.on(self._device(args, kwargs)):
+        # As FusedKernel's launches: syncopy's own tensor work in inference mode, whatever the caller's.
+        with self.engine.on(self._device(args, kwargs)), torch.inference_mode():
             return self._launch(grid, args, kwargs, peers, delay_s, presignal, sync, withhold, timeline, copies)
 
     def _device(self, args: tuple, kwargs: dict):

@@ -199,3 +199,18 @@ def test_gemm_rs_ring_is_refused_by_the_loopback_world():
     lw = LoopbackWorld(_gemm_rs(order="ring"), WORLD, 0, device="cpu")
     with pytest.raises(syncopy.LaunchError, match=r"^the loopback world emulates reduce_scatter sent straight to each owner, not reduce_scatter \(ring\); use"):
         _launch_rs(lw, 0, 0)
+
+
+def test_launches_under_inference_mode_then_outside_it():
+    # The first launch of a shape under inference mode makes the context; later launches outside it reuse it.
+    lw = LoopbackWorld(_fused(), WORLD, 0, device="cpu")
+    for seed, mode in ((10, True), (11, False)):
+        shards, b = _case(seed)
+        with torch.inference_mode(mode):
+            c, _ = _launch(lw, shards, b)
+        assert _err(c, shards, b) < 1e-4
+    rs = LoopbackWorld(_gemm_rs(), WORLD, 1, device="cpu")
+    for seed, mode in ((12, True), (13, False)):
+        with torch.inference_mode(mode):
+            out, want, _, _ = _launch_rs(rs, seed, 1)
+        assert torch.allclose(out, want, atol=1e-4)
