@@ -109,6 +109,23 @@ def chunk_range_masked(ptrs, mask, base, ctx, DIM_OUTER: tl.constexpr):
 
 
 @triton.jit
+def chunk_range_clamped(ptrs, mask, base, ctx, DIM_OUTER: tl.constexpr):
+    """`chunk_range_masked` for the union of a loop's first and last iterations after a mask term that
+    changes with the loop was dropped: offsets before the tensor count as its first row (those past
+    it count as its last, as always), so a middle iteration's rows always lie inside the union."""
+    off = ptrs.to(tl.int64) - base.to(tl.int64) + tl.zeros([1], dtype=tl.int64)
+    keep = (off == off) & mask
+    return _range_of_offsets(tl.maximum(off, 0), keep, ctx, DIM_OUTER)
+
+
+@triton.jit
+def all_chunks(ctx):
+    """Every chunk: the range of a read whose rows syncopy cannot tell."""
+    last = (tl.load(ctx + CTX_WORLD) * tl.load(ctx + CTX_CHUNKS) - 1).to(tl.int32)
+    return last * 0, last
+
+
+@triton.jit
 def chunk_range_of_rows(rows, ctx):
     """Chunk range of explicit row indices (the schedule's `binding.rows`)."""
     r = rows.to(tl.int64) + tl.zeros([1], dtype=tl.int64)

@@ -182,7 +182,7 @@ def test_reassigned_argument_gets_a_base_copy_first():
     first = func.body[0]
     assert ast.unparse(first) == "syncopy_base = Inp"
     # The wait measures rows against the copy, since Inp itself has moved to the row by then.
-    assert "syncopy_device.chunk_range_masked(Inp + " in ast.unparse(func) and ", syncopy_base, syncopy_ctx, True)" in ast.unparse(func)
+    assert "syncopy_device.chunk_range_clamped(Inp + " in ast.unparse(func) and ", syncopy_base, syncopy_ctx, True)" in ast.unparse(func)
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c not in PERSISTENT])
