@@ -697,7 +697,7 @@ def _corners(pointer: str, mask: str | None, levels: list[str], dim: int, desc, 
         return [Access(_at_corner(pointer, env), _at_corner(mask, env) if mask else None, desc)
                 for env in ({k: "0" for k in syms}, _last_corner(levels))]
     if _affinity(cst.parse_expression(pointer), syms) != 1 and cu.names_in(cst.parse_expression(pointer)) & syms:
-        raise _Fallback(f"the rows read are not affine in the loop counter (`{pointer}`)")
+        raise _Fallback("the rows read are not affine in the loop counter")
     kept, dropped = [], False
     if mask is not None:
         for term in _conjuncts(cst.parse_expression(mask)):
