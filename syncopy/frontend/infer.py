@@ -1025,13 +1025,15 @@ def _infer_loop(ks: KernelSource, binding: TensorBinding, loop: persistent.Persi
     return groups
 
 
-def _decide_remap(ks, loop: persistent.PersistentLoop, stmt, tainted: set[str], helper_pid: str = "") -> None:
+def _decide_remap(ks, loop: persistent.PersistentLoop, stmt, tainted: set[str], helper_pid: str = "", data_rows: bool = False) -> None:
     carried = persistent.carried_state(loop, stmt, tainted) if loop.tile_start else []
     hidden = sorted(n for n, paths in persistent.step_paths(loop, stmt).items() if paths is None)
     test = persistent.loop_test_problem(loop, stmt, ks)
     loop.remap = loop.tile_start and not carried and not hidden and not test and not helper_pid
     if helper_pid:
-        loop.why_not = helper_pid
+        loop.why_not = loop.note = helper_pid
+    elif data_rows:
+        loop.why_not = loop.note = "the rows of its first read depend on loaded data, which changes from launch to launch"
     elif not loop.tile_start:
         loop.why_not = "the rows of the first read in the loop are not a function of the tile id alone"
     elif carried:
@@ -1171,7 +1173,8 @@ def _infer(ks: KernelSource, tensor: str, dim: int, rows: str | None, writes: bo
             if rows is not None or loop.tile_start or not _hoistable(ks, stmt, reads_of, before, tensor, dim):
                 binding.groups += groups
                 binding.persistent = loop
-                _decide_remap(ks, loop, stmt, tainted, helper_pid)
+                _decide_remap(ks, loop, stmt, tainted, helper_pid,
+                              bool(groups) and any(_is_data(a, data) for a in groups[0].accesses))
                 if rows is not None:
                     break
                 before |= cu.assigned_in(stmt)

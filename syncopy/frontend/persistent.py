@@ -49,6 +49,7 @@ class PersistentLoop:
     tile_start: bool = False     # the first wait's rows are a function of the tile id alone
     remap: bool = False          # safe to remap tile ids (no other state carried from tile to tile)
     why_not: str = ""            # why tile_start or remap is off (for --dump-dir's binding stage)
+    note: str = ""               # why_not, where the transformed source must say it too (issue 10)
 
 
 def _is_program_id(call: cst.Call) -> bool:

@@ -54,7 +54,7 @@ def from_table_or(computed: list[cst.BaseStatement]) -> cst.BaseStatement:
 
 def _comments(binding: TensorBinding, group: ReadGroup, what: str) -> list[str]:
     if any(a.every for a in group.accesses):
-        return [f"# syncopy: wait for every chunk of {binding.tensor}: the rows {what} cannot be told (a helper syncopy cannot follow)"]
+        return [f"# syncopy: wait for every chunk of {binding.tensor}: syncopy cannot bound the rows a helper called here reads"]
     lines = []
     if group.nested:
         lines.append(f"# syncopy: no bound before the loop ({group.why}): wait before each read, from its own pointers")

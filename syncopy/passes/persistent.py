@@ -90,10 +90,12 @@ def _loop_edits(binding: inference.TensorBinding, loop: loops.PersistentLoop, st
             step = loop.counters[name]
             for p in paths:
                 after.setdefault((p[:-1], p[-1]), []).append(_stmt(f"{name} = {D}.advance_tile({names.ORDER}, {name}, {step})"))
+    note = [f"# syncopy: tiles keep their order: {loop.note}"] if loop.note else []
     for g in binding.groups:
         if g.inner and not g.nested:
-            waits = tile_wait(binding, g, loop.tile) if g.tile_start else consumer_wait.wait_statements(binding, g, False)
+            waits = tile_wait(binding, g, loop.tile) if g.tile_start else consumer_wait.wait_statements(binding, g, False, notes=tuple(note))
             before.setdefault((g.inner[:-1], g.inner[-1]), []).extend(waits)
+            note = []
     return before, after
 
 
