@@ -119,14 +119,24 @@ class _Followed:
 _NOT_HELPERS = {"range", "min", "max", "len", "int", "float", "print", "static_range", "static_assert", "static_print"}
 
 
-def _helper_name(call: cst.Call) -> str | None:
-    """The name of a user function this call runs, or None for Triton's own, builtins and methods."""
+def _helper_name(call: cst.Call, local: set[str] = frozenset()) -> str | None:
+    """The name of a user function this call runs, or None for Triton's own, builtins and methods
+    (`x.to(...)`, `desc.load(...)`: calls on a name the function defines itself, in `local`)."""
     name = cu.call_name(call) or ""
     if not name or name.split(".", 1)[0] in ("tl", "triton", "math", "libdevice", "syncopy_device") or name in _NOT_HELPERS:
         return None
     if isinstance(call.func, cst.Attribute):
-        return None if name.rsplit(".", 1)[-1] in _PURE_METHODS or name.rsplit(".", 1)[-1] in ("load", "store", "gather", "scatter") else name
+        leaf = name.rsplit(".", 1)[-1]
+        if leaf in _PURE_METHODS or leaf in ("load", "store", "gather", "scatter") or name.split(".", 1)[0] in local:
+            return None
+        if not isinstance(call.func.value, (cst.Name, cst.Attribute)):
+            return None  # a method of a computed value
     return name
+
+
+def _locals(func: cst.FunctionDef) -> set[str]:
+    p = func.params
+    return {x.name.value for x in (*p.posonly_params, *p.params, *p.kwonly_params)} | cu.assigned_in(func.body)
 
 
 def _helpers(ks: KernelSource) -> dict[str, cst.FunctionDef]:
@@ -139,8 +149,9 @@ def _helper_does(ks: KernelSource, func: cst.FunctionDef, pred, seen: frozenset 
     """The name of a helper `func` calls (transitively) for which `pred(call)` holds, or that is not in
     this file (we cannot look inside it); None if there is none."""
     defs = _helpers(ks)
+    local = _locals(func)
     for call in cu.calls_in(func.body):
-        name = _helper_name(call)
+        name = _helper_name(call, local)
         if name is None or name in seen:
             continue
         helper = defs.get(name)
@@ -160,12 +171,13 @@ def _data_names(ks: KernelSource, func: cst.FunctionDef) -> set[str]:
     """Names whose values depend on loaded data (a load, an atomic, or a helper that loads): rows
     computed from them change with the tensors' contents, from one launch to the next."""
     defs = _helpers(ks)
+    local = _locals(func)
 
     def loads(expr: cst.CSTNode) -> bool:
         for call in cu.calls_in(expr):
             if _loads(call):
                 return True
-            name = _helper_name(call)
+            name = _helper_name(call, local)
             if name is not None and (name not in defs or any(_loads(c) for c in cu.calls_in(defs[name].body))
                                      or _helper_does(ks, defs[name], _loads) is not None):
                 return True
@@ -240,7 +252,7 @@ def _bind_args(helper: cst.FunctionDef, call: cst.Call, ks: KernelSource) -> dic
 def _follow_helper(ks: KernelSource, call: cst.Call, derived: set[str], dim: int, depth: int = 0) -> list[Access] | None:
     """The reads a @triton.jit helper of this file makes through the pointer it is handed, as
     accesses in the caller's expressions (valid right before the call); None where we cannot tell."""
-    helper = _helpers(ks).get(_helper_name(call) or "")
+    helper = _helpers(ks).get(_helper_name(call, _locals(ks.func)) or "")
     if helper is None or depth > 4:
         return None
     env = _bind_args(helper, call, ks)
@@ -1026,9 +1038,10 @@ def _infer_loop(ks: KernelSource, binding: TensorBinding, loop: persistent.Persi
 
 
 def _decide_remap(ks, loop: persistent.PersistentLoop, stmt, tainted: set[str], helper_pid: str = "", data_rows: bool = False) -> None:
-    carried = persistent.carried_state(loop, stmt, tainted) if loop.tile_start else []
+    carried = sorted(set(persistent.carried_state(loop, stmt, tainted)) | set(persistent.carried_values(loop, stmt))) \
+        if loop.tile_start else []
     hidden = sorted(n for n, paths in persistent.step_paths(loop, stmt).items() if paths is None)
-    test = persistent.loop_test_problem(loop, stmt, ks)
+    test = persistent.loop_test_problem(loop, stmt, ks, tainted)
     loop.remap = loop.tile_start and not carried and not hidden and not test and not helper_pid
     if helper_pid:
         loop.why_not = loop.note = helper_pid

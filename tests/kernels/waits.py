@@ -124,3 +124,69 @@ def persistent_blocks(X, blocks, out, n_tiles, M, NC: tl.constexpr, BR: tl.const
         rows = b * BR + tl.arange(0, BR)
         v = tl.load(X + rows[:, None] * NC + c[None, :], mask=rows[:, None] < M, other=0.0)
         tl.store(out + (t * BR + tl.arange(0, BR))[:, None] * NC + c[None, :], v)
+
+
+# -- case 8: persistent loops the tile remap does not fit --------------------------------------------
+
+
+@triton.jit
+def while_own_end(X, out, n_tiles, M, NC: tl.constexpr, BR: tl.constexpr, PER: tl.constexpr):
+    """A contiguous run of tiles per program, `while tile < end` with an end of its own: out = 2 X."""
+    pid = tl.program_id(0)
+    c = tl.arange(0, NC)
+    tile = pid * PER
+    end = tl.minimum(tile + PER, n_tiles)
+    while tile < end:
+        rows = tile * BR + tl.arange(0, BR)
+        v = tl.load(X + rows[:, None] * NC + c[None, :], mask=rows[:, None] < M, other=0.0)
+        tl.store(out + rows[:, None] * NC + c[None, :], v * 2.0, mask=rows[:, None] < M)
+        tile += 1
+
+
+@triton.jit
+def swizzled_tiles(X, out, n_tiles, M, NC: tl.constexpr, BR: tl.constexpr, NP: tl.constexpr, G: tl.constexpr):
+    """`for i in range(my_tiles): tile = pid + i * NP` with an inline swizzle: out = 2 X + 1."""
+    pid = tl.program_id(0)
+    c = tl.arange(0, NC)
+    my_tiles = tl.cdiv(n_tiles - pid, NP)
+    for i in range(my_tiles):
+        tile = pid + i * NP
+        blk = (tile % G) * (n_tiles // G) + tile // G
+        rows = blk * BR + tl.arange(0, BR)
+        v = tl.load(X + rows[:, None] * NC + c[None, :], mask=rows[:, None] < M, other=0.0)
+        tl.store(out + rows[:, None] * NC + c[None, :], v * 2.0 + 1.0, mask=rows[:, None] < M)
+
+
+@triton.jit
+def prefetch_next(X, out, n_tiles, M, NC: tl.constexpr, BR: tl.constexpr, NP: tl.constexpr):
+    """Each iteration loads the next tile's block before storing its own: out = 2 X."""
+    pid = tl.program_id(0)
+    c = tl.arange(0, NC)
+    first = pid * BR + tl.arange(0, BR)
+    lim = n_tiles * BR
+    nxt = tl.load(X + first[:, None] * NC + c[None, :], mask=(first[:, None] < M) & (first[:, None] < lim), other=0.0)
+    for tile in range(pid, n_tiles, NP):
+        cur = nxt
+        ahead = (tile + NP) * BR + tl.arange(0, BR)
+        nxt = tl.load(X + ahead[:, None] * NC + c[None, :], mask=(ahead[:, None] < M) & (ahead[:, None] < lim), other=0.0)
+        rows = tile * BR + tl.arange(0, BR)
+        tl.store(out + rows[:, None] * NC + c[None, :], cur * 2.0, mask=rows[:, None] < M)
+
+
+@triton.jit
+def stream_k(X, out, total, M, NC: tl.constexpr, BR: tl.constexpr, KS: tl.constexpr, NP: tl.constexpr):
+    """Stream-K over (tile, k) steps: step s reads row block s, tile t sums blocks t*KS .. t*KS + KS - 1
+    (out, zeroed, receives each program's partial sums by atomics)."""
+    pid = tl.program_id(0)
+    c = tl.arange(0, NC)
+    per = tl.cdiv(total, NP)
+    start = pid * per
+    end = tl.minimum(start + per, total)
+    acc = tl.zeros([BR, NC], dtype=tl.float32)
+    for it in range(start, end):
+        rows = it * BR + tl.arange(0, BR)
+        acc += tl.load(X + rows[:, None] * NC + c[None, :], mask=rows[:, None] < M, other=0.0).to(tl.float32)
+        if (it % KS == KS - 1) | (it == end - 1):
+            t = it // KS
+            tl.atomic_add(out + (t * BR + tl.arange(0, BR))[:, None] * NC + c[None, :], acc)
+            acc = tl.zeros([BR, NC], dtype=tl.float32)

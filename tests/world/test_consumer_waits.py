@@ -29,6 +29,10 @@ CASES = {
         _case("helper_pid", 2, 8),          # 6: tl.program_id inside a helper
         _case("gather_rows", 2, 6),         # 7: row = tl.load(idx + pid), new indices every launch
         _case("persistent_blocks", 2, 8),   # 7: a persistent loop over blocks taken from a tensor
+        _case("while_own_end", 2, 8),       # 8: while tile < end, end per program
+        _case("swizzled_tiles", 2, 12),     # 8: for i in range(my_tiles), inline swizzle
+        _case("prefetch_next", 2, 8),       # 8: the next tile's block loaded ahead
+        _case("stream_k", 2, 6),            # 8: stream-K steps, the accumulator carried across steps
     ],
     3: [
         _case("masked_quad", 1, 6),
@@ -39,6 +43,9 @@ CASES = {
         _case("helper_pid", 2, 4),
         _case("gather_rows", 2, 4),
         _case("persistent_blocks", 1, 6),
+        _case("prefetch_next", 2, 4),
+        _case("swizzled_tiles", 1, 8),
+        _case("stream_k", 1, 4),
     ],
     4: [
         _case("gather_rows", 1, 3),
@@ -71,3 +78,7 @@ def test_the_binding_says_where_a_bound_was_not_possible():
     assert "tiles not remapped (the helper _my_rows calls tl.program_id itself)" in binding["helper_pid-c2-r8"]
     assert "depend on loaded data" in binding["gather_rows-c2-r6"]
     assert "tiles not remapped" in binding["persistent_blocks-c2-r8"]
+    assert "compares the tile id with a bound of this program's own" in binding["while_own_end-c2-r8"]
+    assert "not affine in the loop counter" in binding["swizzled_tiles-c2-r12"]
+    assert "tiles not remapped (nxt carried from tile to tile)" in binding["prefetch_next-c2-r8"]
+    assert "tiles not remapped (acc carried from tile to tile)" in binding["stream_k-c2-r6"]

@@ -90,6 +90,27 @@ def _run(name: str, fused, x, full, gen):
         out = torch.full((nb * br, NC), float("nan"))
         fused[(programs,)](x, order, out, nb, m, NC=NC, BR=br, NP=programs)
         return out, blocks[order.long()].view(-1, NC)
+    if name in ("while_own_end", "swizzled_tiles", "prefetch_next"):
+        br = 4
+        blocks = _blocks(full, br)
+        nb = blocks.shape[0]
+        out = torch.full((m, NC), float("nan"))
+        if name == "while_own_end":
+            per = 2
+            fused[(-(-nb // per),)](x, out, nb, m, NC=NC, BR=br, PER=per)
+            return out, f * 2.0
+        if name == "swizzled_tiles":
+            fused[(2,)](x, out, nb, m, NC=NC, BR=br, NP=2, G=3)  # tiles 0, 2, 4 read blocks 0, 4, 3
+            return out, f * 2.0 + 1.0
+        fused[(2,)](x, out, nb, m, NC=NC, BR=br, NP=2)
+        return out, f * 2.0
+    if name == "stream_k":
+        br, ks = 2, 3
+        blocks = _blocks(full, br)
+        tiles = blocks.shape[0] // ks
+        out = torch.zeros((tiles * br, NC))
+        fused[(4,)](x, out, tiles * ks, m, NC=NC, BR=br, KS=ks, NP=4)
+        return out, blocks[: tiles * ks].view(tiles, ks, br, NC).sum(1).reshape(-1, NC)
     raise KeyError(name)
 
 
