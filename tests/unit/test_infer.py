@@ -564,3 +564,34 @@ def test_location_of_a_file_path_is_kept_verbatim(tmp_path):
     with pytest.raises(InferenceError) as info:
         infer(from_file(path, "zeta"), "Q", 0)
     assert info.value.location.file == str(path) and Path(info.value.location.file).exists()
+
+
+def test_a_read_in_a_while_test_is_refused_naming_the_read(tmp_path):
+    # No wait can go before a test that runs again every iteration: one line, at the read.
+    text = HEADER + textwrap.dedent('''
+        @triton.jit
+        def zeta(Q, out, n):
+            i = 0
+            while tl.load(Q + i) > 0:
+                i += 1
+            tl.store(out, i)
+        ''')
+    path = tmp_path / "w.py"
+    path.write_text(text)
+    with pytest.raises(InferenceError) as info:
+        infer(from_file(path, "zeta"), "Q", 0)
+    line, col = _where(text, "tl.load(Q + i)")
+    assert str(info.value).startswith(f"{path}:{line}:{col}: 'Q' is read in the test of a while loop")
+    assert "\n" not in str(info.value)
+
+
+def test_methods_on_the_kernels_own_values_are_not_helpers():
+    # `v.sum(...)` is no helper that could hide tl.program_id or a load: tiles are still remapped.
+    b = infer(_kernel('''
+        @triton.jit
+        def zeta(Src, Dst, B: tl.constexpr):
+            r = tl.program_id(0)
+            v = tl.load(Src + r * B + tl.arange(0, B))
+            tl.store(Dst + r, v.sum(axis=0))
+        '''), "Src", 0)
+    assert not b.no_remap and not b.groups[0].data
