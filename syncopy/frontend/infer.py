@@ -3,10 +3,13 @@
 We follow the pointer arithmetic of every read of the tensor (a `*.load(ptr, mask=...)`, or a call
 of a user helper handed a pointer into the tensor) and rewrite that pointer expression so that it
 can be evaluated *before* the top-level statement that contains the read: names assigned inside the
-statement are inlined, loop variables are replaced by their first value (and, for a second
-evaluation, their last value; pointers stepped with `+=` in the loop get their last-iteration value).
-With affine index arithmetic the rows read in any iteration lie between those of the first and
-the last, so a wait on the union is a wait on everything the loop will read.
+statement are inlined, each loop around the read gets a symbolic iteration counter, and the pointer
+is instantiated at every corner (each loop at its first or last iteration). Where the rows are
+affine in the counters, every element's offset is extreme at a corner, so a wait on the union of
+the corners is a wait on everything the loop will read (a mask term that changes with the loop is
+left out: its iterations may end anywhere). Where that is not proven (%, //, loaded values, a
+pointer stepped in a nested loop, a loop that is no range), the read waits right before itself, from
+its own pointers (`ReadGroup.nested`), and says why.
 
 Nothing here matches on the user's names: the communicated argument is the only name we start from.
 """
@@ -551,20 +554,6 @@ def _direct_steps(ks: KernelSource, body: cst.CSTNode, loop_assigned: set[str]) 
     return steps
 
 
-def _walk_statements(node: cst.CSTNode):
-    out = []
-
-    class V(cst.CSTVisitor):
-        def visit_AugAssign(self, n):
-            out.append(n)
-
-        def visit_Assign(self, n):
-            out.append(n)
-
-    node.visit(V())
-    return out
-
-
 def _effects(ks: KernelSource, stmt: cst.CSTNode, env: dict[str, str], unknown: dict[str, cst.CSTNode]) -> None:
     """Apply a statement that does not contain the read to the substitution environment."""
     if isinstance(stmt, cst.SimpleStatementLine):
@@ -615,7 +604,10 @@ def _evaluate(ks: KernelSource, block: list[cst.CSTNode], read: cst.Call, env, u
             start, stop, step = (cu.substitute(ks.module, cst.parse_expression(x), env) for x in (start, stop, step))
             done = _iterations_before_last(start, stop, step)
             level = len(state["levels"])
-            if done is None or level >= _MAX_LEVELS:
+            outer = {_ITER.format(i) for i in range(level)}
+            # Corners are the vertices of the iteration space only while each loop's trip count is
+            # affine in the outer counters (a triangle, not a curve).
+            if done is None or level >= _MAX_LEVELS or _affinity(cst.parse_expression(done), outer) is None:
                 raise _Fallback(f"the loop `for ... in {ks.code(stmt.iter)}` cannot be bounded by its first and last iterations")
             state["levels"].append(done)
             k = _ITER.format(level)
@@ -635,7 +627,6 @@ def _evaluate(ks: KernelSource, block: list[cst.CSTNode], read: cst.Call, env, u
         if isinstance(stmt, cst.While):
             if cu.contains(stmt.test, read):
                 raise _Unknown("while", stmt)
-            state["while"] = True
             for name in cu.assigned_in(stmt.body):
                 env.pop(name, None)
                 unknown[name] = stmt
@@ -886,7 +877,7 @@ def _hoist(ks: KernelSource, block: list[cst.CSTNode], reads, before: set[str], 
             continue
         env: dict[str, str] = {}
         unknown: dict[str, cst.CSTNode] = {}
-        state = {"levels": [], "while": False}
+        state = {"levels": []}
         try:
             try:
                 _evaluate(ks, block, call, env, unknown, state)

@@ -238,6 +238,10 @@ def test_a_helper_that_asks_for_the_program_id_keeps_tiles_in_order():
     # Issue 10 case 2: a negative step; the last row is 0, not -2.
     ("for i in range(n - 1, -1, -1):\n        v += tl.load(Src + i * 4 + tl.arange(0, 4))",
      ["Src + (n - 1) * 4 + tl.arange(0, 4)", "Src + (n - 1 + (((n - 1) - (-1) - 1) * (-1))) * 4 + tl.arange(0, 4)"]),
+    # A triangle: every corner of the two loops, the inner one's bounds taken at each outer end.
+    ("for o in range(n):\n        for i in range(o, n):\n            v += tl.load(Src + (2 * o + i) * 4)",
+     ["Src", "Src + (n - 1) * 4", "Src + (2 * (n - 1) + (n - 1)) * 4",
+      "Src + (2 * (n - 1) + ((n - 1) + (n - (n - 1) - 1))) * 4"]),
 ])
 def test_loop_bounds_are_the_first_and_last_iterations(loop, rows):
     text = ("@triton.jit\ndef zeta(Src, Dst, n):\n    v = tl.zeros([4], dtype=tl.float32)\n"
@@ -253,6 +257,10 @@ def test_loop_bounds_are_the_first_and_last_iterations(loop, rows):
         for i in range(4):
             v += tl.load(p + tl.arange(0, 4))
             p += 4""", "p changes inside the loop"),
+    # An inner trip count that is no affine function of the outer counter: corners are no vertices.
+    ("""for o in range(n):
+        for i in range(o * o):
+            v += tl.load(Src + (o + i) * 4 + tl.arange(0, 4))""", "cannot be bounded by its first and last iterations"),
     # Issue 10 case 4: rows in wrapped order; the first and last iterations bound nothing.
     ("""for i in range(n):
         r = (t + i) % n
