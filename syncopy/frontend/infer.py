@@ -44,6 +44,9 @@ class Access:
     mask: str | None = None
     desc: tuple[str, ...] | None = None
     clamped: bool = False  # a loop-dependent mask was dropped: offsets outside the tensor are clamped to it
+    # A loop whose mask has one term v(k) < 0 changing with it: (pointer at the last iteration, v at
+    # the first, v at the last, the last iteration's counter); `pointer` is the first iteration's.
+    affine: tuple[str, str, str, str] | None = None
     every: bool = False    # the rows cannot be told (a helper we cannot follow): every chunk
 
 
@@ -678,6 +681,27 @@ def _affinity(node: cst.CSTNode, syms: set[str]) -> int | None:
     return None
 
 
+def _difference(term: cst.BaseExpression) -> str | None:
+    """`a < b` (with any broadcasting subscripts around it) as the code of v with `term == (v < 0)`:
+    a - b, or a - b - 1 for `<=` (integers); None for any other form of mask term."""
+    subscripts = []
+    while isinstance(term, cst.Subscript):
+        subscripts.append(term)
+        term = term.value.with_changes(lpar=[], rpar=[])
+    if not (isinstance(term, cst.Comparison) and len(term.comparisons) == 1):
+        return None
+    left, op, right = _code(term.left).strip(), term.comparisons[0].operator, _code(term.comparisons[0].comparator).strip()
+    forms = {cst.LessThan: (left, right, ""), cst.LessThanEqual: (left, right, " - 1"),
+             cst.GreaterThan: (right, left, ""), cst.GreaterThanEqual: (right, left, " - 1")}
+    if type(op) not in forms:
+        return None
+    a, b, tail = forms[type(op)]
+    node = cst.parse_expression(f"({cu.paren(a)} - {cu.paren(b)}{tail})")
+    for sub in reversed(subscripts):
+        node = sub.with_changes(value=node, lpar=[], rpar=[])
+    return _code(node)
+
+
 def _conjuncts(node: cst.BaseExpression) -> list[cst.BaseExpression]:
     if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.BitAnd):
         return _conjuncts(node.left) + _conjuncts(node.right)
@@ -701,16 +725,20 @@ def _corners(pointer: str, mask: str | None, levels: list[str], dim: int, desc, 
                 for env in ({k: "0" for k in syms}, _last_corner(levels))]
     if _affinity(cst.parse_expression(pointer), syms) != 1 and cu.names_in(cst.parse_expression(pointer)) & syms:
         raise _Fallback("the rows read are not affine in the loop counter")
-    kept, dropped = [], False
+    kept, moving = [], []
     if mask is not None:
         for term in _conjuncts(cst.parse_expression(mask)):
-            if cu.names_in(term) & syms:
-                dropped = True
-            else:
-                kept.append(_code(term.with_changes(lpar=[], rpar=[])).strip())
+            (moving if cu.names_in(term) & syms else kept).append(term.with_changes(lpar=[], rpar=[]))
+    kept = [_code(t).strip() for t in kept]
+    dropped = bool(moving)
     if dropped and (dim != 0 or desc is not None):
         raise _Fallback("the mask changes with the loop")
     kept_mask = " & ".join(kept if len(kept) == 1 else map(cu.paren, kept)) if kept else None
+    v = _difference(moving[0]) if len(moving) == 1 and len(levels) == 1 else None
+    if v is not None and _affinity(cst.parse_expression(v), syms) is not None:
+        first, last = {_ITER.format(0): "0"}, _last_corner(levels)
+        return [Access(_at_corner(pointer, first), kept_mask, desc,
+                       affine=(_at_corner(pointer, last), _at_corner(v, first), _at_corner(v, last), levels[0]))]
     out: list[Access] = []
     for bits in itertools.product((False, True), repeat=len(levels)):
         env: dict[str, str] = {}
@@ -770,7 +798,7 @@ def _at_corner(code: str, env: dict[str, str]) -> str:
 
 def _access_names(a: Access) -> set[str]:
     names = cu.names_in(cst.parse_expression(a.pointer)) | (cu.names_in(cst.parse_expression(a.mask)) if a.mask else set())
-    for code in a.desc or ():
+    for code in (*(a.desc or ()), *(a.affine or ())):
         names |= cu.names_in(cst.parse_expression(code))
     return names
 
@@ -968,7 +996,7 @@ def _is_data(access: Access, data: set[str]) -> bool:
         return False
     if _access_names(access) & data:
         return True
-    exprs = [access.pointer, access.mask or "0", *(access.desc or ())]
+    exprs = [access.pointer, access.mask or "0", *(access.desc or ()), *(access.affine or ())]
     return any(_loads(c) for e in exprs for c in cu.calls_in(cst.parse_expression(e)))
 
 

@@ -29,6 +29,10 @@ def range_statements(binding: TensorBinding, group: ReadGroup, lo: str = names.L
         tl_, th_ = (lo, hi) if i == 0 else (f"{lo}_{i}", f"{hi}_{i}")
         if access.every:
             call = f"{D}.all_chunks({names.CTX})"
+        elif access.affine is not None:
+            last, v0, v1, n = access.affine
+            call = (f"{D}.chunk_range_affine({access.pointer}, {last}, {access.mask or 'True'}, {v0}, {v1}, {n}, "
+                    f"{binding.base}, {names.CTX}, {outer})")
         elif access.clamped:
             call = f"{D}.chunk_range_clamped({access.pointer}, {access.mask or 'True'}, {binding.base}, {names.CTX}, {outer})"
         elif access.desc is not None:

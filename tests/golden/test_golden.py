@@ -196,7 +196,7 @@ def test_reassigned_argument_gets_a_base_copy_first():
     first = func.body[0]
     assert ast.unparse(first) == "syncopy_base = Inp"
     # The wait measures rows against the copy, since Inp itself has moved to the row by then.
-    assert "syncopy_device.chunk_range_clamped(Inp + " in ast.unparse(func) and ", syncopy_base, syncopy_ctx, True)" in ast.unparse(func)
+    assert "syncopy_device.chunk_range_affine(Inp + " in ast.unparse(func) and ", syncopy_base, syncopy_ctx, True)" in ast.unparse(func)
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c not in PERSISTENT])
@@ -258,10 +258,11 @@ def test_fallback_waits_sit_right_before_their_reads():
         assert len(lines[at - 1]) - len(lines[at - 1].lstrip()) == len(lines[at]) - len(lines[at].lstrip())
 
 
-def test_a_loop_dependent_mask_is_left_out_of_the_bound_and_said_so():
+def test_a_loop_dependent_mask_counts_each_element_at_the_iterations_that_keep_it():
+    # Issue 10 case 1: the first and last iterations' pointers and the mask term `rows - M < 0`.
     body = inside(_expected("waits_masked_last"), "masked_quad")
-    assert "# syncopy: a mask that changes with the loop is left out of this bound" in body
-    assert body.count("syncopy_device.chunk_range_clamped(") == 2 and "(pid * 4 + (4 - 1)) * BM" in body
+    assert body.count("syncopy_device.chunk_range_affine(") == 1
+    assert "(((pid * 4 + (4 - 1)) * BM + tl.arange(0, BM)) - M)[:, None], 4 - 1, X, syncopy_ctx, True)" in body
 
 
 def test_a_helper_is_followed_or_waits_for_every_chunk():

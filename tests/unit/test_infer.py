@@ -75,20 +75,17 @@ def test_tutorial_grouped_1d_launch_with_pointer_advanced_in_the_loop():
     assert len(b.groups) == 1
     # One wait before the K loop (statement 15) covers every iteration; `line` is the first read's.
     assert (b.groups[0].stmt_index, b.groups[0].line) == (15, 25)
-    assert _accesses(b) == [[
-        ("cur", None),
-        ("(cur + ((tl.cdiv(red, T3) - 1) * (T3 * s1)))", None),
-    ]]
-    # The K mask changes with the loop: left out of the bound, whose offsets clamp to the tensor.
-    assert all(a.clamped for a in b.groups[0].accesses)
+    # The K mask changes with the loop: the first and last iterations' pointers and the mask term
+    # as a difference (v < 0), so that each element counts at the iterations that keep it.
+    assert [(a.pointer, a.mask, a.affine) for a in b.groups[0].accesses] == [(
+        "cur", None, ("(cur + ((tl.cdiv(red, T3) - 1) * (T3 * s1)))", "(rr[None, :] - red)",
+                      "(rr[None, :] - (red - (tl.cdiv(red, T3) - 1) * T3))", "tl.cdiv(red, T3) - 1"))]
 
 
 def test_the_other_operand_of_the_same_kernel():
     b = infer(_kernel(GROUPED), "Rhs", 0)
-    assert _accesses(b) == [[
-        ("oth", None),
-        ("(oth + ((tl.cdiv(red, T3) - 1) * (T3 * t0)))", None),
-    ]]
+    assert [(a.pointer, a.mask, a.affine[0]) for a in b.groups[0].accesses] == [
+        ("oth", None, "(oth + ((tl.cdiv(red, T3) - 1) * (T3 * t0)))")]
 
 
 def test_plain_2d_launch_with_tl_range_keywords_and_swapped_axes():
@@ -126,7 +123,6 @@ def test_pointer_built_inside_the_loop_from_the_loop_variable():
         '''), "Xs", 0)
     assert _accesses(b) == [[
         ("(Xs + om[:, None] * sx + tl.arange(0, BK)[None, :] * sk)", "om[:, None] < MM"),
-        ("(Xs + om[:, None] * sx + ((tl.cdiv(KK, BK) - 1) * BK + tl.arange(0, BK))[None, :] * sk)", "om[:, None] < MM"),
     ]]
 
 
@@ -278,7 +274,7 @@ def test_reads_no_corner_bounds_wait_inside_the_loop(body, why):
     assert g.nested and why in g.why, g.why
 
 
-def test_a_loop_whose_last_iteration_is_masked_off_is_bounded_without_its_mask():
+def test_a_loop_whose_last_iteration_is_masked_off_counts_each_element_where_it_is_kept():
     # Issue 10 case 1: the last iteration's rows are all masked off; the bound must not end there.
     b = infer(_kernel('''
         @triton.jit
@@ -289,10 +285,22 @@ def test_a_loop_whose_last_iteration_is_masked_off_is_bounded_without_its_mask()
                 mask = rows < M
                 tl.store(Dst + rows, tl.load(Src + rows, mask=mask), mask=mask)
         '''), "Src", 0)
-    assert [(a.pointer, a.mask, a.clamped) for g in b.groups for a in g.accesses] == [
-        ("Src + ((t * 4) * BM + tl.arange(0, BM))", None, True),
-        ("Src + ((t * 4 + (4 - 1)) * BM + tl.arange(0, BM))", None, True),
-    ]
+    assert [(a.pointer, a.mask, a.affine) for g in b.groups for a in g.accesses] == [(
+        "Src + ((t * 4) * BM + tl.arange(0, BM))", None,
+        ("Src + ((t * 4 + (4 - 1)) * BM + tl.arange(0, BM))", "(((t * 4) * BM + tl.arange(0, BM)) - M)",
+         "(((t * 4 + (4 - 1)) * BM + tl.arange(0, BM)) - M)", "4 - 1"))]
+
+
+def test_a_loop_dependent_mask_of_another_form_is_left_out_and_offsets_clamped():
+    b = infer(_kernel('''
+        @triton.jit
+        def zeta(Src, Dst, M, BM: tl.constexpr):
+            t = tl.program_id(0)
+            for i in tl.static_range(4):
+                rows = (t * 4 + i) * BM + tl.arange(0, BM)
+                tl.store(Dst + rows, tl.load(Src + rows, mask=rows != M + i), mask=rows < M)
+        '''), "Src", 0)
+    assert [(a.mask, a.clamped, a.affine) for g in b.groups for a in g.accesses] == [(None, True, None)] * 2
 
 
 def test_rows_chosen_by_loaded_indices_never_come_from_the_probe_table():

@@ -10,14 +10,11 @@ def masked_quad(X, out, M, NC: tl.constexpr, BM: tl.constexpr, syncopy_ctx, sync
     syncopy_pid0, syncopy_pid1, syncopy_pid2, syncopy_table_lo, syncopy_table_hi = syncopy_device.slot_entry(syncopy_order)
     pid = syncopy_pid0
     c = tl.arange(0, NC)
-    # syncopy: a mask that changes with the loop is left out of this bound (rows outside the tensor clamp to it)
     # syncopy: wait for the chunks of X this program reads
     if SYNCOPY_TABLE:
         syncopy_lo, syncopy_hi = syncopy_table_lo, syncopy_table_hi
     else:
-        syncopy_lo, syncopy_hi = syncopy_device.chunk_range_clamped(X + ((pid * 4) * BM + tl.arange(0, BM))[:, None] * NC + c[None, :], True, X, syncopy_ctx, True)
-        syncopy_lo_1, syncopy_hi_1 = syncopy_device.chunk_range_clamped(X + ((pid * 4 + (4 - 1)) * BM + tl.arange(0, BM))[:, None] * NC + c[None, :], True, X, syncopy_ctx, True)
-        syncopy_lo, syncopy_hi = syncopy_device.merge_ranges(syncopy_lo, syncopy_hi, syncopy_lo_1, syncopy_hi_1)
+        syncopy_lo, syncopy_hi = syncopy_device.chunk_range_affine(X + ((pid * 4) * BM + tl.arange(0, BM))[:, None] * NC + c[None, :], X + ((pid * 4 + (4 - 1)) * BM + tl.arange(0, BM))[:, None] * NC + c[None, :], True, (((pid * 4) * BM + tl.arange(0, BM)) - M)[:, None], (((pid * 4 + (4 - 1)) * BM + tl.arange(0, BM)) - M)[:, None], 4 - 1, X, syncopy_ctx, True)
     syncopy_device.wait_chunks(syncopy_signals, syncopy_ctx, syncopy_lo, syncopy_hi)
     syncopy_device.trace_tile_start(syncopy_signals, syncopy_trace, syncopy_ctx, SYNCOPY_TRACE)
     for i in tl.static_range(4):
