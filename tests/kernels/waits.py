@@ -190,3 +190,17 @@ def stream_k(X, out, total, M, NC: tl.constexpr, BR: tl.constexpr, KS: tl.conste
             t = it // KS
             tl.atomic_add(out + (t * BR + tl.arange(0, BR))[:, None] * NC + c[None, :], acc)
             acc = tl.zeros([BR, NC], dtype=tl.float32)
+
+
+@triton.jit
+def persistent_wrapped(X, out, n_tiles, M, NC: tl.constexpr, BR: tl.constexpr, NP: tl.constexpr):
+    """A persistent loop whose tile reads its block and the next one, wrapped (case 4 inside case 8):
+    out block t = X block t + X block (t + 1) % n_tiles; the wait goes inside the inner loop."""
+    pid = tl.program_id(0)
+    c = tl.arange(0, NC)
+    for t in range(pid, n_tiles, NP):
+        acc = tl.zeros([BR, NC], dtype=tl.float32)
+        for i in range(2):
+            rows = ((t + i) % n_tiles) * BR + tl.arange(0, BR)
+            acc += tl.load(X + rows[:, None] * NC + c[None, :], mask=rows[:, None] < M, other=0.0).to(tl.float32)
+        tl.store(out + (t * BR + tl.arange(0, BR))[:, None] * NC + c[None, :], acc)

@@ -33,6 +33,7 @@ CASES = {
         _case("swizzled_tiles", 2, 12),     # 8: for i in range(my_tiles), inline swizzle
         _case("prefetch_next", 2, 8),       # 8: the next tile's block loaded ahead
         _case("stream_k", 2, 6),            # 8: stream-K steps, the accumulator carried across steps
+        _case("persistent_wrapped", 2, 8),  # 4 inside 8: wrapped reads in a persistent loop's inner loop
     ],
     3: [
         _case("masked_quad", 1, 6),

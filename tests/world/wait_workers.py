@@ -104,6 +104,13 @@ def _run(name: str, fused, x, full, gen):
             return out, f * 2.0 + 1.0
         fused[(2,)](x, out, nb, m, NC=NC, BR=br, NP=2)
         return out, f * 2.0
+    if name == "persistent_wrapped":
+        br = 4
+        blocks = _blocks(full, br)
+        nb = blocks.shape[0]
+        out = torch.full((nb * br, NC), float("nan"))
+        fused[(2,)](x, out, nb, m, NC=NC, BR=br, NP=2)
+        return out, torch.stack([blocks[t] + blocks[(t + 1) % nb] for t in range(nb)]).view(-1, NC)
     if name == "stream_k":
         br, ks = 2, 3
         blocks = _blocks(full, br)
