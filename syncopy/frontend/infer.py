@@ -932,7 +932,7 @@ def _hoist(ks: KernelSource, block: list[cst.CSTNode], reads, before: set[str], 
         except _Fallback as exc:
             if fallbacks is None or writes:
                 raise InferenceError(
-                    f"the rows of '{tensor}' read here cannot be bounded before the loop: {exc.why}; "
+                    f"the rows of '{tensor}' {'written' if writes else 'read'} here cannot be bounded before the loop: {exc.why}; "
                     f"{_binding_hint(tensor, dim, writes)}",
                     ks.location(call),
                 ) from None
@@ -1044,6 +1044,12 @@ def _infer_loop(ks: KernelSource, binding: TensorBinding, loop: persistent.Persi
                       fallbacks=fallbacks)
         if accs and not _covered(local, accs, lbody, j):
             local.append(ReadGroup(j, accs, line))
+        if fallbacks and flat and j == j_if:
+            raise InferenceError(
+                f"the rows of '{tensor}' read inside the block that starts each tile cannot be bounded ({fallbacks[0][3]}); "
+                f"{_binding_hint(tensor, dim)}",
+                ks.location(fallbacks[0][0]),
+            )
         local += [_fallback_group(ks, j, s, *f) for f in fallbacks]
     groups = [ReadGroup(index, g.accesses, g.line, (g.stmt_index,), nested=g.nested, why=g.why) for g in local]
     if tile_accesses:
