@@ -23,12 +23,12 @@ import libcst as cst
 
 from syncopy.errors import InferenceError, KernelError, SourceLocation
 from syncopy.frontend import cstutil as cu
-from syncopy.frontend import persistent, scope
+from syncopy.frontend import helpers, persistent, scope
 from syncopy.frontend.source import KernelSource
 
 BASE_NAME = "syncopy_base"
 _RANGE_CALLS = {"range", "tl.range", "tl.static_range", "triton.language.range", "triton.language.static_range"}
-_PURE_METHODS = {"to", "reshape", "broadcast_to", "expand_dims", "trans", "permute", "view"}
+_PURE_METHODS = helpers.PURE_METHODS
 
 
 @dataclass
@@ -122,146 +122,13 @@ class _Followed:
     access: Access
 
 
-_NOT_HELPERS = {"range", "min", "max", "len", "int", "float", "print", "static_range", "static_assert", "static_print"}
-
-
-def _helper_name(call: cst.Call, local: set[str] = frozenset()) -> str | None:
-    """The name of a user function this call runs, or None for Triton's own, builtins and methods
-    (`x.to(...)`, `desc.load(...)`: calls on a name the function defines itself, in `local`)."""
-    name = cu.call_name(call) or ""
-    if not name or name.split(".", 1)[0] in ("tl", "triton", "math", "libdevice", "syncopy_device") or name in _NOT_HELPERS:
-        return None
-    if isinstance(call.func, cst.Attribute):
-        leaf = name.rsplit(".", 1)[-1]
-        if leaf in _PURE_METHODS or leaf in ("load", "store", "gather", "scatter") or name.split(".", 1)[0] in local:
-            return None
-        if not isinstance(call.func.value, (cst.Name, cst.Attribute)):
-            return None  # a method of a computed value
-    return name
-
-
-def _locals(func: cst.FunctionDef) -> set[str]:
-    p = func.params
-    return {x.name.value for x in (*p.posonly_params, *p.params, *p.kwonly_params)} | cu.assigned_in(func.body)
-
-
-def _helpers(ks: KernelSource) -> dict[str, cst.FunctionDef]:
-    from syncopy.frontend.source import jit_functions
-
-    return {f.name.value: f for f in jit_functions(ks.module)}
-
-
-def _helper_does(ks: KernelSource, func: cst.FunctionDef, pred, seen: frozenset = frozenset()) -> str | None:
-    """The name of a helper `func` calls (transitively) for which `pred(call)` holds, or that is not in
-    this file (we cannot look inside it); None if there is none."""
-    defs = _helpers(ks)
-    local = _locals(func)
-    for call in cu.calls_in(func.body):
-        name = _helper_name(call, local)
-        if name is None or name in seen:
-            continue
-        helper = defs.get(name)
-        if helper is None or any(pred(c) for c in cu.calls_in(helper.body)):
-            return name
-        if _helper_does(ks, helper, pred, seen | {name}) is not None:
-            return name
-    return None
-
-
-def _loads(call: cst.Call) -> bool:
-    leaf = (cu.call_name(call) or "").rsplit(".", 1)[-1]
-    return leaf in ("load", "gather") or leaf in cu.WRITE_CALLS or leaf.startswith("atomic_")
-
-
-def _data_names(ks: KernelSource, func: cst.FunctionDef) -> set[str]:
-    """Names whose values depend on loaded data (a load, an atomic, or a helper that loads): rows
-    computed from them change with the tensors' contents, from one launch to the next."""
-    defs = _helpers(ks)
-    local = _locals(func)
-
-    def loads(expr: cst.CSTNode) -> bool:
-        for call in cu.calls_in(expr):
-            if _loads(call):
-                return True
-            name = _helper_name(call, local)
-            if name is not None and (name not in defs or any(_loads(c) for c in cu.calls_in(defs[name].body))
-                                     or _helper_does(ks, defs[name], _loads) is not None):
-                return True
-        return False
-
-    data: set[str] = set()
-
-    class V(cst.CSTVisitor):
-        changed = False
-
-        def _value(self, value, targets):
-            if (loads(value) or cu.names_in(value) & data) and not set(targets) <= data:
-                data.update(targets)
-                self.changed = True
-
-        def visit_Assign(self, n: cst.Assign) -> None:
-            self._value(n.value, [x for t in n.targets for x in cu.target_names(t.target)])
-
-        def visit_AugAssign(self, n: cst.AugAssign) -> None:
-            self._value(n.value, cu.target_names(n.target))
-
-        def visit_AnnAssign(self, n: cst.AnnAssign) -> None:
-            if n.value is not None:
-                self._value(n.value, cu.target_names(n.target))
-
-        def visit_For(self, n: cst.For) -> None:
-            self._value(n.iter, cu.target_names(n.target))
-
-    v = V()
-    while True:
-        v.changed = False
-        func.body.visit(v)
-        if not v.changed:
-            return data
-
-
-def _is_program_id(call: cst.Call) -> bool:
-    name = cu.call_name(call) or ""
-    return name.rsplit(".", 1)[-1] == "program_id"
-
-
-def _program_id_helper(ks: KernelSource) -> str:
-    """Why remapping `tl.program_id` in the kernel's body alone would not remap every tile id ('' if it would)."""
-    name = _helper_does(ks, ks.func, _is_program_id)
-    if name is None:
-        return ""
-    if name in _helpers(ks):
-        return f"the helper {name} calls tl.program_id itself"
-    return f"the helper {name} is not in this file, so syncopy cannot see whether it calls tl.program_id"
-
-
-def _bind_args(helper: cst.FunctionDef, call: cst.Call, ks: KernelSource) -> dict[str, str] | None:
-    """{helper parameter: the caller's expression} for a call; None where they cannot be matched."""
-    params = [*helper.params.posonly_params, *helper.params.params, *helper.params.kwonly_params]
-    env: dict[str, str] = {}
-    positional = [a for a in call.args if a.keyword is None]
-    if any(a.star for a in call.args) or len(positional) > len(params):
-        return None
-    for p, a in zip(params, positional):
-        env[p.name.value] = cu.paren(ks.code(a.value))
-    for a in call.args:
-        if a.keyword is not None:
-            env[a.keyword.value] = cu.paren(ks.code(a.value))
-    for p in params:
-        if p.name.value not in env:
-            if p.default is None:
-                return None
-            env[p.name.value] = cu.paren(ks.code(p.default))
-    return env
-
-
 def _follow_helper(ks: KernelSource, call: cst.Call, derived: set[str], dim: int, depth: int = 0) -> list[Access] | None:
     """The reads a @triton.jit helper of this file makes through the pointer it is handed, as
     accesses in the caller's expressions (valid right before the call); None where we cannot tell."""
-    helper = _helpers(ks).get(_helper_name(call, _locals(ks.func)) or "")
+    helper = helpers.jit_helpers(ks).get(helpers.helper_name(call, helpers.local_names(ks.func)) or "")
     if helper is None or depth > 4:
         return None
-    env = _bind_args(helper, call, ks)
+    env = helpers.bind_args(helper, call, ks)
     if env is None:
         return None
     handed = [p for p, code in env.items() if cu.names_in(cst.parse_expression(code)) & derived]
@@ -997,7 +864,7 @@ def _is_data(access: Access, data: set[str]) -> bool:
     if _access_names(access) & data:
         return True
     exprs = [access.pointer, access.mask or "0", *(access.desc or ()), *(access.affine or ())]
-    return any(_loads(c) for e in exprs for c in cu.calls_in(cst.parse_expression(e)))
+    return any(helpers.loads_data(c) for e in exprs for c in cu.calls_in(cst.parse_expression(e)))
 
 
 def _infer_loop(ks: KernelSource, binding: TensorBinding, loop: persistent.PersistentLoop, stmt, before: set[str],
@@ -1195,8 +1062,8 @@ def _infer(ks: KernelSource, tensor: str, dim: int, rows: str | None, writes: bo
 
     loop = None if writes else persistent.find(ks, func, body, row_names, derived)
     tainted = persistent.forward(func, set(), program_ids=True)
-    data = _data_names(ks, func)
-    helper_pid = "" if writes else _program_id_helper(ks)
+    data = helpers.data_names(ks, func)
+    helper_pid = "" if writes else helpers.program_id_helper(ks)
     before: set[str] = set(ks.params)
     for index, stmt in enumerate(body):
         if loop is not None and index == loop.index:
