@@ -109,6 +109,61 @@ def chunk_range_masked(ptrs, mask, base, ctx, DIM_OUTER: tl.constexpr):
 
 
 @triton.jit
+def chunk_range_clamped(ptrs, mask, base, ctx, DIM_OUTER: tl.constexpr):
+    """`chunk_range_masked` for the union of a loop's first and last iterations after a mask term that
+    changes with the loop was dropped: offsets before the tensor count as its first row (those past
+    it count as its last, as always), so a middle iteration's rows always lie inside the union."""
+    off = ptrs.to(tl.int64) - base.to(tl.int64) + tl.zeros([1], dtype=tl.int64)
+    keep = (off == off) & mask
+    return _range_of_offsets(tl.maximum(off, 0), keep, ctx, DIM_OUTER)
+
+
+@triton.jit
+def chunk_range_affine(p0, p1, keep, v0, v1, n, base, ctx, DIM_OUTER: tl.constexpr):
+    """Chunk range of every read a loop `for k in 0..n` makes through p(k) = p0 + k (p1 - p0) / n,
+    where the load's mask is `keep & (v(k) < 0)` and v(k) = v0 + k (v1 - v0) / n (the mask term that
+    changes with the loop, as a difference; both affine in k, so the divisions are exact).
+
+    Each element is counted at the first and the last iteration that keeps it (an interval of k,
+    since v is affine), so the range is exact: a last iteration masked off entirely (issue 10
+    case 1) counts no rows, and a ragged K counts no element past a row's end.
+    """
+    off0 = p0.to(tl.int64) - base.to(tl.int64) + tl.zeros([1], dtype=tl.int64)
+    off1 = p1.to(tl.int64) - base.to(tl.int64) + tl.zeros([1], dtype=tl.int64)
+    w0 = v0 + tl.zeros([1], dtype=tl.int64)
+    w1 = v1 + tl.zeros([1], dtype=tl.int64)
+    if w0.dtype.is_floating():
+        # A float comparison has no integer interval: count every iteration's offsets (clamped).
+        a = tl.maximum(tl.minimum(off0, off1), 0)
+        b = tl.maximum(tl.maximum(off0, off1), 0)
+        lo, hi = _range_of_offsets(a, keep & (off0 == off0), ctx, DIM_OUTER)
+        lo2, hi2 = _range_of_offsets(b, keep & (off0 == off0), ctx, DIM_OUTER)
+        return merge_ranges(lo, hi, lo2, hi2)
+    steps = tl.maximum(n, 1)
+    d_off = (off1 - off0) // steps
+    d_v = (w1 - w0) // steps
+    # The iterations that keep an element: w0 + k d_v < 0. Numerators stay >= 0, so the division
+    # rounds the same compiled (toward zero) and interpreted (toward minus infinity).
+    k_max = tl.where(d_v > 0, tl.where(w0 < 0, tl.maximum(-w0 - 1, 0) // tl.maximum(d_v, 1), -1),
+                     tl.where((d_v == 0) & (w0 >= 0), -1, n))
+    k_min = tl.where((d_v < 0) & (w0 >= 0), tl.maximum(w0, 0) // tl.maximum(-d_v, 1) + 1, 0)
+    k_max = tl.minimum(k_max, n)
+    kept = keep & (k_min <= k_max) & (off0 == off0)
+    first = tl.maximum(off0 + k_min * d_off, 0)
+    last = tl.maximum(off0 + k_max * d_off, 0)
+    lo, hi = _range_of_offsets(tl.minimum(first, last), kept, ctx, DIM_OUTER)
+    lo2, hi2 = _range_of_offsets(tl.maximum(first, last), kept, ctx, DIM_OUTER)
+    return merge_ranges(lo, hi, lo2, hi2)
+
+
+@triton.jit
+def all_chunks(ctx):
+    """Every chunk: the range of a read whose rows syncopy cannot tell."""
+    last = (tl.load(ctx + CTX_WORLD) * tl.load(ctx + CTX_CHUNKS) - 1).to(tl.int32)
+    return last * 0, last
+
+
+@triton.jit
 def chunk_range_of_rows(rows, ctx):
     """Chunk range of explicit row indices (the schedule's `binding.rows`)."""
     r = rows.to(tl.int64) + tl.zeros([1], dtype=tl.int64)

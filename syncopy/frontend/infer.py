@@ -3,27 +3,32 @@
 We follow the pointer arithmetic of every read of the tensor (a `*.load(ptr, mask=...)`, or a call
 of a user helper handed a pointer into the tensor) and rewrite that pointer expression so that it
 can be evaluated *before* the top-level statement that contains the read: names assigned inside the
-statement are inlined, loop variables are replaced by their first value (and, for a second
-evaluation, their last value; pointers stepped with `+=` in the loop get their last-iteration value).
-With affine index arithmetic the rows read in any iteration lie between those of the first and
-the last, so a wait on the union is a wait on everything the loop will read.
+statement are inlined, each loop around the read gets a symbolic iteration counter, and the pointer
+is instantiated at every corner (each loop at its first or last iteration). Where the rows are
+affine in the counters, every element's offset is extreme at a corner, so a wait on the union of
+the corners is a wait on everything the loop will read (a mask term that changes with the loop is
+left out: its iterations may end anywhere). Where that is not proven (%, //, loaded values, a
+pointer stepped in a nested loop, a loop that is no range), the read waits right before itself, from
+its own pointers (`ReadGroup.nested`), and says why.
 
 Nothing here matches on the user's names: the communicated argument is the only name we start from.
 """
 from __future__ import annotations
 
+import ast
+import itertools
 from dataclasses import dataclass, field
 
 import libcst as cst
 
 from syncopy.errors import InferenceError, KernelError, SourceLocation
 from syncopy.frontend import cstutil as cu
-from syncopy.frontend import persistent, scope
+from syncopy.frontend import helpers, persistent, scope
 from syncopy.frontend.source import KernelSource
 
 BASE_NAME = "syncopy_base"
 _RANGE_CALLS = {"range", "tl.range", "tl.static_range", "triton.language.range", "triton.language.static_range"}
-_PURE_METHODS = {"to", "reshape", "broadcast_to", "expand_dims", "trans", "permute", "view"}
+_PURE_METHODS = helpers.PURE_METHODS
 
 
 @dataclass
@@ -38,6 +43,11 @@ class Access:
     pointer: str
     mask: str | None = None
     desc: tuple[str, ...] | None = None
+    clamped: bool = False  # a loop-dependent mask was dropped: offsets outside the tensor are clamped to it
+    # A loop whose mask has one term v(k) < 0 changing with it: (pointer at the last iteration, v at
+    # the first, v at the last, the last iteration's counter); `pointer` is the first iteration's.
+    affine: tuple[str, str, str, str] | None = None
+    every: bool = False    # the rows cannot be told (a helper we cannot follow): every chunk
 
 
 @dataclass
@@ -54,6 +64,13 @@ class ReadGroup:
     line: int
     inner: tuple[int, ...] = ()
     tile_start: bool = False
+    # A read whose rows cannot be bounded before its statement waits right before the read instead:
+    # `nested` is the path of (branch, index) steps from the anchor statement down to the statement
+    # holding it, `why` the reason (written into the transformed source), and `data` says the rows
+    # depend on loaded values (so no table probed once per shape may stand in for them).
+    nested: tuple[tuple[str, int], ...] = ()
+    why: str = ""
+    data: bool = False
 
 
 @dataclass
@@ -67,6 +84,7 @@ class TensorBinding:
     groups: list[ReadGroup] = field(default_factory=list)
     explicit_rows: str | None = None
     persistent: persistent.PersistentLoop | None = None
+    no_remap: str = ""  # why tiles must keep their launch order ('' where a remap is sound)
 
 
 @dataclass
@@ -91,6 +109,57 @@ class _DescRead:
 
 
 _PRODUCER = "reduce_scatter and all_reduce"
+
+
+#: A read whose rows cannot be told at all (a helper we cannot follow): it waits for every chunk.
+_EVERY = object()
+
+
+@dataclass
+class _Followed:
+    """A read inside a @triton.jit helper, its access written in the caller's expressions."""
+
+    access: Access
+
+
+def _follow_helper(ks: KernelSource, call: cst.Call, derived: set[str], dim: int, depth: int = 0) -> list[Access] | None:
+    """The reads a @triton.jit helper of this file makes through the pointer it is handed, as
+    accesses in the caller's expressions (valid right before the call); None where we cannot tell."""
+    helper = helpers.jit_helpers(ks).get(helpers.helper_name(call, helpers.local_names(ks.func)) or "")
+    if helper is None or depth > 4:
+        return None
+    env = helpers.bind_args(helper, call, ks)
+    if env is None:
+        return None
+    handed = [p for p, code in env.items() if cu.names_in(cst.parse_expression(code)) & derived]
+    if len(handed) != 1:
+        return None
+    sub = KernelSource(ks.path, ks.module, helper, ks.positions, ks.line_offset)
+    try:
+        b = _infer(sub, handed[0], dim, None, False, None, depth + 1)
+    except (KernelError, InferenceError):
+        return None
+    if b.persistent is not None or b.copy_base:
+        return None
+    local = cu.assigned_in(helper.body)
+    body = list(helper.body.body)
+    out: list[Access] = []
+    for g in b.groups:
+        if g.nested or g.data:
+            return None
+        pre: dict[str, str] = {}
+        unknown: dict[str, cst.CSTNode] = {}
+        for s in body[:g.stmt_index]:
+            _effects(sub, s, pre, unknown)
+        for a in g.accesses:
+            if a.every or a.desc is not None:
+                return None
+            ptr = _subst(a.pointer, pre)
+            mask = _subst(a.mask, pre) if a.mask else None
+            if _access_names(Access(ptr, mask)) & local:
+                return None
+            out.append(Access(_subst(ptr, env), _subst(mask, env) if mask else None, clamped=a.clamped))
+    return out
 
 
 def _binding_hint(tensor: str, dim: int, writes: bool = False) -> str:
@@ -173,7 +242,7 @@ def _descriptor_of(call: cst.Call, descs: dict[str, Descriptor]) -> tuple[str, D
 
 
 def _reads(ks: KernelSource, stmt: cst.CSTNode, derived: set[str], tensor: str, dim: int = 0, explicit: bool = False,
-           descs: dict[str, Descriptor] | None = None, writes: bool = False):
+           descs: dict[str, Descriptor] | None = None, writes: bool = False, depth: int = 0):
     """(call, pointer, mask) for each read of the tensor inside `stmt`, in source order; with
     `writes`, for each store into it instead (the producer side): pointer stores, atomics,
     `desc.store([row, ...], value)` and user helpers handed a pointer into it."""
@@ -252,30 +321,70 @@ def _reads(ks: KernelSource, stmt: cst.CSTNode, derived: set[str], tensor: str, 
                         f"does not follow; load with {handed[0]}.load([row, col]) in the kernel or {hint}",
                         ks.location(call),
                     )
-                out.append((call, a.value, None))
+                if writes or explicit:
+                    out.append((call, a.value, None))
+                    break
+                # Follow the helper's own arithmetic; one we cannot read waits for every chunk.
+                followed = _follow_helper(ks, call, derived, dim, depth)
+                if followed is None:
+                    out.append((call, _EVERY, None))
+                else:
+                    out += [(call, _Followed(x), None) for x in followed]
                 break
     return out
 
 
-def _iterations_before_last(start: str, stop: str, step: str) -> str:
-    """Iterations of range(start, stop, step) before its last one: (stop - start - 1) // step."""
+def _literal_int(code: str) -> int | None:
+    try:
+        value = ast.literal_eval(code)
+    except (ValueError, SyntaxError):
+        return None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _iterations_before_last(start: str, stop: str, step: str) -> str | None:
+    """Iterations of range(start, stop, step) before its last one (trips - 1): (stop - start - 1) // step
+    for a positive step, (start - stop - 1) // -step for a negative literal one; None for a zero step.
+    A step given by name (a block size) is taken as positive, as range() over tiles is written."""
+    n = _literal_int(step)
+    if n == 0:
+        return None
+    if n is not None and n < 0:
+        span = f"{cu.paren(start)} - {cu.paren(stop)} - 1"
+        return span if n == -1 else f"({span}) // {-n}"
     span = f"{cu.paren(stop)} - 1" if start == "0" else f"{cu.paren(stop)} - {cu.paren(start)} - 1"
     return span if step == "1" else f"({span}) // {cu.paren(step)}"
 
 
 def _plus(a: str, b: str) -> str:
+    if b == "0":
+        return a
     return b if a == "0" else f"{a} + {cu.paren(b)}"
 
 
 def _times(a: str, b: str) -> str:
     if b == "1":
         return a
+    if a == "0" or b == "0":
+        return "0"
     return f"{cu.paren(a)} * {cu.paren(b)}"
 
 
 class _Unknown(Exception):
     def __init__(self, name: str, node: cst.CSTNode):
         self.name, self.node = name, node
+
+
+class _Fallback(Exception):
+    """The rows a read needs cannot be bounded before the statement holding it; `why` says why."""
+
+    def __init__(self, why: str):
+        self.why = why
+
+
+#: The iteration counter of the loop at nesting level i (0, 1, ... trips - 1) in symbolic pointers.
+_ITER = "syncopy_k{}"
+_MAX_LEVELS = 3  # corners grow as 2**levels
 
 
 def _range_bounds(ks: KernelSource, loop: cst.For) -> tuple[str, str, str]:
@@ -292,34 +401,27 @@ def _range_bounds(ks: KernelSource, loop: cst.For) -> tuple[str, str, str]:
     raise _Unknown(ks.code(it), loop)
 
 
-def _step_updates(ks: KernelSource, body: cst.CSTNode, loop_assigned: set[str]) -> dict[str, str]:
-    """`p += inc` (or `p = p + inc`) inside a loop body, with a loop-invariant inc: {p: inc}."""
+def _direct_steps(ks: KernelSource, body: cst.CSTNode, loop_assigned: set[str]) -> dict[str, str]:
+    """`p += inc` (or `p = p + inc`) with a loop-invariant inc, written once directly in the loop body
+    and assigned nowhere else in it: {p: inc}. A step inside a nested loop or a branch runs some other
+    number of times per iteration, so such a name is not a step of this loop."""
+    direct: dict[str, list] = {}
+    elsewhere: set[str] = set()
+    for stmt in body.body:
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            elsewhere |= cu.assigned_in(stmt)
+            continue
+        for small in stmt.body:
+            for name in cu.assigned_in(small):
+                direct.setdefault(name, []).append(small)
     steps: dict[str, str] = {}
-    for node in _walk_statements(body):
-        if isinstance(node, cst.AugAssign) and isinstance(node.target, cst.Name) and isinstance(node.operator, cst.AddAssign):
-            if not (cu.names_in(node.value) & loop_assigned):
-                steps[node.target.value] = ks.code(node.value)
-        elif isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
-            name = node.targets[0].target.value
-            v = node.value
-            if isinstance(v, cst.BinaryOperation) and isinstance(v.operator, cst.Add) and isinstance(v.left, cst.Name) and v.left.value == name:
-                if not (cu.names_in(v.right) & loop_assigned):
-                    steps[name] = ks.code(v.right)
+    for name, smalls in direct.items():
+        if name in elsewhere or len(smalls) != 1:
+            continue
+        inc = persistent.step_of(smalls[0], name)
+        if inc is not None and not (cu.names_in(inc) & loop_assigned):
+            steps[name] = ks.code(inc)
     return steps
-
-
-def _walk_statements(node: cst.CSTNode):
-    out = []
-
-    class V(cst.CSTVisitor):
-        def visit_AugAssign(self, n):
-            out.append(n)
-
-        def visit_Assign(self, n):
-            out.append(n)
-
-    node.visit(V())
-    return out
 
 
 def _effects(ks: KernelSource, stmt: cst.CSTNode, env: dict[str, str], unknown: dict[str, cst.CSTNode]) -> None:
@@ -346,8 +448,12 @@ def _effects(ks: KernelSource, stmt: cst.CSTNode, env: dict[str, str], unknown: 
         unknown[name] = stmt
 
 
-def _evaluate(ks: KernelSource, block: list[cst.CSTNode], read: cst.Call, env, unknown, last: bool, state) -> bool:
-    """Walk statements in execution order up to the read; fill env. Returns True once the read is reached."""
+def _evaluate(ks: KernelSource, block: list[cst.CSTNode], read: cst.Call, env, unknown, state) -> bool:
+    """Walk statements in execution order up to the read; fill env. Returns True once the read is reached.
+
+    Each range loop around the read gets a symbolic iteration counter (`syncopy_k0`, outermost
+    first): its variable becomes start + k * step and a pointer it steps once per iteration p + k * inc;
+    state["levels"] collects each loop's last counter value (in the outer counters)."""
     for stmt in block:
         if not cu.contains(stmt, read):
             _effects(ks, stmt, env, unknown)
@@ -359,48 +465,207 @@ def _evaluate(ks: KernelSource, block: list[cst.CSTNode], read: cst.Call, env, u
                 _effects(ks, cst.SimpleStatementLine(body=[small]), env, unknown)
             return True
         if isinstance(stmt, cst.For):
-            loop_assigned = cu.assigned_in(stmt.body) | set(cu.target_names(stmt.target))
-            start, stop, step = _range_bounds(ks, stmt)
+            if cu.contains(stmt.iter, read):
+                return True  # evaluated once, before the loop
+            try:
+                start, stop, step = _range_bounds(ks, stmt)
+            except _Unknown:
+                raise _Fallback(f"the loop `for ... in {ks.code(stmt.iter)}` is not a range") from None
             start, stop, step = (cu.substitute(ks.module, cst.parse_expression(x), env) for x in (start, stop, step))
+            done = _iterations_before_last(start, stop, step)
+            level = len(state["levels"])
+            outer = {_ITER.format(i) for i in range(level)}
+            # Corners are the vertices of the iteration space only while each loop's trip count is
+            # affine in the outer counters (a triangle, not a curve).
+            if done is None or level >= _MAX_LEVELS or _affinity(cst.parse_expression(done), outer) is None:
+                raise _Fallback(f"the loop `for ... in {ks.code(stmt.iter)}` cannot be bounded by its first and last iterations")
+            state["levels"].append(done)
+            k = _ITER.format(level)
             var = cu.target_names(stmt.target)
-            state["loops"] += 1
-            if last:
-                # Values in the last iteration: loop variables at their last value, pointers stepped
-                # by a loop-invariant `+=` advanced by (trips - 1) steps; anything else carried
-                # around the loop is unknown unless the body assigns it again before the read.
-                done = _iterations_before_last(start, stop, step)
-                for v in var:
-                    env[v] = _plus(start, _times(done, step))
-                steps = _step_updates(ks, stmt.body, loop_assigned)
-                for name, inc in steps.items():
-                    inc = cu.substitute(ks.module, cst.parse_expression(inc), env)
-                    env[name] = _plus(env.get(name, name), _times(done, inc))
-                for name in loop_assigned - set(var) - set(steps):
-                    env.pop(name, None)
-                    unknown[name] = stmt
-            else:
-                for v in var:
-                    env[v] = start
-            return _evaluate(ks, list(stmt.body.body), read, env, unknown, last, state)
+            loop_assigned = cu.assigned_in(stmt.body) | set(var)
+            steps = {n: cu.substitute(ks.module, cst.parse_expression(inc), env)
+                     for n, inc in _direct_steps(ks, stmt.body, loop_assigned).items()}
+            for v in var:
+                env[v] = _plus(start, _times(k, step))
+                unknown.pop(v, None)
+            for name, inc in steps.items():
+                env[name] = _plus(env.get(name, name), _times(k, inc))
+            for name in loop_assigned - set(var) - set(steps):
+                env.pop(name, None)
+                unknown[name] = stmt
+            return _evaluate(ks, list(stmt.body.body), read, env, unknown, state)
         if isinstance(stmt, cst.While):
-            state["while"] = True
-            return _evaluate(ks, list(stmt.body.body), read, env, unknown, last, state)
+            if cu.contains(stmt.test, read):
+                raise _Unknown("while", stmt)
+            for name in cu.assigned_in(stmt.body):
+                env.pop(name, None)
+                unknown[name] = stmt
+            return _evaluate(ks, list(stmt.body.body), read, env, unknown, state)
         if isinstance(stmt, cst.If):
+            if cu.contains(stmt.test, read):
+                return True
             if cu.contains(stmt.body, read):
-                return _evaluate(ks, list(stmt.body.body), read, env, unknown, last, state)
+                return _evaluate(ks, list(stmt.body.body), read, env, unknown, state)
             if stmt.orelse is not None:
                 body = stmt.orelse.body
-                return _evaluate(ks, [body] if isinstance(body, cst.If) else list(body.body), read, env, unknown, last, state)
+                return _evaluate(ks, [body] if isinstance(body, cst.If) else list(body.body), read, env, unknown, state)
             return True
         if isinstance(stmt, cst.With):
-            return _evaluate(ks, list(stmt.body.body), read, env, unknown, last, state)
+            return _evaluate(ks, list(stmt.body.body), read, env, unknown, state)
         return True
     return False
 
 
+def _affinity(node: cst.CSTNode, syms: set[str]) -> int | None:
+    """0 if `node` does not use `syms`, 1 if it is affine in them (+, -, * by a factor free of them,
+    broadcasting subscripts, casts), None otherwise (%, //, min, a load, a product of two counters...)."""
+    if not (cu.names_in(node) & syms):
+        return 0
+    if isinstance(node, cst.Name):
+        return 1
+    if isinstance(node, cst.BinaryOperation):
+        left, right = _affinity(node.left, syms), _affinity(node.right, syms)
+        if left is None or right is None:
+            return None
+        if isinstance(node.operator, (cst.Add, cst.Subtract)):
+            return max(left, right)
+        if isinstance(node.operator, cst.Multiply) and not (left and right):
+            return 1
+        return None
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, (cst.Minus, cst.Plus)):
+        return _affinity(node.expression, syms)
+    if isinstance(node, cst.Subscript):
+        if any(cu.names_in(e) & syms for e in node.slice):
+            return None
+        return _affinity(node.value, syms)
+    if isinstance(node, cst.Call):
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "to" and not any(cu.names_in(a.value) & syms for a in node.args):
+            return _affinity(func.value, syms)
+        leaf = (cu.call_name(node) or "").rsplit(".", 1)[-1]
+        if leaf in ("multiple_of", "max_contiguous") and node.args and not any(cu.names_in(a.value) & syms for a in node.args[1:]):
+            return _affinity(node.args[0].value, syms)
+    return None
+
+
+def _difference(term: cst.BaseExpression) -> str | None:
+    """`a < b` (with any broadcasting subscripts around it) as the code of v with `term == (v < 0)`:
+    a - b, or a - b - 1 for `<=` (integers); None for any other form of mask term."""
+    subscripts = []
+    while isinstance(term, cst.Subscript):
+        subscripts.append(term)
+        term = term.value.with_changes(lpar=[], rpar=[])
+    if not (isinstance(term, cst.Comparison) and len(term.comparisons) == 1):
+        return None
+    left, op, right = _code(term.left).strip(), term.comparisons[0].operator, _code(term.comparisons[0].comparator).strip()
+    forms = {cst.LessThan: (left, right, ""), cst.LessThanEqual: (left, right, " - 1"),
+             cst.GreaterThan: (right, left, ""), cst.GreaterThanEqual: (right, left, " - 1")}
+    if type(op) not in forms:
+        return None
+    a, b, tail = forms[type(op)]
+    node = cst.parse_expression(f"({cu.paren(a)} - {cu.paren(b)}{tail})")
+    for sub in reversed(subscripts):
+        node = sub.with_changes(value=node, lpar=[], rpar=[])
+    return _code(node)
+
+
+def _conjuncts(node: cst.BaseExpression) -> list[cst.BaseExpression]:
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.BitAnd):
+        return _conjuncts(node.left) + _conjuncts(node.right)
+    return [node]
+
+
+def _code(node: cst.CSTNode) -> str:
+    return cst.Module(body=[]).code_for_node(node)
+
+
+def _corners(pointer: str, mask: str | None, levels: list[str], dim: int, desc, writes: bool = False) -> list[Access]:
+    """Accesses at every corner of the iteration space (each loop at its first or last iteration):
+    with rows affine in the counters, every element's offset is extreme at a corner, so the union of
+    the corners' ranges holds every iteration's. Mask terms that change with the loop are dropped
+    (their iterations may end anywhere, see issue 10 case 1) and offsets clamped to the tensor."""
+    if not levels:
+        return [Access(pointer, mask, desc)]
+    syms = {_ITER.format(i) for i in range(len(levels))}
+    if writes:  # the producer side (issue 10 part B) keeps its own bounds: both ends, masks as written
+        return [Access(_at_corner(pointer, env), _at_corner(mask, env) if mask else None, desc)
+                for env in ({k: "0" for k in syms}, _last_corner(levels))]
+    if _affinity(cst.parse_expression(pointer), syms) != 1 and cu.names_in(cst.parse_expression(pointer)) & syms:
+        raise _Fallback("the rows read are not affine in the loop counter")
+    kept, moving = [], []
+    if mask is not None:
+        for term in _conjuncts(cst.parse_expression(mask)):
+            (moving if cu.names_in(term) & syms else kept).append(term.with_changes(lpar=[], rpar=[]))
+    kept = [_code(t).strip() for t in kept]
+    dropped = bool(moving)
+    if dropped and (dim != 0 or desc is not None):
+        raise _Fallback("the mask changes with the loop")
+    kept_mask = " & ".join(kept if len(kept) == 1 else map(cu.paren, kept)) if kept else None
+    v = _difference(moving[0]) if len(moving) == 1 and len(levels) == 1 else None
+    if v is not None and _affinity(cst.parse_expression(v), syms) is not None:
+        first, last = {_ITER.format(0): "0"}, _last_corner(levels)
+        return [Access(_at_corner(pointer, first), kept_mask, desc,
+                       affine=(_at_corner(pointer, last), _at_corner(v, first), _at_corner(v, last), levels[0]))]
+    out: list[Access] = []
+    for bits in itertools.product((False, True), repeat=len(levels)):
+        env: dict[str, str] = {}
+        for i, last in enumerate(bits):
+            env[_ITER.format(i)] = cu.substitute(cst.Module(body=[]), cst.parse_expression(levels[i]), env) if last else "0"
+        access = Access(_at_corner(pointer, env), _at_corner(kept_mask, env) if kept_mask else None, desc, clamped=dropped)
+        if access not in out:
+            out.append(access)
+    return out
+
+
+def _last_corner(levels: list[str]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for i, done in enumerate(levels):
+        env[_ITER.format(i)] = _subst(done, env)
+    return env
+
+
+def _subst(code: str, env: dict[str, str]) -> str:
+    return cu.substitute(cst.Module(body=[]), cst.parse_expression(code), env)
+
+
+class _DropZeros(cst.CSTTransformer):
+    """`0 * x` -> 0, `x + 0` / `0 + x` / `x - 0` -> x: a loop's first corner reads like the user's code."""
+
+    @staticmethod
+    def _zero(n: cst.CSTNode) -> bool:
+        return isinstance(n, cst.Integer) and n.value == "0"
+
+    def leave_BinaryOperation(self, original, updated):
+        op, left, right = updated.operator, updated.left, updated.right
+        keep = None
+        if isinstance(op, cst.Multiply) and (self._zero(left) or self._zero(right)):
+            keep = cst.Integer("0")
+        elif isinstance(op, (cst.Add, cst.Subtract)) and self._zero(right):
+            keep = left
+        elif isinstance(op, cst.Add) and self._zero(left):
+            keep = right
+        if keep is None:
+            return updated
+        bare = keep.with_changes(lpar=[], rpar=[])
+        if not updated.lpar or cu.is_atom(_code(bare)):
+            return bare
+        return keep.with_changes(lpar=updated.lpar, rpar=updated.rpar)
+
+    def leave_Subscript(self, original, updated):
+        return updated
+
+    def leave_ParenthesizedWhitespace(self, original, updated):
+        return updated
+
+
+def _at_corner(code: str, env: dict[str, str]) -> str:
+    node = cst.parse_expression(code).visit(cu.Substitute(env)).visit(_DropZeros())
+    return _code(node)
+
+
 def _access_names(a: Access) -> set[str]:
     names = cu.names_in(cst.parse_expression(a.pointer)) | (cu.names_in(cst.parse_expression(a.mask)) if a.mask else set())
-    for code in a.desc or ():
+    for code in (*(a.desc or ()), *(a.affine or ())):
         names |= cu.names_in(cst.parse_expression(code))
     return names
 
@@ -489,53 +754,121 @@ def _descriptors(ks: KernelSource, func: cst.FunctionDef, derived: set[str], ten
 
 
 def _hoist(ks: KernelSource, block: list[cst.CSTNode], reads, before: set[str], tensor: str, dim: int,
-           writes: bool = False) -> list[Access]:
+           writes: bool = False, fallbacks: list | None = None) -> list[Access]:
     """The reads of the last statement of `block`, as expressions valid right before `block[0]`
-    (every statement of `block` but the last runs in between and is inlined)."""
+    (every statement of `block` but the last runs in between and is inlined).
+
+    A read whose rows cannot be bounded there (see `_Fallback`) goes to `fallbacks` as
+    (call, pointer, mask, why) when a list is given; otherwise it is an InferenceError."""
     accesses: list[Access] = []
     inner = set().union(*(cu.assigned_in(s) for s in block[:-1])) if len(block) > 1 else set()
     if not isinstance(block[-1], cst.SimpleStatementLine):
         inner |= cu.assigned_in(block[-1])
     assigned = set().union(*(cu.assigned_in(s) for s in block))
     for call, ptr, mask in reads:
-        for last in (False, True):
-            env: dict[str, str] = {}
-            unknown: dict[str, cst.CSTNode] = {}
-            state = {"loops": 0, "while": False}
+        if ptr is _EVERY:
+            if Access("0", every=True) not in accesses:
+                accesses.append(Access("0", every=True))
+            continue
+        env: dict[str, str] = {}
+        unknown: dict[str, cst.CSTNode] = {}
+        state = {"levels": []}
+        try:
             try:
-                _evaluate(ks, block, call, env, unknown, last, state)
+                _evaluate(ks, block, call, env, unknown, state)
             except _Unknown as exc:
                 raise InferenceError(
-                    f"cannot follow the loop `{exc.name}` around the read of '{tensor}' (only range loops are "
-                    f"understood); {_binding_hint(tensor, dim, writes)}",
-                    ks.location(exc.node),
+                    f"'{tensor}' is read in the test of a while loop, which runs again every iteration; read it into a "
+                    f"name inside the loop body instead",
+                    ks.location(call),
                 ) from None
-            if last and not state["loops"]:
-                break
+            clamped = False
             if isinstance(ptr, _DescRead):
-                access = Access(cu.substitute(ks.module, ptr.row, env), None, ptr.desc.args())
+                pointer, mask_code, desc = cu.substitute(ks.module, ptr.row, env), None, ptr.desc.args()
+            elif isinstance(ptr, _Followed):
+                pointer, desc, clamped = _subst(ptr.access.pointer, env), None, ptr.access.clamped
+                mask_code = _subst(ptr.access.mask, env) if ptr.access.mask else None
             else:
-                access = Access(cu.substitute(ks.module, ptr, env), cu.substitute(ks.module, mask, env) if mask is not None else None)
-            used = _access_names(access)
+                pointer, desc = cu.substitute(ks.module, ptr, env), None
+                mask_code = cu.substitute(ks.module, mask, env) if mask is not None else None
+            used = _access_names(Access(pointer, mask_code, desc))
             bad = sorted(n for n in used if (n in unknown) or (n in inner and n not in before))
             if bad:
+                raise _Fallback(f"{', '.join(bad)} changes inside the loop in a way inference cannot follow")
+            corners = _corners(pointer, mask_code, state["levels"], dim, desc, writes)
+        except _Fallback as exc:
+            if fallbacks is None or writes:
                 raise InferenceError(
-                    f"the rows of '{tensor}' read here depend on {', '.join(bad)}, which changes inside "
-                    f"the loop in a way inference cannot follow; {_binding_hint(tensor, dim, writes)}",
+                    f"the rows of '{tensor}' {'written' if writes else 'read'} here cannot be bounded before the loop: {exc.why}; "
+                    f"{_binding_hint(tensor, dim, writes)}",
                     ks.location(call),
-                )
-            if state["while"] and cu.names_in(cst.parse_expression(access.pointer)) & assigned:
-                raise InferenceError(
-                    f"the pointer into '{tensor}' changes inside a while loop; {_binding_hint(tensor, dim, writes)}",
-                    ks.location(call),
-                )
+                ) from None
+            fallbacks.append((call, ptr, mask, exc.why))
+            continue
+        for access in corners:
+            access.clamped = access.clamped or clamped
             if access not in accesses:
                 accesses.append(access)
     return accesses
 
 
+def _blocks(node: cst.CSTNode) -> list[tuple[str, list]]:
+    out = []
+    body = getattr(node, "body", None)
+    if isinstance(body, cst.BaseSuite) and hasattr(body, "body") and not isinstance(node, cst.SimpleStatementLine):
+        out.append(("body", list(body.body)))
+    orelse = getattr(node, "orelse", None)
+    if isinstance(orelse, cst.If):
+        out.append(("orelse", [orelse]))
+    elif orelse is not None:
+        out.append(("orelse", list(orelse.body.body)))
+    return out
+
+
+def _site(anchor: cst.CSTNode, call: cst.Call) -> tuple[tuple[tuple[str, int], ...], cst.CSTNode]:
+    """The path from `anchor` down to the innermost statement holding `call`, and that statement."""
+    path: list[tuple[str, int]] = []
+    node = anchor
+    while not isinstance(node, cst.SimpleStatementLine):
+        step = next(((branch, i, s) for branch, stmts in _blocks(node) for i, s in enumerate(stmts) if cu.contains(s, call)), None)
+        if step is None:
+            break  # the read is in the statement's own header (a loop's range, an if's test)
+        path.append(step[:2])
+        node = step[2]
+    return tuple(path), node
+
+
+def _fallback_group(ks: KernelSource, index: int, anchor: cst.CSTNode, call: cst.Call, ptr, mask, why: str) -> ReadGroup:
+    """A wait right before the statement holding the read, computed from its own pointer and mask."""
+    path, site = _site(anchor, call)
+    env: dict[str, str] = {}
+    if isinstance(site, cst.SimpleStatementLine):
+        for small in site.body:
+            if cu.contains(small, call):
+                break
+            _effects(ks, cst.SimpleStatementLine(body=[small]), env, {})
+    if isinstance(ptr, _DescRead):
+        access = Access(cu.substitute(ks.module, ptr.row, env), None, ptr.desc.args())
+    elif isinstance(ptr, _Followed):
+        access = Access(_subst(ptr.access.pointer, env), _subst(ptr.access.mask, env) if ptr.access.mask else None,
+                        clamped=ptr.access.clamped)
+    else:
+        access = Access(cu.substitute(ks.module, ptr, env), cu.substitute(ks.module, mask, env) if mask is not None else None)
+    return ReadGroup(index, [access], ks.location(call).line, nested=path, why=why)
+
+
+def _is_data(access: Access, data: set[str]) -> bool:
+    """Do the rows of `access` depend on loaded values?"""
+    if access.every:
+        return False
+    if _access_names(access) & data:
+        return True
+    exprs = [access.pointer, access.mask or "0", *(access.desc or ()), *(access.affine or ())]
+    return any(helpers.loads_data(c) for e in exprs for c in cu.calls_in(cst.parse_expression(e)))
+
+
 def _infer_loop(ks: KernelSource, binding: TensorBinding, loop: persistent.PersistentLoop, stmt, before: set[str],
-                reads_of, tainted: set[str], rows: str | None) -> list[ReadGroup]:
+                reads_of, tainted: set[str], rows: str | None, data: set[str]) -> list[ReadGroup]:
     """Waits inside a persistent loop: one at the start of each tile (the first read's statement in
     the loop body, or the end of the block a flat loop starts its tiles in), others before their reads."""
     tensor, dim, index = binding.tensor, binding.dim, loop.index
@@ -569,30 +902,44 @@ def _infer_loop(ks: KernelSource, binding: TensorBinding, loop: persistent.Persi
                 accs = []
             if fine is None:
                 fine = persistent.determined(loop, stmt, (j_if, tile_end), tainted)
-            if accs and all(fine(_access_names(a)) for a in accs):
+            if accs and all(fine(_access_names(a)) and not _is_data(a, data) for a in accs):
                 tile_line = tile_line or line
                 tile_accesses += [a for a in accs if a not in tile_accesses]
                 continue
-        accs = _hoist(ks, [s], reads, outer | set().union(*(cu.assigned_in(x) for x in lbody[:j])), tensor, dim)
+        fallbacks: list = []
+        accs = _hoist(ks, [s], reads, outer | set().union(*(cu.assigned_in(x) for x in lbody[:j])), tensor, dim,
+                      fallbacks=fallbacks)
         if accs and not _covered(local, accs, lbody, j):
             local.append(ReadGroup(j, accs, line))
-    groups = [ReadGroup(index, g.accesses, g.line, (g.stmt_index,)) for g in local]
+        if fallbacks and flat and j == j_if:
+            raise InferenceError(
+                f"the rows of '{tensor}' read inside the block that starts each tile cannot be bounded ({fallbacks[0][3]}); "
+                f"{_binding_hint(tensor, dim)}",
+                ks.location(fallbacks[0][0]),
+            )
+        local += [_fallback_group(ks, j, s, *f) for f in fallbacks]
+    groups = [ReadGroup(index, g.accesses, g.line, (g.stmt_index,), nested=g.nested, why=g.why) for g in local]
     if tile_accesses:
         groups.insert(0, ReadGroup(index, tile_accesses, tile_line, (j_if, tile_end), True))
         groups.sort(key=lambda g: g.inner)
-    elif groups and not flat:
+    elif groups and not flat and not groups[0].nested:
         first = groups[0]
         fine = persistent.determined(loop, stmt, first.inner, tainted)
-        first.tile_start = all(fine(_access_names(a)) for a in first.accesses)
+        first.tile_start = all(fine(_access_names(a)) and not _is_data(a, data) for a in first.accesses)
     return groups
 
 
-def _decide_remap(ks, loop: persistent.PersistentLoop, stmt, tainted: set[str]) -> None:
-    carried = persistent.carried_state(loop, stmt, tainted) if loop.tile_start else []
+def _decide_remap(ks, loop: persistent.PersistentLoop, stmt, tainted: set[str], helper_pid: str = "", data_rows: bool = False) -> None:
+    carried = sorted(set(persistent.carried_state(loop, stmt, tainted)) | set(persistent.carried_values(loop, stmt))) \
+        if loop.tile_start else []
     hidden = sorted(n for n, paths in persistent.step_paths(loop, stmt).items() if paths is None)
-    test = persistent.loop_test_problem(loop, stmt, ks)
-    loop.remap = loop.tile_start and not carried and not hidden and not test
-    if not loop.tile_start:
+    test = persistent.loop_test_problem(loop, stmt, ks, tainted)
+    loop.remap = loop.tile_start and not carried and not hidden and not test and not helper_pid
+    if helper_pid:
+        loop.why_not = loop.note = helper_pid
+    elif data_rows:
+        loop.why_not = loop.note = "the rows of its first read depend on loaded data, which changes from launch to launch"
+    elif not loop.tile_start:
         loop.why_not = "the rows of the first read in the loop are not a function of the tile id alone"
     elif carried:
         loop.why_not = f"{', '.join(carried)} carried from tile to tile"
@@ -684,7 +1031,8 @@ def infer(ks: KernelSource, tensor: str, dim: int, rows: str | None = None, writ
         raise
 
 
-def _infer(ks: KernelSource, tensor: str, dim: int, rows: str | None, writes: bool, before_line: int | None) -> TensorBinding:
+def _infer(ks: KernelSource, tensor: str, dim: int, rows: str | None, writes: bool, before_line: int | None,
+           depth: int = 0) -> TensorBinding:
     if before_line is not None and writes:
         raise KernelError(
             "binding.before_line applies to the patterns that read the tensor (all_gather, all_to_all); a producer "
@@ -700,16 +1048,22 @@ def _infer(ks: KernelSource, tensor: str, dim: int, rows: str | None, writes: bo
     body = list(func.body.body)
 
     def reads_of(stmt):
-        return _reads(ks, stmt, derived, tensor, dim, rows is not None, descs, writes)
+        return _reads(ks, stmt, derived, tensor, dim, rows is not None, descs, writes, depth)
 
     def row_names(stmt) -> set[str]:
         out: set[str] = set()
         for call, ptr, _ in reads_of(stmt):
-            out |= cu.names_in(ptr.row if isinstance(ptr, _DescRead) else ptr) | {"<read>"}
+            if isinstance(ptr, _Followed):
+                out |= _access_names(ptr.access)
+            elif ptr is not _EVERY:
+                out |= cu.names_in(ptr.row if isinstance(ptr, _DescRead) else ptr)
+            out |= {"<read>"}
         return out
 
     loop = None if writes else persistent.find(ks, func, body, row_names, derived)
     tainted = persistent.forward(func, set(), program_ids=True)
+    data = helpers.data_names(ks, func)
+    helper_pid = "" if writes else helpers.program_id_helper(ks)
     before: set[str] = set(ks.params)
     for index, stmt in enumerate(body):
         if loop is not None and index == loop.index:
@@ -719,12 +1073,13 @@ def _infer(ks: KernelSource, tensor: str, dim: int, rows: str | None, writes: bo
                     f"inside the loop at line {ks.location(stmt).line}; drop before_line",
                     ks.location(stmt),
                 )
-            groups = _infer_loop(ks, binding, loop, stmt, before, reads_of, tainted, rows)
+            groups = _infer_loop(ks, binding, loop, stmt, before, reads_of, tainted, rows, data)
             loop.tile_start = any(g.tile_start for g in groups)
             if rows is not None or loop.tile_start or not _hoistable(ks, stmt, reads_of, before, tensor, dim):
                 binding.groups += groups
                 binding.persistent = loop
-                _decide_remap(ks, loop, stmt, tainted)
+                _decide_remap(ks, loop, stmt, tainted, helper_pid,
+                              bool(groups) and any(_is_data(a, data) for a in groups[0].accesses))
                 if rows is not None:
                     break
                 before |= cu.assigned_in(stmt)
@@ -738,11 +1093,13 @@ def _infer(ks: KernelSource, tensor: str, dim: int, rows: str | None, writes: bo
             line = ks.location(reads[0][0]).line if before_line is None else before_line
             binding.groups.append(ReadGroup(at, [], line))
             break
-        accesses = _hoist(ks, [stmt], reads, before, tensor, dim, writes) if reads else []
+        fallbacks: list = []
+        accesses = _hoist(ks, [stmt], reads, before, tensor, dim, writes, None if writes else fallbacks) if reads else []
         # A read of rows already waited for needs no second wait; every write counts, because the
         # announcement must follow the last one.
-        if accesses and (writes or not _covered([g for g in binding.groups if not g.inner], accesses, body, index)):
+        if accesses and (writes or not _covered([g for g in binding.groups if not g.inner and not g.nested], accesses, body, index)):
             binding.groups.append(ReadGroup(index, accesses, ks.location(reads[0][0]).line))
+        binding.groups += [_fallback_group(ks, index, stmt, *f) for f in fallbacks]
         before |= cu.assigned_in(stmt)
     if not binding.groups and writes:
         raise InferenceError(
@@ -756,4 +1113,22 @@ def _infer(ks: KernelSource, tensor: str, dim: int, rows: str | None, writes: bo
             f"check `tensor:` or {_binding_hint(tensor, dim)}",
             ks.location(func),
         )
+    for g in binding.groups:
+        g.data = any(_is_data(a, data) for a in g.accesses)
+    if not writes:
+        binding.no_remap = _why_no_remap(binding, helper_pid)
     return binding
+
+
+def _why_no_remap(binding: TensorBinding, helper_pid: str) -> str:
+    """Why the program ids of a (non-persistent) kernel must not be remapped: the first wait's range
+    comes from a table probed once per launch shape, which only rows fixed by the shape may use, and
+    a tile id a helper reads behind our back would not follow the remap."""
+    if helper_pid:
+        return helper_pid
+    first = binding.groups[0]
+    if first.nested:
+        return "its first read waits inside its loop"
+    if first.data:
+        return "the rows of its first read depend on loaded data, which changes from launch to launch"
+    return ""

@@ -49,6 +49,7 @@ class PersistentLoop:
     tile_start: bool = False     # the first wait's rows are a function of the tile id alone
     remap: bool = False          # safe to remap tile ids (no other state carried from tile to tile)
     why_not: str = ""            # why tile_start or remap is off (for --dump-dir's binding stage)
+    note: str = ""               # why_not, where the transformed source must say it too (issue 10)
 
 
 def _is_program_id(call: cst.Call) -> bool:
@@ -323,6 +324,54 @@ def carried_state(loop: PersistentLoop, stmt: cst.CSTNode, tainted: set[str]) ->
     return sorted(set(out))
 
 
+def _exposed(block: list[cst.CSTNode]) -> set[str]:
+    """Names a block reads before it assigns them (upward-exposed uses). Only straight-line
+    assignments count as definitions: a branch or a loop may not run, so what it assigns stays
+    exposed after it (erring toward finding carried state, never toward missing it)."""
+    out: set[str] = set()
+    defined: set[str] = set()
+    for s in block:
+        if isinstance(s, cst.SimpleStatementLine):
+            for small in s.body:
+                uses = cu.names_in(small)
+                if isinstance(small, (cst.Assign, cst.AnnAssign)) and small.value is not None:
+                    uses = cu.names_in(small.value)
+                    for t in getattr(small, "targets", [small]):
+                        target = t.target
+                        if not isinstance(target, (cst.Name, cst.Tuple, cst.List)):
+                            uses |= cu.names_in(target)
+                out |= uses - defined
+                if isinstance(small, (cst.Assign, cst.AnnAssign, cst.AugAssign)):
+                    defined |= cu.assigned_in(small)
+            continue
+        uses: set[str] = set()
+        if isinstance(s, cst.For):
+            uses = cu.names_in(s.iter) | (_exposed(list(s.body.body)) - set(cu.target_names(s.target)))
+        elif isinstance(s, cst.While):
+            uses = cu.names_in(s.test) | _exposed(list(s.body.body))
+        elif isinstance(s, cst.If):
+            uses = cu.names_in(s.test) | _exposed(list(s.body.body))
+            if s.orelse is not None:
+                body = s.orelse.body
+                uses |= _exposed([body] if isinstance(body, cst.If) else list(body.body))
+        else:
+            uses = cu.names_in(s)
+        out |= uses - defined
+    return out
+
+
+def carried_values(loop: PersistentLoop, stmt: cst.CSTNode) -> list[str]:
+    """Names one iteration of a tile loop leaves for the next (read before they are assigned in
+    the body, assigned later in it): a block prefetched for `tile + step`, a stream-K accumulator.
+    Remapped tile ids would hand them to a tile they do not belong to. Flat loops carry their
+    accumulator across K steps by design and are checked by `carried_state` instead."""
+    if loop.kind == "flat":
+        return []
+    own = set(loop.counters) | {loop.tile} | ({loop.loop_var} if loop.loop_var else set())
+    in_loop = cu.assigned_in(stmt.body)
+    return sorted((_exposed(list(stmt.body.body)) & in_loop) - own)
+
+
 def step_paths(loop: PersistentLoop, stmt: cst.CSTNode) -> dict[str, list[tuple[int, ...]]]:
     """Where each counter is stepped in the loop body: statement paths through `if` bodies, or None
     where a step sits somewhere a statement cannot be inserted after it (a loop, an else branch)."""
@@ -333,7 +382,7 @@ def step_paths(loop: PersistentLoop, stmt: cst.CSTNode) -> dict[str, list[tuple[
     return out
 
 
-def loop_test_problem(loop: PersistentLoop, stmt: cst.CSTNode, ks) -> str:
+def loop_test_problem(loop: PersistentLoop, stmt: cst.CSTNode, ks, tainted: set[str] = frozenset()) -> str:
     """Why a while loop's test would see remapped tile ids instead of slots ('' when it cannot).
 
     `while T < E:` with `T += step` as the last statement of the body is safe: the remap is a
@@ -348,4 +397,7 @@ def loop_test_problem(loop: PersistentLoop, stmt: cst.CSTNode, ks) -> str:
           and isinstance(t.left, cst.Name) and t.left.value in loop.counters
           and not (cu.names_in(t.comparisons[0].comparator) & cu.assigned_in(stmt.body))
           and isinstance(body[-1], cst.SimpleStatementLine) and step_of(body[-1].body[-1], t.left.value) is not None)
+    if ok and cu.names_in(t.comparisons[0].comparator) & tainted:
+        # `tile < end` with an end of this program's own: a remapped tile id is no slot of it.
+        return f"the while test `{ks.code(t)}` compares the tile id with a bound of this program's own"
     return "" if ok else f"the while test `{ks.code(t)}` compares the tile id itself"

@@ -123,7 +123,9 @@ def from_jit(jit_fn) -> KernelSource:
         line = fn.__code__.co_firstlineno
         for k in jit_functions(module):
             pos = positions[k]
-            if k.name.value == name and pos.start.line <= line <= pos.end.line:
+            # co_firstlineno is the first decorator's line; libcst's function starts at `def`.
+            first = min([pos.start.line, *(positions[d].start.line for d in k.decorators)])
+            if k.name.value == name and first <= line <= pos.end.line:
                 return KernelSource(file, module, k, positions)
     # Defined somewhere without a readable file (exec, notebook cell): parse the function alone.
     lines, start = inspect.getsourcelines(fn)

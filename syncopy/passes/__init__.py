@@ -62,9 +62,10 @@ def transform(ks: KernelSource, schedule: Schedule) -> Transformed:
     start = inference.body_start(func)
     # Tiles are remapped (and their chunk ranges tabulated by the probe) only if the kernel asks
     # for its program id; a kernel that never does has nothing to reorder.
-    remaps = tile_reorder.remap_program_ids(ks, body)[1]
-    waited = consumer_wait.insert_waits(body, binding, table=remaps)
-    remapped_body, remapped = tile_reorder.remap_program_ids(ks, waited)
+    remaps = tile_reorder.remap_program_ids(ks, body)[1] and not binding.no_remap
+    notes = (f"# syncopy: tiles keep their launch order: {binding.no_remap}",) if binding.no_remap else ()
+    waited = consumer_wait.insert_waits(body, binding, table=remaps, notes=notes)
+    remapped_body, remapped = tile_reorder.remap_program_ids(ks, waited) if remaps else (waited, False)
     head: list[cst.BaseStatement] = []
     if binding.copy_base:
         head.append(cst.parse_statement(f"{inference.BASE_NAME} = {binding.tensor}\n"))
@@ -129,8 +130,11 @@ def _producer(ks: KernelSource, schedule: Schedule, rows: str | None, before_lin
 def _describe(b: inference.TensorBinding, where: str = "wait before") -> str:
     lines = [f"tensor {b.tensor} dim {b.dim} base {b.base}"]
     for g in b.groups:
-        lines.append(f"{where} line {g.line}:")
-        lines += [f"  rows of {a.pointer}" + (f" where {a.mask}" if a.mask else "") for a in g.accesses]
+        lines.append(f"{where} line {g.line}" + (f" (inside its loop: {g.why})" if g.nested else "") + ":")
+        lines += ["  every chunk" if a.every else f"  rows of {a.pointer}" + (f" where {a.mask}" if a.mask else "")
+                  for a in g.accesses]
+    if b.no_remap:
+        lines.append(f"tiles not remapped ({b.no_remap})")
     if b.explicit_rows:
         lines.append(f"explicit rows: {b.explicit_rows}")
     return "\n".join(lines) + "\n"

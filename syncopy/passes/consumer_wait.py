@@ -27,7 +27,15 @@ def range_statements(binding: TensorBinding, group: ReadGroup, lo: str = names.L
     out = []
     for i, access in enumerate(group.accesses):
         tl_, th_ = (lo, hi) if i == 0 else (f"{lo}_{i}", f"{hi}_{i}")
-        if access.desc is not None:
+        if access.every:
+            call = f"{D}.all_chunks({names.CTX})"
+        elif access.affine is not None:
+            last, v0, v1, n = access.affine
+            call = (f"{D}.chunk_range_affine({access.pointer}, {last}, {access.mask or 'True'}, {v0}, {v1}, {n}, "
+                    f"{binding.base}, {names.CTX}, {outer})")
+        elif access.clamped:
+            call = f"{D}.chunk_range_clamped({access.pointer}, {access.mask or 'True'}, {binding.base}, {names.CTX}, {outer})"
+        elif access.desc is not None:
             d_base, block_rows, rows, row_stride, tail = access.desc
             call = f"{D}.desc_chunk_range({d_base}, {access.pointer}, {block_rows}, {rows}, {row_stride}, {tail}, {binding.base}, {names.CTX})"
         elif access.mask is None:
@@ -48,30 +56,88 @@ def from_table_or(computed: list[cst.BaseStatement]) -> cst.BaseStatement:
     return cst.parse_statement(code)
 
 
-def wait_statements(binding: TensorBinding, group: ReadGroup, first: bool, table: bool = False) -> list[cst.BaseStatement]:
+def _comments(binding: TensorBinding, group: ReadGroup, what: str) -> list[str]:
+    if any(a.every for a in group.accesses):
+        return [f"# syncopy: wait for every chunk of {binding.tensor}: syncopy cannot bound the rows a helper called here reads"]
+    lines = []
+    if group.nested:
+        lines.append(f"# syncopy: no bound before the loop ({group.why}): wait before each read, from its own pointers")
+    if any(a.clamped for a in group.accesses):
+        lines.append("# syncopy: a mask that changes with the loop is left out of this bound (rows outside the tensor clamp to it)")
+    return [*lines, f"# syncopy: wait for the chunks of {binding.tensor} {what}"]
+
+
+def wait_statements(binding: TensorBinding, group: ReadGroup, first: bool, table: bool = False,
+                    what: str = "this program reads", notes: tuple[str, ...] = ()) -> list[cst.BaseStatement]:
     stmts = range_statements(binding, group)
     if first and table:
         stmts = [from_table_or(stmts)]
     stmts.append(cst.parse_statement(f"{D}.wait_chunks({names.SIGNALS}, {names.CTX}, {names.LO}, {names.HI})\n"))
     if first:
         stmts.append(cst.parse_statement(f"{D}.trace_tile_start({names.SIGNALS}, {names.TRACE}, {names.CTX}, {names.TRACE_FLAG})\n"))
-    comment = cst.EmptyLine(comment=cst.Comment(f"# syncopy: wait for the chunks of {binding.tensor} this program reads"))
-    stmts[0] = stmts[0].with_changes(leading_lines=[*stmts[0].leading_lines, comment])
+    comments = [cst.EmptyLine(comment=cst.Comment(c)) for c in (*notes, *_comments(binding, group, what))]
+    stmts[0] = stmts[0].with_changes(leading_lines=[*stmts[0].leading_lines, *comments])
     return stmts
 
 
-def insert_waits(body: list[cst.BaseStatement], binding: TensorBinding, table: bool = False) -> list[cst.BaseStatement]:
+def _with_leading(new: list[cst.BaseStatement], stmt: cst.BaseStatement) -> tuple[list[cst.BaseStatement], cst.BaseStatement]:
+    """Keep the user's comments and blank lines attached above the inserted statements."""
+    new = [new[0].with_changes(leading_lines=[*stmt.leading_lines, *new[0].leading_lines]), *new[1:]]
+    return new, stmt.with_changes(leading_lines=[])
+
+
+def insert_nested(stmt: cst.BaseStatement, edits: list[tuple[tuple[tuple[str, int], ...], list[cst.BaseStatement]]]) -> cst.BaseStatement:
+    """Insert each edit's statements before the statement its path leads to inside `stmt` (a path is
+    (branch, index) steps through `body` / `orelse` blocks, see infer.ReadGroup.nested)."""
+    if not edits:
+        return stmt
+    by_step: dict[tuple[str, int], list] = {}
+    for path, new in edits:
+        by_step.setdefault(path[0], []).append((path[1:], new))
+
+    def rebuilt(block: list[cst.BaseStatement], branch: str) -> list[cst.BaseStatement]:
+        out: list[cst.BaseStatement] = []
+        for i, s in enumerate(block):
+            mine = by_step.get((branch, i), [])
+            here = [new for p, new in mine if not p]
+            s = insert_nested(s, [(p, new) for p, new in mine if p])
+            for new in here:
+                new, s = _with_leading(new, s)
+                out += new
+            out.append(s)
+        return out
+
+    changes = {}
+    if any(b == "body" for b, _ in by_step):
+        changes["body"] = stmt.body.with_changes(body=rebuilt(list(stmt.body.body), "body"))
+    if any(b == "orelse" for b, _ in by_step):
+        orelse = stmt.orelse
+        if isinstance(orelse, cst.If):
+            # An `elif` cannot have statements before it: with a wait in front it becomes `else:` + `if`.
+            block = rebuilt([orelse], "orelse")
+            changes["orelse"] = block[0] if len(block) == 1 else cst.Else(body=cst.IndentedBlock(body=block))
+        else:
+            changes["orelse"] = orelse.with_changes(body=orelse.body.with_changes(body=rebuilt(list(orelse.body.body), "orelse")))
+    return stmt.with_changes(**changes)
+
+
+def nested_edits(binding: TensorBinding, groups: list[ReadGroup]) -> list:
+    """(path, wait statements) for the groups that wait before a read deep inside a statement."""
+    return [(g.nested, wait_statements(binding, g, False, what="this read needs")) for g in groups if g.nested]
+
+
+def insert_waits(body: list[cst.BaseStatement], binding: TensorBinding, table: bool = False,
+                 notes: tuple[str, ...] = ()) -> list[cst.BaseStatement]:
     """`body` is the original function body (indices match `binding.groups`)."""
-    at = {g.stmt_index: g for g in binding.groups}
+    at = {g.stmt_index: g for g in binding.groups if not g.nested}
     out: list[cst.BaseStatement] = []
     first = True
     for index, stmt in enumerate(body):
         group = at.get(index)
+        stmt = insert_nested(stmt, nested_edits(binding, [g for g in binding.groups if g.stmt_index == index]))
         if group is not None:
-            waits = wait_statements(binding, group, first, table)
-            # Keep the user's comments and blank lines attached above their own statement.
-            waits[0] = waits[0].with_changes(leading_lines=[*stmt.leading_lines, *waits[0].leading_lines])
-            stmt = stmt.with_changes(leading_lines=[])
+            waits = wait_statements(binding, group, first, table, notes=notes if first else ())
+            waits, stmt = _with_leading(waits, stmt)
             out.extend(waits)
             first = False
         out.append(stmt)

@@ -90,10 +90,12 @@ def _loop_edits(binding: inference.TensorBinding, loop: loops.PersistentLoop, st
             step = loop.counters[name]
             for p in paths:
                 after.setdefault((p[:-1], p[-1]), []).append(_stmt(f"{name} = {D}.advance_tile({names.ORDER}, {name}, {step})"))
+    note = [f"# syncopy: tiles keep their order: {loop.note}"] if loop.note else []
     for g in binding.groups:
-        if g.inner:
-            waits = tile_wait(binding, g, loop.tile) if g.tile_start else consumer_wait.wait_statements(binding, g, False)
+        if g.inner and not g.nested:
+            waits = tile_wait(binding, g, loop.tile) if g.tile_start else consumer_wait.wait_statements(binding, g, False, notes=tuple(note))
             before.setdefault((g.inner[:-1], g.inner[-1]), []).extend(waits)
+            note = []
     return before, after
 
 
@@ -137,7 +139,7 @@ def transform(ks: KernelSource, schedule: Schedule, binding: inference.TensorBin
     start = inference.body_start(func)
     stmt = body[loop.index]
     before, after = _loop_edits(binding, loop, stmt)
-    top = {g.stmt_index: g for g in binding.groups if not g.inner}
+    top = {g.stmt_index: g for g in binding.groups if not g.inner and not g.nested}
     out: list[cst.BaseStatement] = []
     for i, s in enumerate(body):
         pre: list[cst.BaseStatement] = []
@@ -146,7 +148,13 @@ def transform(ks: KernelSource, schedule: Schedule, binding: inference.TensorBin
         if i == loop.index:
             if loop.remap and loop.counters:
                 pre += _commented([_stmt(f"{n} = {D}.tile_of({names.ORDER}, {n})") for n in loop.counters], REMAP_COMMENT)
-            s = s.with_changes(body=s.body.with_changes(body=_apply(list(s.body.body), (), before, after)))
+            # Waits before reads deep inside the loop body go in first: they leave its indices alone.
+            lbody = [consumer_wait.insert_nested(x, consumer_wait.nested_edits(
+                binding, [g for g in binding.groups if g.inner == (j,) and g.nested])) for j, x in enumerate(s.body.body)]
+            s = s.with_changes(body=s.body.with_changes(body=_apply(lbody, (), before, after)))
+        else:
+            s = consumer_wait.insert_nested(s, consumer_wait.nested_edits(
+                binding, [g for g in binding.groups if g.stmt_index == i and not g.inner]))
         if pre:
             pre[0] = pre[0].with_changes(leading_lines=[*s.leading_lines, *pre[0].leading_lines])
             s = s.with_changes(leading_lines=[])

@@ -32,7 +32,14 @@ from tests.golden.spans import DEVICE_IMPORT, assert_only_kernel_changed, inside
 HERE = Path(__file__).parent
 REGEN = os.environ.get("SYNCOPY_REGEN") == "1"
 CASES = sorted(p.name for p in HERE.iterdir() if (p / "kernel.py").is_file())
-PERSISTENT = [c for c in CASES if c.startswith("persistent_")]
+PERSISTENT = [c for c in CASES if c.startswith("persistent_") or c == "waits_persistent_index"]
+# Kernels whose tiles keep their launch order (issue 10): the first read waits inside its loop, its
+# rows depend on loaded data, or a helper asks for the program id; the source says which.
+KEEP_ORDER = {"waits_data_rows": "tiles keep their launch order: the rows of its first read depend on loaded data",
+              "waits_helper_pid": "tiles keep their launch order: the helper _my_rows calls tl.program_id itself",
+              "waits_nested_step": "no bound before the loop (p changes inside the loop",
+              "waits_wrapped_rows": "no bound before the loop (the rows read are not affine in the loop counter)",
+              "waits_persistent_index": "tiles keep their order: the rows of its first read depend on loaded data"}
 EXTRA_PARAMS = ["syncopy_ctx", "syncopy_signals", "syncopy_order", "syncopy_trace", "SYNCOPY_TRACE", "SYNCOPY_TABLE"]
 
 
@@ -75,6 +82,13 @@ def test_every_case_is_present():
         "ptr_in_loop",
         "rownorm_reassign",
         "two_kernels",
+        "waits_data_rows",
+        "waits_helper_pid",
+        "waits_helper_rows",
+        "waits_masked_last",
+        "waits_nested_step",
+        "waits_persistent_index",
+        "waits_wrapped_rows",
     ])
     for case in CASES:
         assert (HERE / case / "schedule.yaml").is_file()
@@ -134,7 +148,7 @@ def test_every_user_line_of_the_kernel_survives(case):
     before = inside((HERE / case / "kernel.py").read_text(), name).splitlines()
     after = inside(_expected(case), name).splitlines()
     body = before[_header_lines(before) :]
-    if case not in PERSISTENT:  # persistent loops remap tile ids, not program ids
+    if case not in PERSISTENT and case not in KEEP_ORDER:  # persistent loops remap tile ids, not program ids
         body = [re.sub(r"tl\.program_id\((?:axis=)?(\d)\)", r"syncopy_pid\1", line) for line in body]
     it = iter(after)
     missing = [line for line in body if not any(line == other for other in it)]
@@ -184,7 +198,7 @@ def test_reassigned_argument_gets_a_base_copy_first():
     first = func.body[0]
     assert ast.unparse(first) == "syncopy_base = Inp"
     # The wait measures rows against the copy, since Inp itself has moved to the row by then.
-    assert "syncopy_device.chunk_range_masked(Inp + " in ast.unparse(func) and ", syncopy_base, syncopy_ctx, True)" in ast.unparse(func)
+    assert "syncopy_device.chunk_range_affine(Inp + " in ast.unparse(func) and ", syncopy_base, syncopy_ctx, True)" in ast.unparse(func)
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c not in PERSISTENT])
@@ -196,8 +210,9 @@ def test_first_wait_reads_the_probe_table_when_tiles_are_remapped(case):
     name = _kernel_name(case)
     schedule = load_schedule(HERE / case / "schedule.yaml")
     producer = schedule.pattern in ("reduce_scatter", "all_reduce")
-    remapped = "tl.program_id" in inside((HERE / case / "kernel.py").read_text(), name)
+    remapped = "tl.program_id" in inside((HERE / case / "kernel.py").read_text(), name) and case not in KEEP_ORDER
     body = inside(_expected(case), name)
+    assert (case in KEEP_ORDER) == ("slot_entry(" not in body and "tl.program_id" in body)
     assert body.count("if SYNCOPY_TABLE:") == int(remapped)
     if remapped:
         lines = body.splitlines()
@@ -228,6 +243,35 @@ def test_exactly_one_import_is_added(case):
     assert text.count(DEVICE_IMPORT) == 1
     head, _ = outside(text, _kernel_name(case))
     assert DEVICE_IMPORT in head
+
+
+@pytest.mark.parametrize("case", sorted(KEEP_ORDER))
+def test_a_kernel_that_keeps_its_order_says_why(case):
+    body = inside(_expected(case), _kernel_name(case))
+    assert f"# syncopy: {KEEP_ORDER[case]}" in body
+    assert "slot_entry(" not in body and "tile_of(" not in body and "if SYNCOPY_TABLE:" not in body
+
+
+def test_fallback_waits_sit_right_before_their_reads():
+    # Issue 10 cases 3 and 4: each read waits for the chunks of its own pointers, inside the loop.
+    for case, read in (("waits_nested_step", "acc += tl.load(p + c)"), ("waits_wrapped_rows", "v = tl.load(X + rows")):
+        lines = inside(_expected(case), _kernel_name(case)).splitlines()
+        at = next(i for i, line in enumerate(lines) if line.strip().startswith(read))
+        assert lines[at - 1].strip() == "syncopy_device.wait_chunks(syncopy_signals, syncopy_ctx, syncopy_lo, syncopy_hi)"
+        assert len(lines[at - 1]) - len(lines[at - 1].lstrip()) == len(lines[at]) - len(lines[at].lstrip())
+
+
+def test_a_loop_dependent_mask_counts_each_element_at_the_iterations_that_keep_it():
+    # Issue 10 case 1: the first and last iterations' pointers and the mask term `rows - M < 0`.
+    body = inside(_expected("waits_masked_last"), "masked_quad")
+    assert body.count("syncopy_device.chunk_range_affine(") == 1
+    assert "(((pid * 4 + (4 - 1)) * BM + tl.arange(0, BM)) - M)[:, None], 4 - 1, X, syncopy_ctx, True)" in body
+
+
+def test_a_helper_is_followed_or_waits_for_every_chunk():
+    body = inside(_expected("waits_helper_rows"), "two_helpers")
+    assert "chunk_range_masked(X + (pid * BR + tl.arange(0, BR))[:, None] * NC" in body
+    assert body.index("syncopy_device.all_chunks(syncopy_ctx)") < body.index("w = _wrapped_block(")
 
 
 # --- persistent loops: the wait is at the start of each tile, inside the loop -------------------

@@ -50,6 +50,30 @@ def persistent_kernels():
     return out
 
 
+def wait_kernels():
+    """(label, fused JIT function, example args) for the kernels of issue 10 part A: waits bounded
+    without a loop-dependent mask (chunk_range_clamped), waits before each read inside a loop, a
+    wait for every chunk, and rows taken from an index tensor."""
+    from tests.kernels import waits
+
+    f32 = torch.empty(64, 8, dtype=torch.float32)
+    i32 = torch.empty(16, dtype=torch.int32)
+    extra = dict(syncopy_ctx=torch.empty(8, dtype=torch.int64), syncopy_signals=i32, syncopy_order=i32, syncopy_trace=i32,
+                 SYNCOPY_TRACE=False, SYNCOPY_TABLE=False)
+    shapes = {
+        "masked_quad": dict(X=f32, out=f32, M=60, NC=8, BM=16),
+        "nested_steps": dict(X=f32, out=f32, NC=8, OUTER=2, INNER=4),
+        "ring_rows": dict(X=f32, out=f32, M=60, NC=8, BR=16, NB=4),
+        "helper_wrapped": dict(X=f32, out=f32, M=60, NC=8, BR=16),
+        "gather_rows": dict(X=f32, idx=i32, out=f32, NC=8),
+    }
+    out = []
+    for name, a in shapes.items():
+        f = syncopy.overlap(dict(pattern="all_gather", tensor="X", dim=0, chunks_per_rank=2))(getattr(waits, name))
+        out.append((f"waits {name}", f.fused, dict(a, **extra)))
+    return out
+
+
 def main(arch: int) -> None:
     from tests.kernels.grouped_gemm import matmul_grouped
 
@@ -67,7 +91,7 @@ def main(arch: int) -> None:
             "releases": [op.text for op in release_ops(ptx)],
             "has_mma": ("mma" in ptx) or ("wgmma" in ptx),
         }
-    for label, fn, args in persistent_kernels():
+    for label, fn, args in [*persistent_kernels(), *wait_kernels()]:
         sig, const = signature_of(fn, args)
         ptx = compile_ptx(fn, sig, const, arch)
         out[label] = {

@@ -47,7 +47,15 @@ def test_waits_poll_block_wide_and_never_read_the_global_timer(compiled):
 
 
 def test_kernel_still_computes_with_tensor_cores(compiled):
-    assert all(info["has_mma"] for info in _kernels(compiled).values())
+    assert all(info["has_mma"] for label, info in _kernels(compiled).items() if not label.startswith("waits "))
+
+
+def test_waits_of_issue_10_compile_as_bounded_acquire_polls(compiled):
+    # Waits inside loops, bounds without a loop-dependent mask, every chunk, rows from an index tensor.
+    labels = [label for label in compiled if label.startswith("waits ")]
+    assert len(labels) == 5
+    for label in labels:
+        assert compiled[label]["polls"] and not compiled[label]["globaltimer"], label
 
 
 def test_error_slot_publish_is_a_release(compiled):

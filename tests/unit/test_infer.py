@@ -21,8 +21,8 @@ HEADER = "import triton\nimport triton.language as tl\n\n\n"
 BINDING_KEY = "add `binding: {rows: <expression>}` to the schedule"
 
 
-def _kernel(body: str, path: str = "user_kernel.py"):
-    return find_kernel(HEADER + textwrap.dedent(body), path, None)
+def _kernel(body: str, path: str = "user_kernel.py", name: str | None = None):
+    return find_kernel(HEADER + textwrap.dedent(body), path, name)
 
 
 def _accesses(binding):
@@ -75,18 +75,17 @@ def test_tutorial_grouped_1d_launch_with_pointer_advanced_in_the_loop():
     assert len(b.groups) == 1
     # One wait before the K loop (statement 15) covers every iteration; `line` is the first read's.
     assert (b.groups[0].stmt_index, b.groups[0].line) == (15, 25)
-    assert _accesses(b) == [[
-        ("cur", "rr[None, :] < red - 0 * T3"),
-        ("(cur + ((tl.cdiv(red, T3) - 1) * (T3 * s1)))", "rr[None, :] < red - (tl.cdiv(red, T3) - 1) * T3"),
-    ]]
+    # The K mask changes with the loop: the first and last iterations' pointers and the mask term
+    # as a difference (v < 0), so that each element counts at the iterations that keep it.
+    assert [(a.pointer, a.mask, a.affine) for a in b.groups[0].accesses] == [(
+        "cur", None, ("(cur + ((tl.cdiv(red, T3) - 1) * (T3 * s1)))", "(rr[None, :] - red)",
+                      "(rr[None, :] - (red - (tl.cdiv(red, T3) - 1) * T3))", "tl.cdiv(red, T3) - 1"))]
 
 
 def test_the_other_operand_of_the_same_kernel():
     b = infer(_kernel(GROUPED), "Rhs", 0)
-    assert _accesses(b) == [[
-        ("oth", "rr[:, None] < red - 0 * T3"),
-        ("(oth + ((tl.cdiv(red, T3) - 1) * (T3 * t0)))", "rr[:, None] < red - (tl.cdiv(red, T3) - 1) * T3"),
-    ]]
+    assert [(a.pointer, a.mask, a.affine[0]) for a in b.groups[0].accesses] == [
+        ("oth", None, "(oth + ((tl.cdiv(red, T3) - 1) * (T3 * t0)))")]
 
 
 def test_plain_2d_launch_with_tl_range_keywords_and_swapped_axes():
@@ -104,7 +103,7 @@ def test_plain_2d_launch_with_tl_range_keywords_and_swapped_axes():
             tl.store(Dst + ri[:, None] * u0 + rj[None, :] * u1, agg)
         '''), "Lhs", 0)
     assert _accesses(b) == [[
-        ("Lhs + ri[:, None] * s0 + (0 + tl.arange(0, T3))[None, :] * s1", None),
+        ("Lhs + ri[:, None] * s0 + tl.arange(0, T3)[None, :] * s1", None),
         ("Lhs + ri[:, None] * s0 + ((((k - 1) // T3) * T3) + tl.arange(0, T3))[None, :] * s1", None),
     ]]
 
@@ -123,11 +122,7 @@ def test_pointer_built_inside_the_loop_from_the_loop_variable():
             tl.store(Ys + om, acc)
         '''), "Xs", 0)
     assert _accesses(b) == [[
-        ("(Xs + om[:, None] * sx + (0 * BK + tl.arange(0, BK))[None, :] * sk)", "(om[:, None] < MM) & ((0 * BK + tl.arange(0, BK))[None, :] < KK)"),
-        (
-            "(Xs + om[:, None] * sx + ((tl.cdiv(KK, BK) - 1) * BK + tl.arange(0, BK))[None, :] * sk)",
-            "(om[:, None] < MM) & (((tl.cdiv(KK, BK) - 1) * BK + tl.arange(0, BK))[None, :] < KK)",
-        ),
+        ("(Xs + om[:, None] * sx + tl.arange(0, BK)[None, :] * sk)", "om[:, None] < MM"),
     ]]
 
 
@@ -167,7 +162,7 @@ def test_one_program_per_row_that_moves_the_argument_itself():
     assert (b.base, b.copy_base) == (BASE_NAME, True)
     # The second loop reads the very same rows: one wait covers both.
     assert len(b.groups) == 1
-    assert _accesses(b)[0][0] == ("Inp + (0 + tl.arange(0, C))", "(0 + tl.arange(0, C)) < ncols")
+    assert _accesses(b)[0][0] == ("Inp + tl.arange(0, C)", None)
 
 
 def test_argument_reassigned_with_plain_assignment():
@@ -183,7 +178,9 @@ def test_argument_reassigned_with_plain_assignment():
     assert b.copy_base and _accesses(b) == [[("Src + cs", "cs < ncols")]]
 
 
-def test_pointer_handed_to_a_user_helper_counts_as_a_read():
+def test_pointer_handed_to_a_helper_not_in_the_file_waits_for_every_chunk():
+    # Issue 10 case 5: what the helper reads through the pointer cannot be seen (it used to be taken
+    # as the handed block alone), so the read waits for every chunk.
     b = infer(_kernel('''
         @triton.jit
         def zeta(Src, Dst, n, B: tl.constexpr):
@@ -192,7 +189,131 @@ def test_pointer_handed_to_a_user_helper_counts_as_a_read():
             v = my_reader(Src + at, n)
             tl.store(Dst + at, v)
         '''), "Src", 0)
-    assert _accesses(b) == [[("Src + at", None)]]
+    assert [[a.every for a in g.accesses] for g in b.groups] == [[True]]
+
+
+def test_a_helper_in_the_file_is_followed_into_its_own_row_arithmetic():
+    # Issue 10 case 5: the helper gets the base pointer and the program id and computes the rows.
+    b = infer(_kernel('''
+        @triton.jit
+        def load_block(P, which, n, B: tl.constexpr, D: tl.constexpr = 8):
+            rows = which * B + tl.arange(0, B)
+            return tl.load(P + rows[:, None] * D + tl.arange(0, D)[None, :], mask=rows[:, None] < n, other=0.0)
+
+
+        @triton.jit
+        def zeta(Src, Dst, n, B: tl.constexpr):
+            r = tl.program_id(0)
+            v = load_block(Src, r, n, B)
+            tl.store(Dst + r, tl.sum(tl.sum(v, axis=1), axis=0))
+        ''', name="zeta"), "Src", 0)
+    assert _accesses(b) == [[("Src + (r * B + tl.arange(0, B))[:, None] * 8 + tl.arange(0, 8)[None, :]",
+                              "(r * B + tl.arange(0, B))[:, None] < n")]]
+    assert not b.no_remap
+
+
+def test_a_helper_that_asks_for_the_program_id_keeps_tiles_in_order():
+    # Issue 10 case 6: only the kernel body's program ids are remapped.
+    b = infer(_kernel('''
+        @triton.jit
+        def my_rows(B: tl.constexpr):
+            return tl.program_id(0) * B + tl.arange(0, B)
+
+
+        @triton.jit
+        def zeta(Src, Dst, n, B: tl.constexpr):
+            r = tl.program_id(0)
+            rows = my_rows(B)
+            v = tl.load(Src + rows, mask=rows < n)
+            tl.store(Dst + r, tl.sum(v, axis=0))
+        ''', name="zeta"), "Src", 0)
+    assert b.no_remap == "the helper my_rows calls tl.program_id itself"
+
+
+@pytest.mark.parametrize(("loop", "rows"), [
+    # Issue 10 case 2: a negative step; the last row is 0, not -2.
+    ("for i in range(n - 1, -1, -1):\n        v += tl.load(Src + i * 4 + tl.arange(0, 4))",
+     ["Src + (n - 1) * 4 + tl.arange(0, 4)", "Src + (n - 1 + (((n - 1) - (-1) - 1) * (-1))) * 4 + tl.arange(0, 4)"]),
+    # A triangle: every corner of the two loops, the inner one's bounds taken at each outer end.
+    ("for o in range(n):\n        for i in range(o, n):\n            v += tl.load(Src + (2 * o + i) * 4)",
+     ["Src", "Src + (n - 1) * 4", "Src + (2 * (n - 1) + (n - 1)) * 4",
+      "Src + (2 * (n - 1) + ((n - 1) + (n - (n - 1) - 1))) * 4"]),
+])
+def test_loop_bounds_are_the_first_and_last_iterations(loop, rows):
+    text = ("@triton.jit\ndef zeta(Src, Dst, n):\n    v = tl.zeros([4], dtype=tl.float32)\n"
+            f"    {loop}\n    tl.store(Dst + tl.arange(0, 4), v)\n")
+    b = infer(_kernel(text), "Src", 0)
+    assert [a.pointer for g in b.groups for a in g.accesses] == rows
+
+
+@pytest.mark.parametrize(("body", "why"), [
+    # Issue 10 case 3: a pointer stepped in an inner loop moves more than once per outer iteration.
+    ("""p = Src
+    for o in range(n):
+        for i in range(4):
+            v += tl.load(p + tl.arange(0, 4))
+            p += 4""", "p changes inside the loop"),
+    # An inner trip count that is no affine function of the outer counter: corners are no vertices.
+    ("""for o in range(n):
+        for i in range(o * o):
+            v += tl.load(Src + (o + i) * 4 + tl.arange(0, 4))""", "cannot be bounded by its first and last iterations"),
+    # Issue 10 case 4: rows in wrapped order; the first and last iterations bound nothing.
+    ("""for i in range(n):
+        r = (t + i) % n
+        v += tl.load(Src + r * 4 + tl.arange(0, 4))""", "not affine in the loop counter"),
+    # Issue 10 case 7 in a loop: rows taken from an index tensor.
+    ("""for i in range(n):
+        r = tl.load(Idx + i)
+        v += tl.load(Src + r * 4 + tl.arange(0, 4))""", "not affine in the loop counter"),
+])
+def test_reads_no_corner_bounds_wait_inside_the_loop(body, why):
+    text = ("@triton.jit\ndef zeta(Src, Idx, Dst, n):\n    t = tl.program_id(0)\n    v = tl.zeros([4], dtype=tl.float32)\n"
+            f"    {body}\n    tl.store(Dst + t * 4 + tl.arange(0, 4), v)\n")
+    b = infer(_kernel(text), "Src", 0)
+    (g,) = b.groups
+    assert g.nested and why in g.why, g.why
+
+
+def test_a_loop_whose_last_iteration_is_masked_off_counts_each_element_where_it_is_kept():
+    # Issue 10 case 1: the last iteration's rows are all masked off; the bound must not end there.
+    b = infer(_kernel('''
+        @triton.jit
+        def zeta(Src, Dst, M, BM: tl.constexpr):
+            t = tl.program_id(0)
+            for i in tl.static_range(4):
+                rows = (t * 4 + i) * BM + tl.arange(0, BM)
+                mask = rows < M
+                tl.store(Dst + rows, tl.load(Src + rows, mask=mask), mask=mask)
+        '''), "Src", 0)
+    assert [(a.pointer, a.mask, a.affine) for g in b.groups for a in g.accesses] == [(
+        "Src + ((t * 4) * BM + tl.arange(0, BM))", None,
+        ("Src + ((t * 4 + (4 - 1)) * BM + tl.arange(0, BM))", "(((t * 4) * BM + tl.arange(0, BM)) - M)",
+         "(((t * 4 + (4 - 1)) * BM + tl.arange(0, BM)) - M)", "4 - 1"))]
+
+
+def test_a_loop_dependent_mask_of_another_form_is_left_out_and_offsets_clamped():
+    b = infer(_kernel('''
+        @triton.jit
+        def zeta(Src, Dst, M, BM: tl.constexpr):
+            t = tl.program_id(0)
+            for i in tl.static_range(4):
+                rows = (t * 4 + i) * BM + tl.arange(0, BM)
+                tl.store(Dst + rows, tl.load(Src + rows, mask=rows != M + i), mask=rows < M)
+        '''), "Src", 0)
+    assert [(a.mask, a.clamped, a.affine) for g in b.groups for a in g.accesses] == [(None, True, None)] * 2
+
+
+def test_rows_chosen_by_loaded_indices_never_come_from_the_probe_table():
+    # Issue 10 case 7: the probe table is kept per launch shape, indices change per launch.
+    b = infer(_kernel('''
+        @triton.jit
+        def zeta(Src, Idx, Dst, B: tl.constexpr):
+            t = tl.program_id(0)
+            row = tl.load(Idx + t)
+            v = tl.load(Src + row * B + tl.arange(0, B))
+            tl.store(Dst + t * B + tl.arange(0, B), v)
+        '''), "Src", 0)
+    assert b.groups[0].data and "loaded data" in b.no_remap
 
 
 def test_explicit_rows_skip_inference_and_place_the_wait_at_the_first_read():
@@ -233,7 +354,7 @@ def test_renaming_every_user_name_renames_the_binding(scheme):
     mapping = _SCHEMES[scheme]
     reference = infer(_kernel(GROUPED), "Lhs", 0)
     renamed = infer(_kernel(_rename(GROUPED, mapping)), mapping.get("Lhs", "Lhs"), 0)
-    assert _accesses(renamed) == [[(_rename(p, mapping), _rename(m, mapping)) for p, m in g] for g in _accesses(reference)]
+    assert _accesses(renamed) == [[(_rename(p, mapping), m and _rename(m, mapping)) for p, m in g] for g in _accesses(reference)]
     assert [g.line for g in renamed.groups] == [g.line for g in reference.groups]
 
 
@@ -274,6 +395,23 @@ FAILURES = [
         @triton.jit
         def zeta(Q, out, n, B: tl.constexpr):
             t = tl.program_id(0)
+            tl.store(out + t, t)
+        ''',
+        "def zeta",
+        "kernel 'zeta' never loads from 'Q'",
+        id="tensor-never-read",
+    ),
+]
+
+
+# --- reads no bound before the loop can cover: a wait right before the read (issue 10) ----------
+
+FALLBACKS = [
+    pytest.param(
+        '''
+        @triton.jit
+        def zeta(Q, out, n, B: tl.constexpr):
+            t = tl.program_id(0)
             walker = Q + t * B
             acc = 0.0
             while walker < Q + t * B + n:
@@ -282,7 +420,7 @@ FAILURES = [
             tl.store(out + t, acc)
         ''',
         "tl.load(walker)",
-        "the pointer into 'Q' changes inside a while loop",
+        "walker changes inside the loop",
         id="while-loop-moves-the-pointer",
     ),
     pytest.param(
@@ -294,8 +432,8 @@ FAILURES = [
             for it in user_iterator(n):
                 tl.store(out + o, tl.load(Q + o + it))
         ''',
-        "for it in",
-        "cannot follow the loop `user_iterator(n)`",
+        "tl.load(Q + o + it)",
+        "the loop `for ... in user_iterator(n)` is not a range",
         id="loop-over-something-not-a-range",
     ),
     pytest.param(
@@ -309,21 +447,20 @@ FAILURES = [
                 hop = hop * 2
         ''',
         "tl.load(hop)",
-        "depend on hop, which changes inside the loop",
+        "hop changes inside the loop",
         id="pointer-carried-around-the-loop-non-affinely",
     ),
-    pytest.param(
-        '''
-        @triton.jit
-        def zeta(Q, out, n, B: tl.constexpr):
-            t = tl.program_id(0)
-            tl.store(out + t, t)
-        ''',
-        "def zeta",
-        "kernel 'zeta' never loads from 'Q'",
-        id="tensor-never-read",
-    ),
 ]
+
+
+@pytest.mark.parametrize(("body", "marker", "why"), FALLBACKS)
+def test_a_read_no_bound_covers_waits_right_before_itself(body, marker, why):
+    text = HEADER + textwrap.dedent(body)
+    b = infer(_kernel(body), "Q", 0)
+    (g,) = b.groups
+    assert g.nested and why in g.why
+    assert g.line == _where(text, marker)[0]
+    assert b.no_remap  # its first read waits inside its loop (or a helper it cannot read)
 
 
 @pytest.mark.parametrize(("body", "marker", "what"), FAILURES)
@@ -344,7 +481,7 @@ def test_inference_failure_names_the_key_and_the_place(body, marker, what, tmp_p
 
 def test_the_hint_names_the_tensor_and_dim():
     with pytest.raises(InferenceError) as info:
-        infer(_kernel(FAILURES[1].values[0]), "Q", 1)
+        infer(_kernel(FAILURES[0].values[0]), "Q", 1)
     assert "indices along dim 1 of 'Q'" in info.value.message
 
 
@@ -359,7 +496,7 @@ def test_block_pointer_works_once_the_suggested_binding_is_given():
     assert b.explicit_rows == "t * B + tl.arange(0, B)"
 
 
-@pytest.mark.parametrize("body", [FAILURES[1].values[0], FAILURES[2].values[0], FAILURES[3].values[0]], ids=["while", "iterator", "non-affine"])
+@pytest.mark.parametrize("body", [p.values[0] for p in FALLBACKS], ids=["while", "iterator", "non-affine"])
 def test_the_suggested_binding_fixes_the_failure(body):
     b = infer(_kernel(body), "Q", 0, rows="t * B + tl.arange(0, B)")
     assert len(b.groups) == 1 and b.groups[0].accesses == []
@@ -439,7 +576,38 @@ def test_internal_paths_stay_out_of_messages():
 def test_location_of_a_file_path_is_kept_verbatim(tmp_path):
     path = tmp_path / "sub dir" / "kernel file.py"
     path.parent.mkdir()
-    path.write_text(HEADER + textwrap.dedent(FAILURES[4].values[0]))
+    path.write_text(HEADER + textwrap.dedent(FAILURES[1].values[0]))
     with pytest.raises(InferenceError) as info:
         infer(from_file(path, "zeta"), "Q", 0)
     assert info.value.location.file == str(path) and Path(info.value.location.file).exists()
+
+
+def test_a_read_in_a_while_test_is_refused_naming_the_read(tmp_path):
+    # No wait can go before a test that runs again every iteration: one line, at the read.
+    text = HEADER + textwrap.dedent('''
+        @triton.jit
+        def zeta(Q, out, n):
+            i = 0
+            while tl.load(Q + i) > 0:
+                i += 1
+            tl.store(out, i)
+        ''')
+    path = tmp_path / "w.py"
+    path.write_text(text)
+    with pytest.raises(InferenceError) as info:
+        infer(from_file(path, "zeta"), "Q", 0)
+    line, col = _where(text, "tl.load(Q + i)")
+    assert str(info.value).startswith(f"{path}:{line}:{col}: 'Q' is read in the test of a while loop")
+    assert "\n" not in str(info.value)
+
+
+def test_methods_on_the_kernels_own_values_are_not_helpers():
+    # `v.sum(...)` is no helper that could hide tl.program_id or a load: tiles are still remapped.
+    b = infer(_kernel('''
+        @triton.jit
+        def zeta(Src, Dst, B: tl.constexpr):
+            r = tl.program_id(0)
+            v = tl.load(Src + r * B + tl.arange(0, B))
+            tl.store(Dst + r, v.sum(axis=0))
+        '''), "Src", 0)
+    assert not b.no_remap and not b.groups[0].data

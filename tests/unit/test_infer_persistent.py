@@ -270,3 +270,30 @@ def test_a_descriptor_made_on_the_host_is_named_as_such(tmp_path):
     line, col = _where(text, "qd.load(")
     assert str(info.value).startswith(f"{path}:{line}:{col}: 'qd' is used as a tensor descriptor made on the host")
     assert "tl.make_tensor_descriptor(qd, shape=[...]" in info.value.message
+
+
+# --- issue 10 case 8: persistent loops the tile remap does not fit --------------------------------
+
+def _waits_kernel(name: str):
+    from syncopy.frontend.source import from_file
+    from tests.kernels import waits
+
+    return from_file(waits.__file__, name)
+
+
+@pytest.mark.parametrize(("name", "why"), [
+    ("while_own_end", "the while test `tile < end` compares the tile id with a bound of this program's own"),
+    ("prefetch_next", "nxt carried from tile to tile"),
+    ("stream_k", "acc carried from tile to tile"),
+    ("persistent_blocks", "the rows of its first read depend on loaded data, which changes from launch to launch"),
+])
+def test_a_loop_the_remap_does_not_fit_keeps_its_order(name, why):
+    b = infer(_waits_kernel(name), "X", 0)
+    assert b.persistent is not None and not b.persistent.remap
+    assert b.persistent.why_not == why
+
+
+def test_a_loop_over_tiles_with_an_inline_swizzle_waits_before_each_read():
+    b = infer(_waits_kernel("swizzled_tiles"), "X", 0)
+    (g,) = b.groups
+    assert g.nested and g.why == "the rows read are not affine in the loop counter"

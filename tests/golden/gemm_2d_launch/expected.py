@@ -17,7 +17,7 @@ def tiled_product(P, Q, R, m_size, n_size, k_size, p0, p1, q0, q1, r0, r1,
     if SYNCOPY_TABLE:
         syncopy_lo, syncopy_hi = syncopy_table_lo, syncopy_table_hi
     else:
-        syncopy_lo, syncopy_hi = syncopy_device.chunk_range(P + ia[:, None] * p0 + (0 + tl.arange(0, TILE_K))[None, :] * p1, P, syncopy_ctx, True)
+        syncopy_lo, syncopy_hi = syncopy_device.chunk_range(P + ia[:, None] * p0 + tl.arange(0, TILE_K)[None, :] * p1, P, syncopy_ctx, True)
         syncopy_lo_1, syncopy_hi_1 = syncopy_device.chunk_range(P + ia[:, None] * p0 + ((((k_size - 1) // TILE_K) * TILE_K) + tl.arange(0, TILE_K))[None, :] * p1, P, syncopy_ctx, True)
         syncopy_lo, syncopy_hi = syncopy_device.merge_ranges(syncopy_lo, syncopy_hi, syncopy_lo_1, syncopy_hi_1)
     syncopy_device.wait_chunks(syncopy_signals, syncopy_ctx, syncopy_lo, syncopy_hi)

@@ -29,9 +29,7 @@ def swizzled_mm(left, right, dst, n_rows, n_cols, depth,
     if SYNCOPY_TABLE:
         syncopy_lo, syncopy_hi = syncopy_table_lo, syncopy_table_hi
     else:
-        syncopy_lo, syncopy_hi = syncopy_device.chunk_range_masked(lptr, idep[None, :] < depth - 0 * BD, left, syncopy_ctx, True)
-        syncopy_lo_1, syncopy_hi_1 = syncopy_device.chunk_range_masked((lptr + ((tl.cdiv(depth, BD) - 1) * (BD * l_c))), idep[None, :] < depth - (tl.cdiv(depth, BD) - 1) * BD, left, syncopy_ctx, True)
-        syncopy_lo, syncopy_hi = syncopy_device.merge_ranges(syncopy_lo, syncopy_hi, syncopy_lo_1, syncopy_hi_1)
+        syncopy_lo, syncopy_hi = syncopy_device.chunk_range_affine(lptr, (lptr + ((tl.cdiv(depth, BD) - 1) * (BD * l_c))), True, (idep[None, :] - depth), (idep[None, :] - (depth - (tl.cdiv(depth, BD) - 1) * BD)), tl.cdiv(depth, BD) - 1, left, syncopy_ctx, True)
     syncopy_device.wait_chunks(syncopy_signals, syncopy_ctx, syncopy_lo, syncopy_hi)
     syncopy_device.trace_tile_start(syncopy_signals, syncopy_trace, syncopy_ctx, SYNCOPY_TRACE)
     for step in range(0, tl.cdiv(depth, BD)):

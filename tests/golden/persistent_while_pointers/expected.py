@@ -23,9 +23,7 @@ def rolling_tiles(P, Q, R, m, n, k, sp0, sp1, sq0, sq1, sr0, sr1,
         if SYNCOPY_TABLE:
             syncopy_lo, syncopy_hi = syncopy_device.tile_range(syncopy_order, cur, syncopy_ctx)
         else:
-            syncopy_lo, syncopy_hi = syncopy_device.chunk_range_masked(P + ri[:, None] * sp0 + (0 * BK + rk[None, :]) * sp1, (ri[:, None] < m) & (0 * BK + rk[None, :] < k), P, syncopy_ctx, True)
-            syncopy_lo_1, syncopy_hi_1 = syncopy_device.chunk_range_masked(P + ri[:, None] * sp0 + ((tl.cdiv(k, BK) - 1) * BK + rk[None, :]) * sp1, (ri[:, None] < m) & ((tl.cdiv(k, BK) - 1) * BK + rk[None, :] < k), P, syncopy_ctx, True)
-            syncopy_lo, syncopy_hi = syncopy_device.merge_ranges(syncopy_lo, syncopy_hi, syncopy_lo_1, syncopy_hi_1)
+            syncopy_lo, syncopy_hi = syncopy_device.chunk_range_affine(P + ri[:, None] * sp0 + rk[None, :] * sp1, P + ri[:, None] * sp0 + ((tl.cdiv(k, BK) - 1) * BK + rk[None, :]) * sp1, ri[:, None] < m, (rk[None, :] - k), (((tl.cdiv(k, BK) - 1) * BK + rk[None, :]) - k), tl.cdiv(k, BK) - 1, P, syncopy_ctx, True)
         syncopy_device.wait_chunks(syncopy_signals, syncopy_ctx, syncopy_lo, syncopy_hi)
         syncopy_device.trace_tile_start_at(syncopy_signals, syncopy_trace, syncopy_ctx, syncopy_order, cur, SYNCOPY_TRACE)
         for kk in range(0, tl.cdiv(k, BK)):

@@ -17,9 +17,7 @@ def col_major_grid(feat, wt, res, F, H, D, sf0, sf1, sw0, sw1, sr0, sr1,
     if SYNCOPY_TABLE:
         syncopy_lo, syncopy_hi = syncopy_table_lo, syncopy_table_hi
     else:
-        syncopy_lo, syncopy_hi = syncopy_device.chunk_range_masked(feat + fr[:, None] * sf0 + (0 + tl.arange(0, BD))[None, :] * sf1, (fr[:, None] < F) & ((0 + tl.arange(0, BD))[None, :] < D), feat, syncopy_ctx, True)
-        syncopy_lo_1, syncopy_hi_1 = syncopy_device.chunk_range_masked(feat + fr[:, None] * sf0 + ((((D - 1) // BD) * BD) + tl.arange(0, BD))[None, :] * sf1, (fr[:, None] < F) & (((((D - 1) // BD) * BD) + tl.arange(0, BD))[None, :] < D), feat, syncopy_ctx, True)
-        syncopy_lo, syncopy_hi = syncopy_device.merge_ranges(syncopy_lo, syncopy_hi, syncopy_lo_1, syncopy_hi_1)
+        syncopy_lo, syncopy_hi = syncopy_device.chunk_range_affine(feat + fr[:, None] * sf0 + tl.arange(0, BD)[None, :] * sf1, feat + fr[:, None] * sf0 + ((((D - 1) // BD) * BD) + tl.arange(0, BD))[None, :] * sf1, fr[:, None] < F, (tl.arange(0, BD)[None, :] - D), (((((D - 1) // BD) * BD) + tl.arange(0, BD))[None, :] - D), (D - 1) // BD, feat, syncopy_ctx, True)
     syncopy_device.wait_chunks(syncopy_signals, syncopy_ctx, syncopy_lo, syncopy_hi)
     syncopy_device.trace_tile_start(syncopy_signals, syncopy_trace, syncopy_ctx, SYNCOPY_TRACE)
     for d0 in range(0, D, BD):

@@ -17,9 +17,7 @@ def mm_rebuild(xs, ws, ys, MM, NN, KK, sx_m, sx_k, sw_k, sw_n, sy_m, sy_n,
     if SYNCOPY_TABLE:
         syncopy_lo, syncopy_hi = syncopy_table_lo, syncopy_table_hi
     else:
-        syncopy_lo, syncopy_hi = syncopy_device.chunk_range_masked((xs + om[:, None] * sx_m + (0 * BK + tl.arange(0, BK))[None, :] * sx_k), (om[:, None] < MM) & ((0 * BK + tl.arange(0, BK))[None, :] < KK), xs, syncopy_ctx, True)
-        syncopy_lo_1, syncopy_hi_1 = syncopy_device.chunk_range_masked((xs + om[:, None] * sx_m + ((tl.cdiv(KK, BK) - 1) * BK + tl.arange(0, BK))[None, :] * sx_k), (om[:, None] < MM) & (((tl.cdiv(KK, BK) - 1) * BK + tl.arange(0, BK))[None, :] < KK), xs, syncopy_ctx, True)
-        syncopy_lo, syncopy_hi = syncopy_device.merge_ranges(syncopy_lo, syncopy_hi, syncopy_lo_1, syncopy_hi_1)
+        syncopy_lo, syncopy_hi = syncopy_device.chunk_range_affine((xs + om[:, None] * sx_m + tl.arange(0, BK)[None, :] * sx_k), (xs + om[:, None] * sx_m + ((tl.cdiv(KK, BK) - 1) * BK + tl.arange(0, BK))[None, :] * sx_k), om[:, None] < MM, (tl.arange(0, BK)[None, :] - KK), (((tl.cdiv(KK, BK) - 1) * BK + tl.arange(0, BK))[None, :] - KK), tl.cdiv(KK, BK) - 1, xs, syncopy_ctx, True)
     syncopy_device.wait_chunks(syncopy_signals, syncopy_ctx, syncopy_lo, syncopy_hi)
     syncopy_device.trace_tile_start(syncopy_signals, syncopy_trace, syncopy_ctx, SYNCOPY_TRACE)
     for kb in range(tl.cdiv(KK, BK)):

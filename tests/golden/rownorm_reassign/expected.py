@@ -16,9 +16,7 @@ def layer_norm_rows(Inp, Gamma, Out, row_stride, ncols, eps, BLK: tl.constexpr, 
     if SYNCOPY_TABLE:
         syncopy_lo, syncopy_hi = syncopy_table_lo, syncopy_table_hi
     else:
-        syncopy_lo, syncopy_hi = syncopy_device.chunk_range_masked(Inp + (0 + tl.arange(0, BLK)), (0 + tl.arange(0, BLK)) < ncols, syncopy_base, syncopy_ctx, True)
-        syncopy_lo_1, syncopy_hi_1 = syncopy_device.chunk_range_masked(Inp + ((((ncols - 1) // BLK) * BLK) + tl.arange(0, BLK)), ((((ncols - 1) // BLK) * BLK) + tl.arange(0, BLK)) < ncols, syncopy_base, syncopy_ctx, True)
-        syncopy_lo, syncopy_hi = syncopy_device.merge_ranges(syncopy_lo, syncopy_hi, syncopy_lo_1, syncopy_hi_1)
+        syncopy_lo, syncopy_hi = syncopy_device.chunk_range_affine(Inp + tl.arange(0, BLK), Inp + ((((ncols - 1) // BLK) * BLK) + tl.arange(0, BLK)), True, (tl.arange(0, BLK) - ncols), (((((ncols - 1) // BLK) * BLK) + tl.arange(0, BLK)) - ncols), (ncols - 1) // BLK, syncopy_base, syncopy_ctx, True)
     syncopy_device.wait_chunks(syncopy_signals, syncopy_ctx, syncopy_lo, syncopy_hi)
     syncopy_device.trace_tile_start(syncopy_signals, syncopy_trace, syncopy_ctx, SYNCOPY_TRACE)
     for base in range(0, ncols, BLK):

@@ -1,0 +1,154 @@
+"""Rank functions for tests/world/test_consumer_waits.py (spawned, so module level and picklable).
+
+Each case fuses one kernel of tests/kernels/waits.py (issue 10, part A) through the decorator with a
+slow emulated link (chunks land after the programs start) and a NaN-poisoned receive buffer, and
+launches it three times with new data and new index tensors; every launch is compared with the
+kernel's meaning computed by torch on the all-gathered tensor.
+"""
+from __future__ import annotations
+
+import traceback
+
+NC = 8  # columns of X
+
+
+def _gathered(x):
+    import torch
+    import torch.distributed as dist
+
+    full = torch.empty(dist.get_world_size() * x.shape[0], x.shape[1], dtype=x.dtype)
+    dist.all_gather_into_tensor(full, x.contiguous())
+    return full
+
+
+def _blocks(full, br: int):
+    """Row blocks of `full` ([nb, br, NC]), the last zero-padded."""
+    import torch
+
+    m = full.shape[0]
+    nb = -(-m // br)
+    padded = torch.zeros(nb * br, full.shape[1], dtype=torch.float32)
+    padded[:m] = full.float()
+    return padded.view(nb, br, full.shape[1])
+
+
+def _run(name: str, fused, x, full, gen):
+    """Launch `fused` (or the local kernel) for kernel `name`; returns (output, torch's answer)."""
+    import torch
+
+    m = full.shape[0]
+    f = full.float()
+    if name == "masked_quad":
+        bm = 2
+        out = torch.full((m, NC), float("nan"))
+        fused[(-(-m // (4 * bm)),)](x, out, m, NC=NC, BM=bm)
+        return out, f * 2.0 + 1.0
+    if name == "reverse_scan":
+        out = torch.full((2, NC), float("nan"))
+        fused[(2,)](x, out, m, NC=NC)
+        weights = 0.5 ** torch.arange(m, dtype=torch.float32)
+        return out, (weights[:, None] * f).sum(0).expand(2, NC)
+    if name == "nested_steps":
+        outer, inner = 2, 3
+        out = torch.full((m // (outer * inner), NC), float("nan"))
+        fused[(m // (outer * inner),)](x, out, NC=NC, OUTER=outer, INNER=inner)
+        return out, f.view(-1, outer * inner, NC).sum(1)
+    if name == "ring_rows":
+        br = 4
+        blocks = _blocks(full, br)
+        nb = blocks.shape[0]
+        out = torch.full((nb * br, NC), float("nan"))
+        fused[(nb,)](x, out, m, NC=NC, BR=br, NB=nb)
+        ref = torch.stack([sum(blocks[(p + i) % nb] * 0.5 ** (nb - 1 - i) for i in range(nb)) for p in range(nb)])
+        return out, ref.view(nb * br, NC)
+    if name in ("helper_block", "helper_wrapped"):
+        br = 4
+        out = torch.full((m, NC), float("nan"))
+        nb = -(-m // br)
+        fused[(nb,)](x, out, m, NC=NC, BR=br)
+        if name == "helper_block":
+            return out, f * 3.0
+        blocks = _blocks(full, br)
+        return out, torch.stack([blocks[p] + blocks[(p + 1) % nb] for p in range(nb)]).view(-1, NC)[:m]
+    if name == "helper_pid":
+        br = 4
+        blocks = _blocks(full, br)
+        out = torch.full((blocks.shape[0], NC), float("nan"))
+        fused[(blocks.shape[0],)](x, out, m, NC=NC, BR=br)
+        return out, blocks.sum(1)
+    if name == "gather_rows":
+        n = m + 3
+        idx = torch.randint(0, m, (n,), generator=gen, dtype=torch.int32)
+        out = torch.full((n, NC), float("nan"))
+        fused[(n,)](x, idx, out, NC=NC)
+        return out, f[idx.long()]
+    if name == "persistent_blocks":
+        br, programs = 4, 2
+        blocks = _blocks(full, br)
+        nb = blocks.shape[0]
+        order = torch.randperm(nb, generator=gen).to(torch.int32)
+        out = torch.full((nb * br, NC), float("nan"))
+        fused[(programs,)](x, order, out, nb, m, NC=NC, BR=br, NP=programs)
+        return out, blocks[order.long()].view(-1, NC)
+    if name in ("while_own_end", "swizzled_tiles", "prefetch_next"):
+        br = 4
+        blocks = _blocks(full, br)
+        nb = blocks.shape[0]
+        out = torch.full((m, NC), float("nan"))
+        if name == "while_own_end":
+            per = 2
+            fused[(-(-nb // per),)](x, out, nb, m, NC=NC, BR=br, PER=per)
+            return out, f * 2.0
+        if name == "swizzled_tiles":
+            fused[(2,)](x, out, nb, m, NC=NC, BR=br, NP=2, G=3)  # tiles 0, 2, 4 read blocks 0, 4, 3
+            return out, f * 2.0 + 1.0
+        fused[(2,)](x, out, nb, m, NC=NC, BR=br, NP=2)
+        return out, f * 2.0
+    if name == "persistent_wrapped":
+        br = 4
+        blocks = _blocks(full, br)
+        nb = blocks.shape[0]
+        out = torch.full((nb * br, NC), float("nan"))
+        fused[(2,)](x, out, nb, m, NC=NC, BR=br, NP=2)
+        return out, torch.stack([blocks[t] + blocks[(t + 1) % nb] for t in range(nb)]).view(-1, NC)
+    if name == "stream_k":
+        br, ks = 2, 3
+        blocks = _blocks(full, br)
+        tiles = blocks.shape[0] // ks
+        out = torch.zeros((tiles * br, NC))
+        fused[(4,)](x, out, tiles * ks, m, NC=NC, BR=br, KS=ks, NP=4)
+        return out, blocks[: tiles * ks].view(tiles, ks, br, NC).sum(1).reshape(-1, NC)
+    raise KeyError(name)
+
+
+def run_cases(rank: int, world: int, cases: list[dict]) -> dict:
+    """Every case: {id, kernel, chunks, rows, latency_s}. Returns (label, error) per launch and the
+    problems (exceptions) by case."""
+    import torch
+    import torch.distributed as dist
+
+    import syncopy
+    from syncopy.runtime.link import Link
+    from tests.kernels import waits
+
+    out = {"errors": [], "problems": [], "binding": {}}
+    for ci, case in enumerate(cases):
+        try:
+            name = case["kernel"]
+            fused = syncopy.overlap({"pattern": "all_gather", "tensor": "X", "dim": 0, "chunks_per_rank": case["chunks"],
+                                     "order": "ring"}, poison_receive=True,
+                                    link=Link(latency_s=case["latency_s"], jitter_s=case["latency_s"] / 2))(getattr(waits, name))
+            out["binding"][case["id"]] = fused.build().stages["binding"]
+            for epoch in (1, 2, 3):
+                seed = (ci * 10 + epoch) * 1009
+                x = torch.randn(case["rows"], NC, generator=torch.Generator().manual_seed(seed + rank * 7 + 1))
+                gen = torch.Generator().manual_seed(seed + 999_983 + rank)  # index tensors differ by rank and launch
+                full = _gathered(x)
+                dist.barrier()  # start together: a late rank would find its chunks already there
+                got, ref = _run(name, fused, x, full, gen)
+                diff = torch.nan_to_num((got.float() - ref.float()).abs(), nan=float("inf"))
+                out["errors"].append((f"{case['id']} launch {epoch}", float(diff.max().item() / max(1.0, ref.abs().max().item()))))
+        except Exception as exc:  # keep going: the test names every failing case
+            out["errors"].append((f"{case['id']} raised", float("inf")))
+            out["problems"].append(f"{case['id']}: {type(exc).__name__}: {exc}\n{traceback.format_exc()[-2000:]}")
+    return out
