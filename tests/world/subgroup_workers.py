@@ -97,6 +97,9 @@ def run_subgroups(rank: int, world: int) -> dict:
     out["template_op"] = _outcome(lambda: _template_op(contiguous))
     rs = templates.get("gemm_rs").fused(chunks_per_rank=2, poison_receive=True, link=LINK, timeout_s=20)
     out["gemm_rs"] = [_outcome(lambda s=s: _rs(rs, strided, seed=s)) for s in (11, 12)]
+    # Every other template, once each on the strided groups (the shapes of test_host_backends.py).
+    out["every_template"] = {name: _outcome(lambda name=name, shape=shape: _template(name, strided, shape))
+                             for name, shape in OTHER_TEMPLATES.items()}
     # The GPU backends' protocols (their CPU variants) on sub-groups: handshakes and rounds per group.
     from tests.world.host_backend_workers import _use_host_backends
 
@@ -105,6 +108,26 @@ def run_subgroups(rank: int, world: int) -> dict:
         op = templates.get("ag_gemm").fused(chunks_per_rank=2, poison_receive=True, timeout_s=20, backend=backend)
         out[backend] = [_outcome(lambda s=s: _ag(op, group, seed=s)) for s, group in ((13, strided), (14, contiguous))]
     return out
+
+
+OTHER_TEMPLATES = {"ag_gemm_persistent": (9, 32, 32), "ag_rmsnorm": (6, 32, 0), "a2a_gemm": (96, 32, 32), "gemm_ar": (10, 16, 16)}
+
+
+def _template(name: str, group, shape: tuple[int, int, int]) -> float:
+    """One launch of template `name` on `group` against its reference, as an error relative to the
+    template's own tolerance (<= 1e-4 passes, as _right asks)."""
+    import torch
+    import torch.distributed as dist
+
+    from syncopy import templates
+
+    t = templates.get(name)
+    mod = t.module
+    fused = t.fused(poison_receive=True, link=LINK, timeout_s=20)
+    inp = mod.inputs(dist.get_rank(group), dist.get_world_size(group), shape, torch.float32, seed=15)
+    got, ref = mod.launch(fused, **inp, group=group), mod.reference(**inp, group=group)
+    err = float(torch.nan_to_num((got.float() - ref.float()).abs(), nan=float("inf")).max()) / max(1.0, float(ref.abs().max()))
+    return err * 1e-4 / mod.TOLERANCE[torch.float32]
 
 
 def _template_op(group) -> float:

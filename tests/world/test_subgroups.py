@@ -54,6 +54,9 @@ def test_templates_on_a_sub_group():
     for r in _world4():
         _right(r["template_op"])
         _right(r["gemm_rs"])
+        assert set(r["every_template"]) == {"ag_gemm_persistent", "ag_rmsnorm", "a2a_gemm", "gemm_ar"}
+        for name, outcome in r["every_template"].items():
+            assert outcome["type"] is None and outcome["err"] <= TOL, (name, outcome)
 
 
 @pytest.mark.world
