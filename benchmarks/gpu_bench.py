@@ -129,6 +129,18 @@ def _record(res: dict, name: str, fn, reps: int) -> None:
     print(f"    {name:15s} {res[f'{name}_ms']:.3f} ms per launch back to back, {res[f'{name}_latency_ms']:.3f} ms alone", flush=True)
 
 
+def _measure(res: dict, lw, copies_only, compute, runs: dict, reps: int, traced) -> dict:
+    """Into `res`: the copies alone and the kernel alone, then each of `runs`; then one traced
+    fused launch (`traced`), whose timeline (ms) is returned."""
+    res["comm_ms"], res["compute_ms"] = _pipelined(copies_only), _pipelined(compute)
+    print(f"    comm {res['comm_ms']:.3f} ms, compute {res['compute_ms']:.3f} ms", flush=True)
+    for name, fn in runs.items():
+        _record(res, name, fn, reps)
+    lw.synchronize()
+    traced()
+    return lw.timeline_ms()
+
+
 def _finish(res: dict) -> dict:
     comm, comp, seq, fused = res["comm_ms"], res["compute_ms"], res["sequential_ms"], res["fused_ms"]
     res["overlap_efficiency"] = (seq - fused) / min(comm, comp)
@@ -188,15 +200,9 @@ def ag_gemm_case(m, n, k, world=4, chunks=4, reps=10):
             dst.copy_(src, non_blocking=True)
 
     res = dict(pattern="ag_gemm", world_kind="loopback", world=world, m=m, n=n, k=k, chunks=chunks)
-    res["comm_ms"] = _pipelined(copies_only)
-    res["compute_ms"] = _pipelined(lambda: ag_gemm_kernel[grid](*_args(full, b, c, m, n, k), **META))
-    print(f"    comm {res['comm_ms']:.3f} ms, compute {res['compute_ms']:.3f} ms", flush=True)
-    _record(res, "sequential", sequential, reps)
-    _record(res, "stream_overlap", stream_level, reps)
-    _record(res, "fused", fused, reps)
-    lw.synchronize()
-    lw.launch(grid, _args(shard0, b, c, m, n, k), dict(META), peers, timeline=True)
-    tl = lw.timeline_ms()
+    compute = lambda: ag_gemm_kernel[grid](*_args(full, b, c, m, n, k), **META)  # noqa: E731
+    tl = _measure(res, lw, copies_only, compute, dict(sequential=sequential, stream_overlap=stream_level, fused=fused), reps,
+                  lambda: lw.launch(grid, _args(shard0, b, c, m, n, k), dict(META), peers, timeline=True))
     landed = [v for name, v in tl.items() if isinstance(name, int)]
     res["fused_timeline_ms"] = dict(kernel_launched=tl["kernel"], first_chunk=min(landed), last_chunk=max(landed), end=tl["end"], host=tl["host"])
     c.zero_()
@@ -293,15 +299,9 @@ def gemm_rs_case(m, n, k, world=4, chunks=2, reps=10):
         cur.wait_stream(recv)
 
     res = dict(pattern="gemm_rs", world_kind="loopback", world=world, m=m, n=n, k=k, chunks=chunks)
-    res["comm_ms"] = _pipelined(copies_only)
-    res["compute_ms"] = _pipelined(lambda: ag_gemm_kernel[grid](*_args(a, b, partial, m, n, k), **META))
-    print(f"    comm {res['comm_ms']:.3f} ms, compute {res['compute_ms']:.3f} ms", flush=True)
-    _record(res, "sequential", sequential, reps)
-    _record(res, "stream_overlap", stream_level, reps)
-    _record(res, "fused", fused, reps)
-    lw.synchronize()
-    lw.launch(grid, _args(a, b, out, m, n, k), dict(META), peers, timeline=True)
-    tl = lw.timeline_ms()
+    compute = lambda: ag_gemm_kernel[grid](*_args(a, b, partial, m, n, k), **META)  # noqa: E731
+    tl = _measure(res, lw, copies_only, compute, dict(sequential=sequential, stream_overlap=stream_level, fused=fused), reps,
+                  lambda: lw.launch(grid, _args(a, b, out, m, n, k), dict(META), peers, timeline=True))
     sent = [v for name, v in tl.items() if isinstance(name, tuple)]
     res["fused_timeline_ms"] = dict(kernel_launched=tl["kernel"], first_sent=min(sent), last_sent=max(sent), kernel_end=tl["end"],
                                     reduced=tl["reduced"], host=tl["host"])

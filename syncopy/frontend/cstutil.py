@@ -150,3 +150,35 @@ def substitute(module: cst.Module, expr: cst.BaseExpression, env: dict[str, str]
     if not env:
         return module.code_for_node(expr)
     return module.code_for_node(expr.visit(Substitute(env)))
+
+
+def spread(body: cst.CSTNode, names: set[str], taints) -> set[str]:
+    """`names` grown by every assignment (plain, augmented, annotated) and loop target in `body`
+    whose value `taints(value, names)` says depends on them: a flow-insensitive fixpoint."""
+    class V(cst.CSTVisitor):
+        changed = False
+
+        def _value(self, value: cst.CSTNode, targets: list[str]) -> None:
+            if not set(targets) <= names and taints(value, names):
+                names.update(targets)
+                self.changed = True
+
+        def visit_Assign(self, n: cst.Assign) -> None:
+            self._value(n.value, [x for t in n.targets for x in target_names(t.target)])
+
+        def visit_AugAssign(self, n: cst.AugAssign) -> None:
+            self._value(n.value, target_names(n.target))
+
+        def visit_AnnAssign(self, n: cst.AnnAssign) -> None:
+            if n.value is not None:
+                self._value(n.value, target_names(n.target))
+
+        def visit_For(self, n: cst.For) -> None:
+            self._value(n.iter, target_names(n.target))
+
+    v = V()
+    while True:
+        v.changed = False
+        body.visit(v)
+        if not v.changed:
+            return names

@@ -79,35 +79,7 @@ def data_names(ks: KernelSource, func: cst.FunctionDef) -> set[str]:
                 return True
         return False
 
-    data: set[str] = set()
-
-    class V(cst.CSTVisitor):
-        changed = False
-
-        def _value(self, value, targets):
-            if (loads(value) or cu.names_in(value) & data) and not set(targets) <= data:
-                data.update(targets)
-                self.changed = True
-
-        def visit_Assign(self, n: cst.Assign) -> None:
-            self._value(n.value, [x for t in n.targets for x in cu.target_names(t.target)])
-
-        def visit_AugAssign(self, n: cst.AugAssign) -> None:
-            self._value(n.value, cu.target_names(n.target))
-
-        def visit_AnnAssign(self, n: cst.AnnAssign) -> None:
-            if n.value is not None:
-                self._value(n.value, cu.target_names(n.target))
-
-        def visit_For(self, n: cst.For) -> None:
-            self._value(n.iter, cu.target_names(n.target))
-
-    v = V()
-    while True:
-        v.changed = False
-        func.body.visit(v)
-        if not v.changed:
-            return data
+    return cu.spread(func.body, set(), lambda value, data: loads(value) or bool(cu.names_in(value) & data))
 
 
 def is_program_id(call: cst.Call) -> bool:

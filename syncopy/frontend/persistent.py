@@ -91,37 +91,8 @@ def _has_program_id(expr: cst.CSTNode) -> bool:
 def forward(func: cst.FunctionDef, seeds: set[str], *, program_ids: bool = False) -> set[str]:
     """Names computed from `seeds` (and, with program_ids, from `tl.program_id`): a flow-insensitive
     fixpoint over assignments and range-loop targets; loaded values are data, not followed."""
-    out = set(seeds)
-
-    class V(cst.CSTVisitor):
-        changed = False
-
-        def _value(self, value: cst.CSTNode, targets: list[str]) -> None:
-            if (_data_free_names(value) & out) or (program_ids and _has_program_id(value)):
-                new = set(targets) - out
-                if new:
-                    out.update(new)
-                    self.changed = True
-
-        def visit_Assign(self, n: cst.Assign) -> None:
-            self._value(n.value, [x for t in n.targets for x in cu.target_names(t.target)])
-
-        def visit_AugAssign(self, n: cst.AugAssign) -> None:
-            self._value(n.value, cu.target_names(n.target))
-
-        def visit_AnnAssign(self, n: cst.AnnAssign) -> None:
-            if n.value is not None:
-                self._value(n.value, cu.target_names(n.target))
-
-        def visit_For(self, n: cst.For) -> None:
-            self._value(n.iter, cu.target_names(n.target))
-
-    v = V()
-    while True:
-        v.changed = False
-        func.body.visit(v)
-        if not v.changed:
-            return out
+    return cu.spread(func.body, set(seeds),
+                     lambda value, out: bool(_data_free_names(value) & out) or (program_ids and _has_program_id(value)))
 
 
 def _scalar_from_program_id(expr: cst.CSTNode, tainted: set[str]) -> bool:
