@@ -242,10 +242,9 @@ def gemm_rs_case(m, n, k, world=4, chunks=2, reps=10):
             acc.add_(inbox[p])
         out.copy_(acc)
 
-    def sequential():
+    def exchange():
+        """Every send and every receive at once, each on its stream, after the compute stream's work."""
         cur = torch.cuda.current_stream()
-        cur.wait_stream(send)
-        ag_gemm_kernel[grid](*_args(a, b, partial, m, n, k), **META)
         send.wait_stream(cur)
         recv.wait_stream(cur)
         with torch.cuda.stream(send):
@@ -254,6 +253,12 @@ def gemm_rs_case(m, n, k, world=4, chunks=2, reps=10):
         with torch.cuda.stream(recv):
             for p, lo, hi in incoming:
                 inbox[p, lo:hi].copy_(peers[p][lo:hi], non_blocking=True)
+
+    def sequential():
+        cur = torch.cuda.current_stream()
+        cur.wait_stream(send)
+        ag_gemm_kernel[grid](*_args(a, b, partial, m, n, k), **META)
+        exchange()
         cur.wait_stream(recv)
         reduce_own()
 
@@ -286,15 +291,8 @@ def gemm_rs_case(m, n, k, world=4, chunks=2, reps=10):
         lw.launch(grid, _args(a, b, out, m, n, k), dict(META), peers, sync=False)
 
     def copies_only():
+        exchange()
         cur = torch.cuda.current_stream()
-        send.wait_stream(cur)
-        recv.wait_stream(cur)
-        with torch.cuda.stream(send):
-            for lo, hi in remote:
-                outbox[lo:hi].copy_(partial[lo:hi], non_blocking=True)
-        with torch.cuda.stream(recv):
-            for p, lo, hi in incoming:
-                inbox[p, lo:hi].copy_(peers[p][lo:hi], non_blocking=True)
         cur.wait_stream(send)
         cur.wait_stream(recv)
 
