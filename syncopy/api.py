@@ -857,7 +857,7 @@ def _announce_unwritten(ctx: Context, tiles_per_chunk: list[int]) -> None:
     contents): raise their flags now, after _init_partial, so no transfer waits for a tile."""
     for g, count in enumerate(tiles_per_chunk):
         if count == 0:
-            ctx.signals[dev.SIG_HEADER + g] = ctx.epoch
+            ctx.signals[dev.SIG_HEADER + g] = ctx.word
 
 
 def _chunk_of_row(ctx: Context, row: int) -> int:

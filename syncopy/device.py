@@ -12,7 +12,8 @@ Layouts shared with the host (see runtime/context.py):
                     each chunk in this launch (world*C)]
 
 A flag holds the epoch (launch number) of the last time its chunk landed (consumer) or was fully
-written (producer); a wait is `flag >= epoch`, so nothing is ever reset between launches. Producer
+written (producer); a wait is `flag >= epoch` (cyclically: the int32 words wrap after 2^31
+launches, and `flag - epoch >= 0` still tells), so nothing is ever reset between launches. Producer
 counters only grow: before each launch the host sets a chunk's target to its previous target plus
 the number of tiles that write the chunk (int32 arithmetic wraps on both sides alike).
 """
@@ -199,6 +200,13 @@ def _flag_of_block(ptr):
 
 
 @triton.jit
+def _behind(flag, epoch):
+    """Was `flag` raised by an earlier launch than `epoch`? Compared cyclically in int32 (the
+    difference wraps as the words do), so launches go on past 2^31 with nothing reset."""
+    return (flag - epoch) < 0
+
+
+@triton.jit
 def _spin_polls(ptr, epoch, limit):
     """After the block saw the flag down: at most `limit` more block-wide polls (compiled and
     interpreted alike; see the comment below for why not a per-thread timed spin)."""
@@ -206,7 +214,7 @@ def _spin_polls(ptr, epoch, limit):
     # Count the polls left down from the int64 budget: a 32-bit count of polls made would wrap
     # past 2^31 polls (timeout_s above ~430 s at 200 ns a poll) and the wait would never end.
     left = limit
-    while (flag < epoch) & (left > 0):
+    while _behind(flag, epoch) & (left > 0):
         flag = _flag_of_block(ptr)
         left -= 1
     return flag
@@ -238,12 +246,12 @@ def wait_chunks(signals, ctx, g_lo, g_hi):
         # Fast path first (the chunk is usually there by the time a tile asks): one acquire poll.
         # Only a chunk that is missing pays for the error-slot check and the bounded spin.
         flag = _flag_of_block(signals + SIG_BASE + g)
-        if flag < epoch:
+        if _behind(flag, epoch):
             # Read for the whole block (uniform): a plain load could differ between warps.
             failed = tl.atomic_add(signals + SIG_ERROR, 0, sem="relaxed", scope="sys")
             if failed == 0:
                 flag = _spin_polls(signals + SIG_BASE + g, epoch, limit)
-                if flag < epoch:
+                if _behind(flag, epoch):
                     tl.atomic_xchg(signals + SIG_ERROR + 1, tl.load(ctx + CTX_RANK).to(tl.int32))
                     tl.atomic_xchg(signals + SIG_ERROR + 2, g)
                     tl.atomic_xchg(signals + SIG_ERROR + 3, epoch)

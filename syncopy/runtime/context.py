@@ -145,7 +145,7 @@ class Context:
 
     def begin(self, spin_limit: int) -> int:
         self.epoch += 1
-        self.ctx[dev.CTX_EPOCH.value] = self.epoch
+        self.ctx[dev.CTX_EPOCH.value] = self.word
         self.ctx[dev.CTX_SPIN_LIMIT.value] = spin_limit
         self.signals[: dev.SIG_HEADER] = 0
         self.signals[dev.SIG_HEADER + self.n_flags : dev.SIG_HEADER + self.n_flags + 2] = 0
@@ -159,7 +159,7 @@ class Context:
             # Count first, then raise the flags: a tile released by a flag must see the count.
             self.signals[dev.SIG_HEADER + self.n_flags] += 1
             for f in self.plan.flags(chunk):
-                self.signals[dev.SIG_HEADER + f] = self.epoch
+                self.signals[dev.SIG_HEADER + f] = self.word
             if self.trace is not None:
                 self.trace.arrivals[chunk] = time.perf_counter() - self.t0
 
@@ -172,7 +172,7 @@ class Context:
 
     def ready(self, chunk: int) -> bool:
         """Producer: has the kernel finished every tile that writes `chunk` in this launch?"""
-        return int(self.signals[dev.SIG_HEADER + chunk]) >= self.epoch
+        return _wrap32(int(self.signals[dev.SIG_HEADER + chunk]) - self.word) >= 0
 
     def count_sent(self) -> None:
         with self.lock:
@@ -180,7 +180,17 @@ class Context:
 
     def error(self) -> tuple[int, int, int] | None:
         flag, rank, chunk, epoch = (int(x) for x in self.signals[: dev.SIG_HEADER].tolist())
-        return (rank, chunk, epoch) if flag else None
+        return (rank, chunk, self.unwrap(epoch)) if flag else None
+
+    @property
+    def word(self) -> int:
+        """The epoch as the device's int32 words hold it (it wraps after 2^31 launches; device
+        waits compare cyclically)."""
+        return _wrap32(self.epoch)
+
+    def unwrap(self, word: int) -> int:
+        """The launch number, the nearest to this one, whose epoch word is `word` (for messages)."""
+        return self.epoch + _wrap32(word - self.epoch)
 
 
 def _wrap32(x: int) -> int:

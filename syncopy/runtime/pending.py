@@ -60,4 +60,4 @@ class LaunchErrors:
             if flag:
                 self.pending.clear()  # later launches of a failed context are not trusted either
                 plan = self.ctx.plan
-                raise SyncopyTimeout(rank, divmod(plan.chunk_of_flag(unit), plan.chunks_per_rank), at, self.timeout_s)
+                raise SyncopyTimeout(rank, divmod(plan.chunk_of_flag(unit), plan.chunks_per_rank), self.ctx.unwrap(at), self.timeout_s)

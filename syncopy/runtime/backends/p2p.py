@@ -83,7 +83,7 @@ def put_own_shard(ctx: Context, shard: torch.Tensor) -> None:
     ctx.buffer.narrow(ctx.dim, rank * rows, rows).copy_(mine)
     per = ctx.plan.flags_per_rank
     lo = dev.SIG_HEADER + rank * per
-    ctx.signals[lo : lo + per] = ctx.epoch
+    ctx.signals[lo : lo + per] = ctx.word
 
 
 class CudaMemory:

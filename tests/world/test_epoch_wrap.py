@@ -1,0 +1,19 @@
+"""Epochs past 2^31: the device's int32 epoch words and flags wrap, waits compare them cyclically,
+producer counters and targets wrap alike; nothing is reset and no launch is wrong (a plain `<`
+comparison would let every wait after the wrap pass at once: silently wrong results)."""
+from __future__ import annotations
+
+import pytest
+
+from syncopy.runtime.world import spawn
+from tests.world import epoch_workers as workers
+
+
+@pytest.mark.world
+def test_consumer_and_producer_launches_cross_the_int32_wrap():
+    for rank, r in enumerate(spawn(workers.run_across_the_wrap, 2, timeout_s=300)):
+        for name in ("ag_gemm", "gemm_rs"):
+            got = r[name]
+            assert max(got["errs"]) < 1e-3, (rank, name, got)
+            assert got["epoch"] == workers.NEAR + 4 == 2**31 + 1, got
+            assert got["word"] == -(2**31) + 1, got  # what the kernels read: the wrapped word
