@@ -12,6 +12,7 @@ import torch
 
 from syncopy import device as dev
 from syncopy.runtime.plan import RankPlan
+from syncopy.runtime.streamops import wrap32
 
 
 @dataclass
@@ -166,13 +167,13 @@ class Context:
     def set_targets(self, tiles_per_chunk: list[int]) -> None:
         """Producer: the counts that complete each chunk in the coming launch (counters never reset)."""
         n = self.n_chunks
-        self.targets = [_wrap32(t + k) for t, k in zip(self.targets, tiles_per_chunk)]
+        self.targets = [wrap32(t + k) for t, k in zip(self.targets, tiles_per_chunk)]
         at = dev.SIG_HEADER + n + 2 + n
         self.signals[at : at + n] = torch.tensor(self.targets, dtype=torch.int32)
 
     def ready(self, chunk: int) -> bool:
         """Producer: has the kernel finished every tile that writes `chunk` in this launch?"""
-        return _wrap32(int(self.signals[dev.SIG_HEADER + chunk]) - self.word) >= 0
+        return wrap32(int(self.signals[dev.SIG_HEADER + chunk]) - self.word) >= 0
 
     def count_sent(self) -> None:
         with self.lock:
@@ -186,13 +187,10 @@ class Context:
     def word(self) -> int:
         """The epoch as the device's int32 words hold it (it wraps after 2^31 launches; device
         waits compare cyclically)."""
-        return _wrap32(self.epoch)
+        return wrap32(self.epoch)
 
     def unwrap(self, word: int) -> int:
         """The launch number, the nearest to this one, whose epoch word is `word` (for messages)."""
-        return self.epoch + _wrap32(word - self.epoch)
+        return self.epoch + wrap32(word - self.epoch)
 
 
-def _wrap32(x: int) -> int:
-    """`x` as the int32 the device holds after the same additions."""
-    return (x + 2**31) % 2**32 - 2**31

@@ -32,7 +32,7 @@ from syncopy.errors import LaunchError, SyncopyTimeout
 from syncopy.runtime import streamops
 from syncopy.runtime.context import Context
 from syncopy.runtime.pending import LaunchErrors
-from syncopy.runtime.streamops import nbytes, ptr
+from syncopy.runtime.streamops import ptr, wrap32
 
 
 class _Cuda:
@@ -119,7 +119,7 @@ class _Loop:
         self.epoch_word = ptr(ctx.ctx) + 8 * dev.CTX_EPOCH.value  # low half of an int64 (little-endian)
         rows, rank, per = ctx.plan.rows_per_rank, ctx.plan.rank, ctx.plan.flags_per_rank
         own = ctx.buffer.narrow(ctx.dim, rank * rows, rows)
-        self.own = (ptr(own), nbytes(own))
+        self.own = (ptr(own), own.nbytes)
         self.own_flags = [sig + 4 * (dev.SIG_HEADER + rank * per + f) for f in range(per)]
         ops = engine.ops
         self.errors = LaunchErrors(ctx, ops, engine.pin, timeout_s)
@@ -331,7 +331,7 @@ class LoopbackWorld:
         ops.write32(loop.epoch_word, epoch, hc)
         ops.zero32(loop.error_words, 4, hc)
         tiles = ctx.tiles_per_chunk[fk._shape_key(grid, call)]
-        ctx.targets = [_wrap32(t + k) for t, k in zip(ctx.targets, tiles)]
+        ctx.targets = [wrap32(t + k) for t, k in zip(ctx.targets, tiles)]
         for addr, target in zip(wire.targets, ctx.targets):
             ops.write32(addr, target, hc)
         fk._init_partial(ctx, out)  # what the partial holds before the kernel's stores, as in the reference
@@ -455,7 +455,7 @@ class LoopbackWorld:
             if not dst.is_contiguous():
                 raise LaunchError(f"the loopback world moves each chunk with one copy, which needs it contiguous, but chunks "
                                   f"along dim {ctx.dim} of a {list(ctx.buffer.shape)} tensor are strided; shard along dim 0")
-            moves[g] = (ptr(dst), ptr(what), nbytes(dst), [sig + 4 * (dev.SIG_HEADER + f) for f in ctx.plan.flags(g)])
+            moves[g] = (ptr(dst), ptr(what), dst.nbytes, [sig + 4 * (dev.SIG_HEADER + f) for f in ctx.plan.flags(g)])
         loop.peers, loop.moves = list(peers), moves
         return moves
 
@@ -487,7 +487,7 @@ class _Wire:
                 continue
             lo, hi = plan.bounds(g)
             part = ctx.buffer.narrow(dim, lo, hi - lo)
-            self.sends[g] = (flag[g], ptr(self.outbox.narrow(dim, lo, hi - lo)), ptr(part), nbytes(part))
+            self.sends[g] = (flag[g], ptr(self.outbox.narrow(dim, lo, hi - lo)), ptr(part), part.nbytes)
         # Receives in the order they become due (one stream runs them in order: a late one first
         # would hold back every other), each behind the flag of this rank's chunk at its position.
         due = []
@@ -501,13 +501,8 @@ class _Wire:
                 i_lo = lo - rank * rows
                 dst, src = box.narrow(dim, i_lo, hi - lo), self.peers[p].narrow(dim, i_lo, hi - lo)
                 k = min(k, len(mine) - 1)
-                due.append((k, p, (flag[mine[k]], ptr(dst), ptr(src), nbytes(dst))))
+                due.append((k, p, (flag[mine[k]], ptr(dst), ptr(src), dst.nbytes)))
         self.receives = [entry for _, _, entry in sorted(due, key=lambda d: d[:2])]
-
-
-def _wrap32(x: int) -> int:
-    """`x` as the int32 the device holds after the same additions."""
-    return (x + 2**31) % 2**32 - 2**31
 
 
 class _Timeline:

@@ -42,10 +42,6 @@ def ptr(t: torch.Tensor) -> int:
     return t.data_ptr()
 
 
-def nbytes(t: torch.Tensor) -> int:
-    return t.numel() * t.element_size()
-
-
 class CudaOps:
     """The driver calls, bound once per process (see module doc)."""
 
@@ -184,7 +180,7 @@ class HostOps:
 
     def write32(self, addr: int, value: int, stream) -> None:
         # x86 keeps stores in order, so the copies before this store are visible before it.
-        self._on(stream, lambda: setattr(ctypes.c_int32.from_address(addr), "value", _int32(value)))
+        self._on(stream, lambda: setattr(ctypes.c_int32.from_address(addr), "value", wrap32(value)))
 
     def wait32(self, addr: int, value: int, stream) -> None:
         word = ctypes.c_int32.from_address(addr)
@@ -192,7 +188,7 @@ class HostOps:
 
         def wait():
             end = time.monotonic() + deadline_s
-            while _int32(word.value - value) < 0:
+            while wrap32(word.value - value) < 0:
                 if time.monotonic() > end:
                     raise StreamTimeout(addr, value, word.value)
                 time.sleep(20e-6)
@@ -219,7 +215,8 @@ class HostOps:
             stream.put(event.wait, always=True)
 
 
-def _int32(x: int) -> int:
+def wrap32(x: int) -> int:
+    """`x` as an int32 word holds it (two's complement: what device additions and epochs wrap to)."""
     return (x + 2**31) % 2**32 - 2**31
 
 
