@@ -125,6 +125,15 @@ class Context:
         self.t0 = 0.0
         self.t0_wall = 0.0
 
+    def word_address(self, index: int, pad: torch.Tensor | None = None) -> int:
+        """The address of word `index` of a signal pad: this context's, or a peer's mapped one (p2p),
+        for the stream operations that write or wait on it (runtime/streamops.py)."""
+        return (self.signals if pad is None else pad).data_ptr() + 4 * index
+
+    def flag_address(self, flag: int, pad: torch.Tensor | None = None) -> int:
+        """The address of flag `flag` (a unit's, see RankPlan.flags) in a signal pad."""
+        return self.word_address(dev.SIG_HEADER + flag, pad)
+
     def ready_word(self, rank: int) -> int:
         """Index in the signal pad of the word `rank` raises when this rank's buffer may take its
         next launch's chunks (runtime/backends/p2p.py)."""

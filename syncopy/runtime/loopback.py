@@ -114,13 +114,11 @@ class _Loop:
         self.ctx, self.shard_shape = ctx, shard_shape
         self.peers: list | None = None  # the peer tensors the moves were made from (compared by identity)
         self.moves: dict[int, tuple[int, int, int, list[int]]] = {}  # chunk -> (dst, src, bytes, flag addresses)
-        sig = ptr(ctx.signals)
-        self.error_words = sig + 4 * dev.SIG_ERROR.value
         self.epoch_word = ptr(ctx.ctx) + 8 * dev.CTX_EPOCH.value  # low half of an int64 (little-endian)
         rows, rank, per = ctx.plan.rows_per_rank, ctx.plan.rank, ctx.plan.flags_per_rank
         own = ctx.buffer.narrow(ctx.dim, rank * rows, rows)
         self.own = (ptr(own), own.nbytes)
-        self.own_flags = [sig + 4 * (dev.SIG_HEADER + rank * per + f) for f in range(per)]
+        self.own_flags = [ctx.flag_address(rank * per + f) for f in range(per)]
         ops = engine.ops
         self.errors = LaunchErrors(ctx, ops, engine.pin, timeout_s)
         self.compute_mark, self.side_mark = ops.event(), ops.event()
@@ -219,7 +217,7 @@ class LoopbackWorld:
 
         ctx.epoch = epoch = ctx.epoch + 1
         ops.write32(loop.epoch_word, epoch, hc)
-        ops.zero32(loop.error_words, 4, hc)
+        ops.zero32(loop.errors.words, 4, hc)
         ops.copy(loop.own[0], ptr(shard), loop.own[1], hc)
         for f in loop.own_flags:
             ops.write32(f, epoch, hc)
@@ -329,7 +327,7 @@ class LoopbackWorld:
         ops.wait_event(hc, loop.side_mark)
         ctx.epoch = epoch = ctx.epoch + 1
         ops.write32(loop.epoch_word, epoch, hc)
-        ops.zero32(loop.error_words, 4, hc)
+        ops.zero32(loop.errors.words, 4, hc)
         tiles = ctx.tiles_per_chunk[fk._shape_key(grid, call)]
         ctx.targets = [wrap32(t + k) for t, k in zip(ctx.targets, tiles)]
         for addr, target in zip(wire.targets, ctx.targets):
@@ -421,7 +419,7 @@ class LoopbackWorld:
                 if not isinstance(exc, streamops.StreamTimeout):
                     raise exc
                 ctx = loop.ctx
-                flag = (exc.addr - ptr(ctx.signals)) // 4 - dev.SIG_HEADER
+                flag = (exc.addr - ctx.flag_address(0)) // 4
                 raise SyncopyTimeout(ctx.plan.rank, divmod(flag, ctx.plan.chunks_per_rank), exc.value, self.fk.timeout_s,
                                      "the kernel never finished it")
 
@@ -444,7 +442,6 @@ class LoopbackWorld:
         ctx = loop.ctx
         c, rows = ctx.plan.chunks_per_rank, ctx.plan.rows_per_rank
         self._check_peers(loop, peers)
-        sig = ptr(ctx.signals)
         moves = {}
         for g in range(ctx.n_chunks):
             src = g // c
@@ -455,7 +452,7 @@ class LoopbackWorld:
             if not dst.is_contiguous():
                 raise LaunchError(f"the loopback world moves each chunk with one copy, which needs it contiguous, but chunks "
                                   f"along dim {ctx.dim} of a {list(ctx.buffer.shape)} tensor are strided; shard along dim 0")
-            moves[g] = (ptr(dst), ptr(what), dst.nbytes, [sig + 4 * (dev.SIG_HEADER + f) for f in ctx.plan.flags(g)])
+            moves[g] = (ptr(dst), ptr(what), dst.nbytes, [ctx.flag_address(f) for f in ctx.plan.flags(g)])
         loop.peers, loop.moves = list(peers), moves
         return moves
 
@@ -475,10 +472,9 @@ class _Wire:
         self.peers = list(peers)
         self.send, self.recv = (eng.side_stream(ctx.buffer.device, world.fk.timeout_s) for _ in range(2))
         self.received = eng.ops.event()
-        sig = ptr(ctx.signals)
         n = ctx.n_chunks
-        flag = self.flags = [sig + 4 * (dev.SIG_HEADER + g) for g in range(n)]
-        self.targets = [sig + 4 * (dev.SIG_HEADER + n + 2 + n + g) for g in range(n)]
+        flag = self.flags = [ctx.flag_address(g) for g in range(n)]
+        self.targets = [ctx.word_address(dev.SIG_HEADER + 2 * n + 2 + g) for g in range(n)]  # layout: context.py
         self.outbox = eng.pin(torch.empty_like(ctx.buffer, device="cpu"))
         self.inbox = {p: torch.empty_like(out) for p in range(plan.world) if p != rank}
         self.sends = {}

@@ -30,7 +30,7 @@ class LaunchErrors:
 
     def __init__(self, ctx, ops, pin, timeout_s: float):
         self.ctx, self.ops, self.timeout_s = ctx, ops, timeout_s
-        self.words = ptr(ctx.signals) + 4 * dev.SIG_ERROR.value
+        self.words = ctx.word_address(dev.SIG_ERROR.value)
         self.ring = pin(torch.zeros(self.RING, dev.SIG_HEADER, dtype=torch.int32))
         self.done = [ops.event() for _ in range(self.RING)]  # per slot: the launch's kernel and error copy are done
         self.pending: collections.deque[tuple[int, int]] = collections.deque()  # (epoch, slot), oldest first

@@ -42,7 +42,6 @@ from syncopy.runtime.backends.control import control_group, group_lock, member_g
 from syncopy.runtime.backends.p2p import Inline, Reduction, put_own_shard, refuse_emulation
 from syncopy.runtime.context import Context
 from syncopy.runtime.link import Faults, Link
-from syncopy.runtime.streamops import ptr
 
 _groups: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # user group -> its NCCL group
 
@@ -262,7 +261,7 @@ class Rounds:
         def tag(g: int) -> int:
             return (ctx.uid % (1 << 14)) << 16 | g
 
-        flags, hs = ptr(ctx.signals) + 4 * dev.SIG_HEADER, be.ops.handle(s)
+        hs = be.ops.handle(s)
         with be.engine.using(s):
             for ops in be.rounds:
                 p2p, landing = [], []
@@ -283,7 +282,7 @@ class Rounds:
                     if data is not view:
                         view.copy_(data)
                     for f in plan.flags(g):  # a stream write-value: a memory barrier, then the flag
-                        be.ops.write32(flags + 4 * f, self.epoch, hs)
+                        be.ops.write32(ctx.flag_address(f), self.epoch, hs)
                 self.done.append((be.engine.mark(s), [g for g, _, _ in landing]))
         return self
 

@@ -63,7 +63,6 @@ from syncopy.runtime.backends.control import JOIN_FIX, NodeBarrier, control_grou
 from syncopy.runtime.context import Context
 from syncopy.runtime.link import Faults, Link
 from syncopy.runtime.pending import LaunchErrors
-from syncopy.runtime.streamops import ptr
 
 
 def refuse_emulation(name: str, link: Link | None, faults: Faults | None, drop: bool = False) -> None:
@@ -305,7 +304,7 @@ class P2PBackend:
         hc = self.ops.handle(self.memory.compute_stream(ctx.buffer.device))
         word = ctx.ready_word(self.rank)
         for _, sig in self.peers.values():
-            self.ops.write32(ptr(sig) + 4 * word, ctx.epoch, hc)
+            self.ops.write32(ctx.word_address(word, sig), ctx.epoch, hc)
 
     def finish(self, ctx: Context, epoch: int) -> None:
         """After the kernel, on the compute stream: wait for our pushes (what the caller enqueues
@@ -367,7 +366,7 @@ class Push:
                     lo, hi = plan.bounds(g)
                     buf.narrow(ctx.dim, lo, hi - lo).copy_(ctx.send_view(g, p), non_blocking=True)
                     for f in plan.flags(g):
-                        ops.write32(ptr(sig) + 4 * (dev.SIG_HEADER + f), self.epoch, hs)
+                        ops.write32(ctx.flag_address(f, sig), self.epoch, hs)
         if be.shared_device:
             # Processes on one GPU take turns: a kernel launched now could hold the GPU while the
             # pushes it waits for sit in a peer's queue (module doc). Deliver everything first.
@@ -379,7 +378,7 @@ class Push:
         """`stream` goes on once peer p's buffer may take this launch's chunks (module doc)."""
         ctx = self.ctx
         try:
-            self.backend.ops.wait32(ptr(ctx.signals) + 4 * ctx.ready_word(p), self.epoch, stream)
+            self.backend.ops.wait32(ctx.word_address(ctx.ready_word(p)), self.epoch, stream)
         except streamops.StreamTimeout:  # CPU emulation only: a device wait has no deadline
             raise LaunchError(f"rank {self.backend.rank}: rank {p} never got ready for launch {self.epoch} within "
                               f"{wait_bound(self.backend.timeout_s):g}s; {JOIN_FIX}") from None
