@@ -33,7 +33,6 @@ import weakref
 import torch
 import torch.distributed as dist
 
-from syncopy import device as dev
 from syncopy.errors import LaunchError
 from syncopy.runtime import occupancy
 from syncopy.runtime import plan as planning
