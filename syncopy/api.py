@@ -255,8 +255,9 @@ class FusedKernel:
         under the caller's inference_mode) and its own (made once, reused in any later mode)."""
         self._refuse_grad(args, kwargs)
         group = checked_group(group)
-        with control.group_lock(group), torch.inference_mode(), _on_device_of(args, kwargs):
-            self._follow_last_launch(control.group_token(group), args, kwargs)
+        device = _cuda_device(args, kwargs)
+        with control.group_lock(group), torch.inference_mode(), _on_device(device):
+            self._follow_last_launch(control.group_token(group), device)
             return self._launch(grid, args, kwargs, group)
 
     def _refuse_grad(self, args, kwargs) -> None:
@@ -270,13 +271,11 @@ class FusedKernel:
                                   f"not differentiable yet (its gradient would be lost); pass {key}.detach(), or launch under "
                                   "torch.no_grad() or torch.inference_mode()")
 
-    def _follow_last_launch(self, token: int, args, kwargs) -> None:
+    def _follow_last_launch(self, token: int, device) -> None:
         """On CUDA, this launch's stream waits for the last launch's on the group when they differ
         (threads have their own current streams; both launches use the same buffers)."""
-        tensors = [v for v in [*args, *kwargs.values()] if isinstance(v, torch.Tensor) and v.device.type == "cuda"]
-        if not tensors:
+        if device is None:
             return
-        device = tensors[0].device
         stream, last = torch.cuda.current_stream(device), self._last_stream.get((token, device))
         if last is not None and last != stream:
             stream.wait_stream(last)
@@ -879,12 +878,16 @@ def _schedule_difference(r: int, theirs: str, rank: int, mine: str) -> str:
     return f"rank {r} launched with a different schedule than rank {rank}; every rank must use the same schedule"
 
 
-def _on_device_of(args: tuple, kwargs: dict):
-    """The GPU of the launch's first CUDA tensor made current for the launch: Triton launches on the
-    current device's stream, and the backends make their streams and communicators there."""
+def _cuda_device(args: tuple, kwargs: dict):
+    """The GPU of the launch's first CUDA tensor (None for CPU launches)."""
+    return next((a.device for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor) and a.is_cuda), None)
+
+
+def _on_device(device):
+    """`device` made current for the launch: Triton launches on the current device's stream, and the
+    backends make their streams and communicators there."""
     import contextlib
 
-    device = next((a.device for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor) and a.is_cuda), None)
     return torch.cuda.device(device) if device is not None else contextlib.nullcontext()
 
 
