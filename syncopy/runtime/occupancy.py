@@ -61,24 +61,26 @@ def sm_count(device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def programs_for(sms: int, backend: str, n_tiles: int | None = None) -> int:
+def programs_for(sms: int, backend: str, n_tiles: int | None = None, ranks_per_device: int = 1) -> int:
     """Programs a persistent kernel launches on a device with `sms` SMs: one per SM the backend leaves
-    to the kernel, never more than there are tiles, at least one. (Ranks that share one GPU need no
-    share of their own: p2p delivers their chunks before either kernel starts, see backends/p2p.py.)"""
-    p = sms - reserved_sms(backend)
+    to the kernel, never more than there are tiles, at least one. Ranks whose kernels run at once on
+    one device (the thread world: `ranks_per_device` of them) share its SMs. (Processes that share one
+    GPU need no share of their own: p2p delivers their chunks before either kernel starts, see
+    backends/p2p.py.)"""
+    p = (sms - reserved_sms(backend)) // max(1, ranks_per_device)
     if p < 1:
         raise LaunchError(f"the {backend} backend reserves {reserved_sms(backend)} SMs but the device has only {sms}; "
                           "lower $SYNCOPY_NCCL_SMS")
     return max(1, min(p, n_tiles) if n_tiles else p)
 
 
-def programs(device, backend: str, n_tiles: int | None = None) -> int:
+def programs(device, backend: str, n_tiles: int | None = None, ranks_per_device: int = 1) -> int:
     """`programs_for` the SM count of CUDA `device`. Use it as a persistent kernel's NUM_SMS:
 
         p = occupancy.programs(a.device, fused.backend_for(a.device, group), n_tiles)
         fused[(p,)](..., NUM_SMS=p, group=group)
     """
-    return programs_for(sm_count(device), backend, n_tiles)
+    return programs_for(sm_count(device), backend, n_tiles, ranks_per_device)
 
 
 def check_grid(n_programs: int, sms: int, backend: str, persistent: bool, kernel: str, ctas_per_program: int = 1) -> None:

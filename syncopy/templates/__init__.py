@@ -45,6 +45,16 @@ class Template:
         return syncopy.overlap(sched, **options)(self.kernel())
 
 
+def world_size(group=None) -> int:
+    """The number of ranks of a template launch's `group`: a torch.distributed group (None: the
+    default one), or a thread world's RankGroup (syncopy.runtime.threads), which is not a process group."""
+    import torch.distributed as dist
+
+    if group is not None and not isinstance(group, dist.ProcessGroup) and hasattr(group, "size"):
+        return group.size()
+    return dist.get_world_size(group)
+
+
 def all_gather_rows(x, group=None):
     """The reference all-gather along dim 0 (`all_gather_into_tensor`, quiet about its rename)."""
     import warnings

@@ -5,6 +5,8 @@ import torch
 import torch.distributed as dist
 import triton
 
+from syncopy.templates import world_size
+
 DEFAULT_SHAPE = (128, 32, 32)
 TOLERANCE = {torch.float32: 1e-3, torch.float16: 2e-2, torch.bfloat16: 6e-2}
 EXPERTS = 2
@@ -27,7 +29,7 @@ def inputs(rank, world, shape, dtype, seed=0):
 def launch(fused, x, w, group=None, **meta):
     """Y = expert_gemm(all_to_all(x), w), fused: tiles of a peer's tokens start as those arrive."""
     meta = {**META, **meta}
-    world = dist.get_world_size(group)
+    world = world_size(group)
     (m, k), n = x.shape, w.shape[2]
     t = m // world
     y = torch.empty(m, n, dtype=x.dtype, device=x.device)

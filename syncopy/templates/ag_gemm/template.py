@@ -3,7 +3,7 @@ import torch
 import torch.distributed as dist
 import triton
 
-from syncopy.templates import all_gather_rows
+from syncopy.templates import all_gather_rows, world_size
 
 DEFAULT_SHAPE = (96, 64, 64)
 TOLERANCE = {torch.float32: 1e-3, torch.float16: 2e-2, torch.bfloat16: 6e-2}
@@ -20,7 +20,7 @@ def inputs(rank, world, shape, dtype, seed=0):
 def launch(fused, a, b, group=None, **meta):
     """C = all_gather(a) @ b, fused."""
     meta = {**META, **meta}
-    world = dist.get_world_size(group)
+    world = world_size(group)
     m, k = a.shape[0] * world, a.shape[1]
     n = b.shape[1]
     c = torch.empty(m, n, dtype=a.dtype, device=a.device)

@@ -4,7 +4,7 @@ import torch
 import torch.distributed as dist
 import triton
 
-from syncopy.templates import all_gather_rows
+from syncopy.templates import all_gather_rows, world_size
 
 DEFAULT_SHAPE = (96, 64, 64)
 TOLERANCE = {torch.float32: 1e-3, torch.float16: 2e-2, torch.bfloat16: 6e-2}
@@ -12,13 +12,14 @@ META = dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_M=4)
 CPU_PROGRAMS = 3  # under the interpreter: fewer programs than tiles, so each one loops
 
 
-def programs(device: torch.device, n_tiles: int, backend: str = "p2p") -> int:
+def programs(device: torch.device, n_tiles: int, backend: str = "p2p", ranks_per_device: int = 1) -> int:
     """Persistent grid: one program per SM the backend leaves to the kernel (all of them with the copy
-    engines; nccl keeps some for its own kernels, see syncopy.runtime.occupancy), capped by the tiles."""
+    engines; nccl keeps some for its own kernels, see syncopy.runtime.occupancy), capped by the tiles;
+    on a thread world its ranks share the GPU's SMs."""
     if device.type == "cuda":
         from syncopy.runtime import occupancy
 
-        return occupancy.programs(device, backend, n_tiles)
+        return occupancy.programs(device, backend, n_tiles, ranks_per_device)
     return max(1, min(n_tiles, CPU_PROGRAMS))
 
 
@@ -32,12 +33,13 @@ def inputs(rank, world, shape, dtype, seed=0):
 def launch(fused, a, b, group=None, **meta):
     """C = all_gather(a) @ b, fused (a persistent launch: the grid is the number of programs)."""
     meta = {**META, **meta}
-    world = dist.get_world_size(group)
+    world = world_size(group)
     m, k = a.shape[0] * world, a.shape[1]
     n = b.shape[1]
     c = torch.empty(m, n, dtype=a.dtype, device=a.device)
     backend = fused.backend_for(a.device, group) if world > 1 else "p2p"
-    p = programs(a.device, triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]), backend)
+    p = programs(a.device, triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]), backend,
+                 world if backend == "threads" else 1)
     fused[(p,)](a, b, c, m, n, k, **meta, NUM_SMS=p, group=group)
     return c
 

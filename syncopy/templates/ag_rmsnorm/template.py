@@ -3,7 +3,7 @@ import torch
 import torch.distributed as dist
 import triton
 
-from syncopy.templates import all_gather_rows
+from syncopy.templates import all_gather_rows, world_size
 
 DEFAULT_SHAPE = (64, 96, 0)
 TOLERANCE = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 5e-2}
@@ -19,7 +19,7 @@ def inputs(rank, world, shape, dtype, seed=0):
 
 def launch(fused, x, w, group=None):
     """Y = rmsnorm(all_gather(x)) * w, fused."""
-    world = dist.get_world_size(group)
+    world = world_size(group)
     m, n = x.shape[0] * world, x.shape[1]
     y = torch.empty(m, n, dtype=x.dtype, device=x.device)
     fused[(m,)](x, w, y, x.stride(0), y.stride(0), n, 1e-6, BLOCK=triton.next_power_of_2(n), group=group)

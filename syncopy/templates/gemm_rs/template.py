@@ -4,6 +4,8 @@ import torch
 import torch.distributed as dist
 import triton
 
+from syncopy.templates import world_size
+
 DEFAULT_SHAPE = (96, 64, 48)
 TOLERANCE = {torch.float32: 1e-3, torch.float16: 2e-2, torch.bfloat16: 6e-2}
 META = dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32)
@@ -20,7 +22,7 @@ def inputs(rank, world, shape, dtype, seed=0):
 def launch(fused, a, b, group=None, **meta):
     """This rank's rows of reduce_scatter(a @ b), fused: chunks leave as their tiles finish."""
     meta = {**META, **meta}
-    world = dist.get_world_size(group)
+    world = world_size(group)
     (m, k), n = a.shape, b.shape[1]
     c = torch.empty(m // world, n, dtype=a.dtype, device=a.device)
     grid = (triton.cdiv(m, meta["BLOCK_M"]), triton.cdiv(n, meta["BLOCK_N"]))

@@ -1,0 +1,187 @@
+"""The thread world on CPU tensors under the Triton interpreter: W ranks in one process, their pushes
+(or sends) on worker-thread streams, each rank's kernel waiting for the peers' chunks while they land.
+Every template, launch after launch with new inputs, against torch; a paced link whose chunks land
+while the kernels run; a withheld chunk; several operators interleaved. (On a GPU,
+tests/gpu/test_threads.py runs the same class with streams and the copy engine.)"""
+from __future__ import annotations
+
+import pytest
+import torch
+import triton
+
+import syncopy
+from syncopy import templates
+from syncopy.errors import LaunchError, SyncopyTimeout
+from syncopy.runtime.threads import RankGroup, ThreadWorld
+from syncopy.templates.ag_gemm.kernel import ag_gemm_kernel
+
+META = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=2)
+
+
+def reference(name: str, inputs: list[dict], world: int) -> list[torch.Tensor]:
+    """Each rank's expected output, from the ranks' inputs with torch alone."""
+    if name in ("ag_gemm", "ag_gemm_persistent"):
+        return [torch.cat([i["a"] for i in inputs]).float() @ inputs[0]["b"].float()] * world
+    if name == "ag_rmsnorm":
+        f = torch.cat([i["x"] for i in inputs]).float()
+        return [f * torch.rsqrt(f.pow(2).mean(-1, keepdim=True) + 1e-6) * inputs[0]["w"].float()] * world
+    if name in ("gemm_rs", "gemm_ar"):
+        total = sum(i["a"].float() @ i["b"].float() for i in inputs)
+        if name == "gemm_ar":
+            return [total] * world
+        rows = total.shape[0] // world
+        return [total[r * rows:(r + 1) * rows] for r in range(world)]
+    if name == "a2a_gemm":
+        experts = templates.get(name).module.EXPERTS
+        t = inputs[0]["x"].shape[0] // world
+        outs = []
+        for r in range(world):
+            received = torch.cat([inputs[s]["x"][r * t:(r + 1) * t] for s in range(world)]).float()
+            expert = (torch.arange(received.shape[0]) % t) // (t // experts)
+            out = torch.empty(received.shape[0], inputs[r]["w"].shape[2])
+            for e in range(experts):
+                out[expert == e] = received[expert == e] @ inputs[r]["w"][e].float()
+            outs.append(out)
+        return outs
+    raise AssertionError(f"no reference for template {name}")
+
+
+#: Shapes small enough for the interpreter (rows per rank not a multiple of the tile where the template allows).
+CPU_SHAPES = {"ag_rmsnorm": (12, 96, 0), "ag_gemm": (40, 32, 32), "ag_gemm_persistent": (40, 32, 32), "gemm_rs": (96, 32, 32),
+              "gemm_ar": (90, 32, 32)}
+
+
+def run_template(tw: ThreadWorld, name: str, seed: int, dtype=torch.float32, device="cpu", shape=None) -> float:
+    """One launch of template `name` on every rank of `tw` with fresh inputs; the worst relative error."""
+    mod = templates.get(name).module
+    shape = shape or CPU_SHAPES.get(name, mod.DEFAULT_SHAPE)
+    inputs = [{k: v.to(device) for k, v in mod.inputs(r, tw.world, shape, dtype, seed=seed).items()} for r in range(tw.world)]
+    outs = tw.run(lambda fused, group, r: mod.launch(fused, **inputs[r], group=group))
+    tw.synchronize()
+    refs = reference(name, [{k: v.cpu() for k, v in i.items()} for i in inputs], tw.world)
+    worst = 0.0
+    for out, ref in zip(outs, refs):
+        err = (out.float().cpu() - ref).abs().max().item() / max(1.0, ref.abs().max().item())
+        worst = max(worst, err if err == err else float("inf"))
+    return worst
+
+
+@pytest.mark.parametrize("name", sorted(templates.available()))
+def test_every_template_on_a_thread_world_of_three_launch_after_launch(name):
+    tw = ThreadWorld(templates.get(name).fused(timeout_s=30.0, poison_receive=True), 3, device="cpu")
+    for seed in range(2):
+        assert run_template(tw, name, seed) < 1e-4, f"{name} launch {seed}"
+    assert tw.epochs == {next(iter(tw.worlds)): 2}
+
+
+def _ag(chunks=2, timeout_s=30.0, order="ring"):
+    return syncopy.overlap(dict(pattern="all_gather", tensor="A", dim=0, chunks_per_rank=chunks, order=order), timeout_s=timeout_s,
+                           poison_receive=True)(ag_gemm_kernel)
+
+
+def _ag_args(world: int, rows: int, n: int, k: int, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    shards = [torch.randn(rows, k, generator=g) for _ in range(world)]
+    b = torch.randn(k, n, generator=g)
+    m = rows * world
+    cs = [torch.full((m, n), float("nan")) for _ in range(world)]
+    args = [(a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1)) for a, c in zip(shards, cs)]
+    grid = (triton.cdiv(m, META["BLOCK_M"]) * triton.cdiv(n, META["BLOCK_N"]),)
+    return grid, args, torch.cat(shards) @ b, cs
+
+
+def test_paced_chunks_land_while_the_kernel_runs():
+    # The first rank's kernel starts before its last chunk lands (tiles run while chunks are in
+    # flight), and the NaN-poisoned buffers prove that no tile of any rank read a row before its
+    # chunk. (The interpreter runs the ranks' kernels one after another on the calling thread, so
+    # the later ranks' chunks have mostly landed when theirs start; on a GPU they run at once.)
+    world = 3
+    tw = ThreadWorld(_ag(), world, device="cpu")
+    for seed in range(2):
+        grid, args, ref, cs = _ag_args(world, 32, 16, 16, seed)
+        tw.launch(grid, args, dict(META), delay_s=0.03, timeline=True, sync=True)
+        for r, c in enumerate(cs):
+            assert torch.allclose(c, ref, atol=1e-4), f"rank {r}"
+        times = tw.timeline_ms()
+        for r, t in enumerate(times):
+            landed = [v for name, v in t.items() if isinstance(name, int)]
+            assert len(landed) == (world - 1) * 2, f"rank {r}: {t}"
+        first = times[0]
+        assert max(v for name, v in first.items() if isinstance(name, int)) > first["kernel"], f"every chunk landed before the kernel started: {first}"
+
+
+def test_gemm_rs_sends_chunks_while_the_kernel_still_runs():
+    # Rank 0's kernel runs first under the interpreter: its chunks for ranks 1 and 2 leave as their
+    # flags rise, before the kernel ends; every rank's rows are the sum over ranks.
+    name, world = "gemm_rs", 3
+    tw = ThreadWorld(templates.get(name).fused(timeout_s=30.0, chunks_per_rank=2, order="local_first"), world, device="cpu")
+    mod = templates.get(name).module
+    inputs = [mod.inputs(r, world, (96, 32, 32), torch.float32, seed=1) for r in range(world)]
+    first = tw.run(lambda fused, group, r: mod.launch(fused, **inputs[r], group=group))
+    tw.synchronize()
+    for out, ref in zip(first, reference(name, inputs, world)):
+        assert torch.allclose(out, ref, atol=1e-4)
+    ctxs = tw.worlds[next(iter(tw.worlds))]
+    assert all(ctx.epoch == 1 for ctx in (rk.ctx for rk in ctxs))
+    outs = [torch.empty_like(o) for o in first]
+    calls = []  # the template's call, made by hand, timed this time
+    for r in range(world):
+        a, b = inputs[r]["a"], inputs[r]["b"]
+        (m, k), n = a.shape, b.shape[1]
+        calls.append((a, b, outs[r], m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), n, 1))
+    grid = (triton.cdiv(96, mod.META["BLOCK_M"]), triton.cdiv(32, mod.META["BLOCK_N"]))
+    tw.launch(grid, calls, dict(mod.META), timeline=True, sync=True)
+    t = tw.timeline_ms()[0]
+    sent = {name[1]: v for name, v in t.items() if isinstance(name, tuple)}
+    assert sent and min(sent.values()) < t["end"], t
+    for out, ref in zip(outs, reference(name, inputs, world)):
+        assert torch.allclose(out, ref, atol=1e-4)
+
+
+def test_withheld_chunk_is_a_timeout_naming_rank_chunk_and_epoch():
+    world = 2
+    tw = ThreadWorld(_ag(timeout_s=1.0), world, device="cpu")
+    grid, args, ref, cs = _ag_args(world, 16, 16, 16, 0)
+    tw.launch(grid, args, dict(META), sync=True)
+    assert torch.allclose(cs[1], ref, atol=1e-4)
+    grid, args, ref, cs = _ag_args(world, 16, 16, 16, 1)
+    tw.launch(grid, args, dict(META), withhold=frozenset({1}))  # rank 0's second chunk never reaches rank 1
+    with pytest.raises(SyncopyTimeout) as e:
+        tw.synchronize()
+    assert (e.value.rank, e.value.chunk, e.value.epoch) == (1, (0, 1), 2)
+
+
+def test_two_operators_interleaved_with_shapes_that_change():
+    # An AG-GEMM and a GEMM-RS thread world alternate; the AG one sees two shard shapes.
+    world = 2
+    ag = ThreadWorld(_ag(), world, device="cpu")
+    rs_name = "gemm_rs"
+    rs = ThreadWorld(templates.get(rs_name).fused(timeout_s=30.0), world, device="cpu")
+    for seed, rows in enumerate((16, 24, 16)):
+        grid, args, ref, cs = _ag_args(world, rows, 16, 16, seed)
+        ag.launch(grid, args, dict(META))
+        assert run_template(rs, rs_name, seed) < 1e-4
+        ag.synchronize()
+        for c in cs:
+            assert torch.allclose(c, ref, atol=1e-4)
+    assert sorted(key[0] for key in ag.worlds) == [(16, 16), (24, 16)]
+    assert ag.epochs[((16, 16), torch.float32)] == 2
+
+
+def test_bad_launches_are_one_line_errors():
+    tw = ThreadWorld(_ag(), 2, device="cpu")
+    grid, args, _, _ = _ag_args(2, 16, 16, 16, 0)
+    with pytest.raises(LaunchError, match="has 2 ranks but got arguments for 1"):
+        tw.launch(grid, args[:1], dict(META))
+    _, other, _, _ = _ag_args(2, 24, 16, 16, 0)
+    with pytest.raises(LaunchError, match=r"rank 1 passed 'A' as \[24, 16\]"):
+        tw.launch(grid, [args[0], other[1]], dict(META))
+    tw.engine.device_type = "cuda"  # as on a GPU
+    with pytest.raises(LaunchError, match="a GPU stream cannot pause"):
+        tw.launch(grid, args, dict(META), delay_s=0.1)
+
+
+def test_rank_group_answers_what_templates_ask():
+    assert templates.world_size(RankGroup(2, 4)) == 4
+    g = RankGroup(1, 3)
+    assert (g.rank(), g.size()) == (1, 3)
