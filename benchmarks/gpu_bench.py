@@ -19,13 +19,18 @@ the cost of one poll of a flag that never rises in the forms a wait could take.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import os
 import statistics
+import sys
 import time
 
 import torch
 import triton
 import triton.language as tl
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # gpu_threads.py beside this file
 
 import syncopy
 from syncopy import device as dev
@@ -405,7 +410,7 @@ def poll_cost(polls: int = 20000, bound_s: float = 1e-3) -> dict:
 
 def _verdicts(out: dict) -> dict:
     """Each target of the issue against this run (main shape, back-to-back figures)."""
-    main = [c for c in out["cases"] if (c["m"], c["n"], c["k"]) == (8192, 8192, 4096)]
+    main = [c for c in out["cases"] if (c["m"], c["n"], c["k"]) == (8192, 8192, 4096) and c["world_kind"] == "loopback"]
     ag = next((c for c in main if c["pattern"] == "ag_gemm"), None)
     rs = next((c for c in main if c["pattern"] == "gemm_rs"), None)
     wo = next((w for w in out["wait_overhead_rows"] if (w["m"], w["n"], w["k"]) == (8192, 8192, 4096)), None)
@@ -417,6 +422,9 @@ def _verdicts(out: dict) -> dict:
         v["rs fused / sequential <= 0.75"] = (round(rs["fused_over_sequential"], 3), rs["fused_over_sequential"] <= 0.75)
     if wo:
         v["wait overhead <= 2%"] = (round(wo["overhead"], 4), wo["overhead"] <= 0.02)
+    for c in out["cases"]:
+        if c["world_kind"] == "threads" and (c["m"], c["n"], c["k"]) == (8192, 8192, 4096):
+            v[f"threads {c['pattern']} fused / stream-level (info)"] = (round(c["fused_over_stream"], 3), c["fused_over_stream"] <= 1.0)
     h = out["host_launch"]
     v["host launch extra <= 30 us"] = (round(h["extra_us"], 1), h["extra_us"] <= 30.0)
     return v
@@ -428,27 +436,41 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="small shapes only (a smoke run)")
     p.add_argument("--poll", action="store_true", help="also time the poll forms")
     p.add_argument("--patterns", default="ag_gemm,gemm_rs", help="the cases to run, comma-separated")
+    p.add_argument("--worlds", default="loopback,threads", help="the world kinds to run them on, comma-separated")
     a = p.parse_args(argv)
     name = torch.cuda.get_device_name()
     print(f"device: {name} (torch {torch.__version__}, triton {triton.__version__})", flush=True)
     if a.quick:
         ag_shapes, rs_shapes, wo_shapes = [(2048, 2048, 1024)], [(2048, 2048, 1024)], [(2048, 2048, 2048)]
+        ag_thread_shapes, rs_thread_shapes = ag_shapes, rs_shapes
     else:
         # Second shapes: communication about twice the compute (H2D/D2H copies as the link).
         ag_shapes, rs_shapes = [(8192, 8192, 4096), (8192, 4096, 4096)], [(8192, 8192, 4096), (8192, 8192, 8192)]
         wo_shapes = [(4096, 4096, 4096), (8192, 8192, 4096)]
+        # Thread world: the link is device memory (D2D copies), so comm is about twice compute only
+        # for a narrow GEMM (AG: small N) or a short one (RS: small K).
+        ag_thread_shapes, rs_thread_shapes = [(8192, 8192, 4096), (8192, 512, 4096)], [(8192, 8192, 4096), (8192, 8192, 512)]
     out = {"device": name, "torch": torch.__version__, "triton": triton.__version__, "cases": []}
-    print("cases (loopback world, world 4):", flush=True)
     failures = []
-    wanted = set(a.patterns.split(","))
-    for case, shapes in ((ag_gemm_case, ag_shapes), (gemm_rs_case, rs_shapes)):
-        if case.__name__.removesuffix("_case") not in wanted:
+    wanted, kinds = set(a.patterns.split(",")), set(a.worlds.split(","))
+    runs = []
+    if "loopback" in kinds:
+        runs += [("ag_gemm", ag_gemm_case, ag_shapes), ("gemm_rs", gemm_rs_case, rs_shapes)]
+    if "threads" in kinds:
+        import gpu_threads
+
+        this = sys.modules[__name__]
+        runs += [("ag_gemm", functools.partial(gpu_threads.ag_gemm_threads_case, this), ag_thread_shapes),
+                 ("gemm_rs", functools.partial(gpu_threads.gemm_rs_threads_case, this), rs_thread_shapes)]
+    print(f"cases ({' and '.join(sorted(kinds))} worlds, world 4):", flush=True)
+    for pattern, case, shapes in runs:
+        if pattern not in wanted:
             continue
         for m, n, k in shapes:
             try:
                 out["cases"].append(case(m, n, k))
             except Exception as exc:  # keep the other cases; the run still fails at the end
-                failures.append(f"{case.__name__}({m}, {n}, {k}): {type(exc).__name__}: {exc}")
+                failures.append(f"{getattr(case, '__name__', getattr(case, 'func', case).__name__)}({m}, {n}, {k}): {type(exc).__name__}: {exc}")
                 print(f"    FAILED: {failures[-1]}", flush=True)
             _save(out, a.json)  # what is measured so far survives a run stopped at its time limit
     out["failures"] = failures
@@ -472,7 +494,7 @@ def main(argv=None) -> int:
     print(f"  {'case':34s} {'comm':>6s} {'comp':>6s} {'seq':>6s} {'stream':>6s} {'fused':>6s} {'f/str':>6s} {'E':>5s} | "
           f"{'seq':>6s} {'stream':>6s} {'fused':>6s} alone")
     for c in out["cases"]:
-        label = f"{c['pattern']} {c['m']}x{c['n']}x{c['k']} W{c['world']} c{c['chunks']}"
+        label = f"{c['pattern']} {c['m']}x{c['n']}x{c['k']} {c['world_kind'][:4]} W{c['world']} c{c['chunks']}"
         print(f"  {label:34s} {c['comm_ms']:6.3f} {c['compute_ms']:6.3f} {c['sequential_ms']:6.3f} {c['stream_overlap_ms']:6.3f} "
               f"{c['fused_ms']:6.3f} {c['fused_over_stream']:6.3f} {c['overlap_efficiency']:5.2f} | {c['sequential_latency_ms']:6.3f} "
               f"{c['stream_overlap_latency_ms']:6.3f} {c['fused_latency_ms']:6.3f}   (err {c['fused_max_rel_err']:.1e})")

@@ -147,10 +147,12 @@ _BENCH_ORDER = {"ag_gemm": "ring", "gemm_rs": "local_first"}
 def _gpu_bench_records(data: dict) -> list[dict]:
     """Records from benchmarks/gpu_bench.py's JSON (milliseconds, fp16, the loopback world): its
     "cases" (AG-GEMM and GEMM-RS; per launch back to back), or "overlap" in runs before it had
-    cases; and the wait-overhead rows."""
+    cases; and the wait-overhead rows. Thread-world cases are left out: W ranks share one GPU's
+    compute and memory there, which the model of one rank per device does not describe."""
     base = {"dtype": "fp16"}
     records = []
-    for r in data.get("cases", []) or [{**r, "pattern": "ag_gemm"} for r in data.get("overlap", [])]:
+    cases = [r for r in data.get("cases", []) if r.get("world_kind", "loopback") == "loopback"]
+    for r in cases or [{**r, "pattern": "ag_gemm"} for r in data.get("overlap", [])]:
         template = r.get("pattern", "ag_gemm")
         records.append(
             {**base, "template": template, "order": _BENCH_ORDER.get(template, "ring"), "world": r.get("world"),

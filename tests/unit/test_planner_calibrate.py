@@ -147,6 +147,9 @@ def test_gpu_bench_cases_are_read_as_records_with_their_pattern():
              "sequential_ms": 1.9, "stream_overlap_ms": 1.1, "fused_ms": 1.05},
             {"pattern": "gemm_rs", "world_kind": "loopback", "m": 8192, "n": 8192, "k": 4096, "world": 4, "chunks": 2,
              "sequential_ms": 3.1, "stream_overlap_ms": 2.4, "fused_ms": 2.2},
+            # W ranks sharing one GPU: not a profile of one rank per device, left out of the fit
+            {"pattern": "ag_gemm", "world_kind": "threads", "m": 8192, "n": 8192, "k": 4096, "world": 4, "chunks": 4,
+             "sequential_ms": 7.9, "stream_overlap_ms": 4.1, "fused_ms": 4.0},
         ],
     }
     ag, rs, wait = load_measurements(data)[0]
