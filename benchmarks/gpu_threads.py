@@ -36,7 +36,8 @@ def ag_gemm_threads_case(bench, m, n, k, world=4, chunks=4, reps=5):
     meta, args_of = bench.META, bench._args
     print(f"  ag_gemm {m}x{n}x{k} thread world {world} chunks {chunks}", flush=True)
     rows = m // world
-    fk = syncopy.overlap(dict(pattern="all_gather", tensor="A", dim=0, chunks_per_rank=chunks))(ag_gemm_kernel)
+    # A short bound: a chunk that never lands costs seconds, not a minute per launch.
+    fk = syncopy.overlap(dict(pattern="all_gather", tensor="A", dim=0, chunks_per_rank=chunks), timeout_s=5.0)(ag_gemm_kernel)
     tw = ThreadWorld(fk, world)
     shards = [torch.randn(rows, k, dtype=torch.float16, device="cuda") for _ in range(world)]
     b = torch.randn(k, n, dtype=torch.float16, device="cuda")
@@ -93,6 +94,7 @@ def ag_gemm_threads_case(bench, m, n, k, world=4, chunks=4, reps=5):
         c.fill_(float("nan"))
     tw.launch(grid, calls, dict(meta), timeline=True, sync=True)
     res["fused_timeline_ms"] = _timeline(tw.timeline_ms())
+    res["pushes"] = tw.pushes
     ref = torch.cat(shards).float() @ b.float()
     res["fused_max_rel_err"] = max(((c.float() - ref).abs().max() / ref.abs().max()).item() for c in cs)
     return bench._finish(res)
@@ -103,7 +105,8 @@ def gemm_rs_threads_case(bench, m, n, k, world=4, chunks=2, reps=5):
     meta, args_of = bench.META, bench._args
     print(f"  gemm_rs {m}x{n}x{k} thread world {world} chunks {chunks}", flush=True)
     rows = m // world
-    fk = syncopy.overlap(dict(pattern="reduce_scatter", tensor="C", dim=0, chunks_per_rank=chunks, order="local_first"))(ag_gemm_kernel)
+    fk = syncopy.overlap(dict(pattern="reduce_scatter", tensor="C", dim=0, chunks_per_rank=chunks, order="local_first"),
+                         timeout_s=5.0)(ag_gemm_kernel)
     tw = ThreadWorld(fk, world)
     a = [torch.randn(m, k, dtype=torch.float16, device="cuda") for _ in range(world)]
     b = [torch.randn(k, n, dtype=torch.float16, device="cuda") / 16 for _ in range(world)]

@@ -116,9 +116,11 @@ class _Loop:
         self.moves: dict[int, tuple[int, int, int, list[int]]] = {}  # chunk -> (dst, src, bytes, flag addresses)
         self.epoch_word = ptr(ctx.ctx) + 8 * dev.CTX_EPOCH.value  # low half of an int64 (little-endian)
         rows, rank, per = ctx.plan.rows_per_rank, ctx.plan.rank, ctx.plan.flags_per_rank
-        own = ctx.buffer.narrow(ctx.dim, rank * rows, rows)
-        self.own = (ptr(own), own.nbytes)
-        self.own_flags = [ctx.flag_address(rank * per + f) for f in range(per)]
+        self.own, self.own_flags = (0, 0), []  # producer contexts write no slot of their own before the kernel
+        if not ctx.producer:
+            own = ctx.buffer.narrow(ctx.dim, rank * rows, rows)
+            self.own = (ptr(own), own.nbytes)
+            self.own_flags = [ctx.flag_address(rank * per + f) for f in range(per)]
         ops = engine.ops
         self.errors = LaunchErrors(ctx, ops, engine.pin, timeout_s)
         self.compute_mark, self.side_mark = ops.event(), ops.event()

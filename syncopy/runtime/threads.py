@@ -24,6 +24,16 @@ sit ahead of that kernel in one queue and block it for good (an H200 run of the 
 so). With each rank's launch from its own host thread, the order across ranks would be the threads'
 chance; with one thread it is fixed, and a wait never precedes what it waits for.
 
+Every rank's kernel starts after every rank's pre-kernel work (own rows, epoch, poisoning): a kernel
+that fills the GPU with waiting tiles must not hold the SMs a peer's memset or fill still needs
+before that peer's pushes can start. Whether the pushes themselves (device-to-device copies) run
+beside a kernel that holds every SM is the hardware's and driver's business: the first launch on a
+device measures it (`copies_run_beside_full_sms`: a kernel fills every SM and spins, bounded, for a
+flag raised behind a copy). Where they do, kernels wait for their chunks inside (`pushes="in-kernel"`);
+where they do not, each rank's kernel starts once the pushes into it are done (`pushes="before-kernel"`:
+correct, overlapped across ranks but not inside a kernel), and the world says so once.
+$SYNCOPY_THREAD_PUSHES=in-kernel|before-kernel overrides the measurement.
+
 A launch enqueues and returns, like any CUDA op: its ranks' streams first wait for the caller's
 current stream (inputs ready), and with `join=True` (the default) the caller's stream waits for
 every rank (outputs ready in stream order). With `join=False` launches of different ranks overlap
@@ -41,9 +51,14 @@ kernels run one after another on the calling thread while the peers' pushes land
 from __future__ import annotations
 
 import contextlib
+import functools
+import os
 import time
+import warnings
 
 import torch
+import triton
+import triton.language as tl
 
 from syncopy import device as dev
 from syncopy.api import FusedKernel, _ensure_allocator, _spin_limit
@@ -52,6 +67,48 @@ from syncopy.runtime import streamops
 from syncopy.runtime.context import Context
 from syncopy.runtime.loopback import _Cuda, _Host, _Loop, _Timeline
 from syncopy.runtime.streamops import ptr, wrap32
+
+
+PUSH_MODES = ("in-kernel", "before-kernel")
+
+
+@triton.jit
+def _spin_until_set(flag, started, seen, polls):
+    tl.atomic_add(started, 1, sem="relaxed")
+    i = 0
+    v = tl.atomic_add(flag, 0, sem="acquire")
+    while (v == 0) & (i < polls):
+        v = tl.atomic_add(flag, 0, sem="acquire")
+        i += 1
+    tl.store(seen + tl.program_id(0), v)
+
+
+@functools.lru_cache(maxsize=None)
+def copies_run_beside_full_sms(device_index: int) -> bool:
+    """Does a device-to-device copy on one stream complete while a kernel on another holds every SM
+    (16 programs of 128 threads per SM, each spinning -- bounded, ~0.1 s -- for a flag raised behind
+    the copy)? The copy is enqueued once every program is resident. Measured once per device, with
+    a host sync (first launch only)."""
+    from syncopy.runtime.occupancy import sm_count
+
+    device = torch.device("cuda", device_index)
+    ops = streamops.cuda_ops()
+    grid = sm_count(device) * 16
+    flag = torch.zeros(1, dtype=torch.int32, device=device)
+    started = torch.zeros(1, dtype=torch.int32, device=device)
+    seen = torch.zeros(grid, dtype=torch.int32, device=device)
+    src = torch.ones(1 << 20, dtype=torch.float32, device=device)
+    dst = torch.zeros_like(src)
+    spin, copy = torch.cuda.Stream(device), torch.cuda.Stream(device)
+    torch.cuda.synchronize(device)
+    with torch.cuda.stream(spin):
+        _spin_until_set[(grid,)](flag, started, seen, 100_000, num_warps=4)
+    hc = ops.handle(copy)
+    ops.wait32(ptr(started), grid, hc)  # enqueued after the kernel: see the module doc
+    ops.copy(ptr(dst), ptr(src), src.nbytes, hc)
+    ops.write32(ptr(flag), 1, hc)
+    torch.cuda.synchronize(device)
+    return bool((seen != 0).all()) and bool((dst == 1).all())
 
 
 class RankGroup:
@@ -111,7 +168,16 @@ class _Rank(_Loop):
 class ThreadWorld:
     """Drive a FusedKernel as `world` ranks on one GPU (see module docstring)."""
 
-    def __init__(self, fused: FusedKernel, world: int, device: str = "cuda"):
+    def __init__(self, fused: FusedKernel, world: int, device: str = "cuda", pushes: str | None = None):
+        """pushes: "in-kernel" (tiles wait for chunks that land while the kernels run) or
+        "before-kernel" (each rank's kernel starts once the pushes into it are done); default
+        $SYNCOPY_THREAD_PUSHES, else measured on the device at the first launch (module doc)."""
+        pushes = pushes or os.environ.get("SYNCOPY_THREAD_PUSHES") or None
+        if pushes is not None and pushes not in PUSH_MODES:
+            raise LaunchError(f"pushes={pushes!r}: expected one of {', '.join(PUSH_MODES)} (or unset: measured on the device)")
+        self.pushes = pushes if pushes is not None or device != "cuda" else None
+        if self.pushes is None and device != "cuda":
+            self.pushes = "in-kernel"  # CPU streams are threads: they always run beside the kernel
         if world < 1:
             raise LaunchError(f"a thread world needs at least one rank, got world={world}")
         if device == "cuda" and not torch.cuda.is_available():
@@ -183,6 +249,8 @@ class ThreadWorld:
         shards = [b[1] for b in bound]
         _ensure_allocator(shards[0].device)
         key, ranks = self._ranks(shards, bound)
+        if self.pushes is None:
+            self._choose_pushes(shards[0].device)
         for rk in ranks:
             rk.errors.check()  # earlier launches that are done: their errors surface here
         calls = []
@@ -253,6 +321,15 @@ class ThreadWorld:
                         ops.write32(f, epoch, hs)
                     self.timelines[p].mark(g, rk.out[p])
                 ops.record(rk.out_done[p], hs)
+        for rk in ranks:
+            hc = ops.handle(rk.stream)
+            for other in ranks:  # every rank's pre-kernel work first (module doc)
+                if other is not rk:
+                    ops.wait_event(hc, other.fork)
+            if self.pushes == "before-kernel":
+                for other in ranks:
+                    if other is not rk:
+                        ops.wait_event(hc, other.out_done[rk.rank])
         self._kernels(ranks, calls, fused)
         for rk in ranks:
             hc = ops.handle(rk.stream)
@@ -363,6 +440,16 @@ class ThreadWorld:
             part = ctx.buffer.narrow(dim, lo, n) if r == rk.rank else rk.inbox[r].narrow(dim, 0, n)
             acc = part.to(wide, copy=True) if acc is None else acc.add_(part)
         (out.narrow(dim, lo, n) if all_reduce else out).copy_(acc)
+
+    def _choose_pushes(self, device) -> None:
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        if copies_run_beside_full_sms(index):
+            self.pushes = "in-kernel"
+            return
+        self.pushes = "before-kernel"
+        warnings.warn(f"on {torch.cuda.get_device_name(device)}, a device-to-device copy does not run while a kernel holds every "
+                      "SM, so the thread world's kernels start once their chunks are in (overlapped across ranks, not inside a "
+                      "kernel); set SYNCOPY_THREAD_PUSHES=in-kernel to override", stacklevel=4)
 
     def _using(self, stream):
         return torch.cuda.stream(stream) if self.engine.device_type == "cuda" else contextlib.nullcontext()

@@ -185,3 +185,19 @@ def test_rank_group_answers_what_templates_ask():
     assert templates.world_size(RankGroup(2, 4)) == 4
     g = RankGroup(1, 3)
     assert (g.rank(), g.size()) == (1, 3)
+
+
+def test_pushes_before_the_kernel_land_before_it_starts_and_stay_correct():
+    # The mode a device whose copies cannot run beside a full kernel gets: each rank's kernel
+    # starts once the pushes into it are done.
+    world = 3
+    tw = ThreadWorld(_ag(), world, device="cpu", pushes="before-kernel")
+    grid, args, ref, cs = _ag_args(world, 32, 16, 16, 0)
+    tw.launch(grid, args, dict(META), delay_s=0.01, timeline=True, sync=True)
+    for c in cs:
+        assert torch.allclose(c, ref, atol=1e-4)
+    for r, t in enumerate(tw.timeline_ms()):
+        landed = [v for name, v in t.items() if isinstance(name, int)]
+        assert len(landed) == (world - 1) * 2 and max(landed) <= t["kernel"], f"rank {r}: {t}"
+    with pytest.raises(LaunchError, match="pushes='sometimes': expected one of in-kernel, before-kernel"):
+        ThreadWorld(_ag(), world, device="cpu", pushes="sometimes")
