@@ -62,10 +62,12 @@ def _async_proxy_release() -> cst.BaseSmallStatement:
 
 
 def notify_statements(binding: TensorBinding) -> list[cst.BaseStatement]:
-    stmts = [cst.parse_statement(f"{D}.notify_chunks({names.SIGNALS}, {names.CTX}, {names.LO}, {names.HI})\n")]
+    notify = cst.parse_statement(f"{D}.notify_chunks({names.SIGNALS}, {names.CTX}, {names.LO}, {names.HI})\n")
+    stmts = [_comment(notify, "announce the finished chunks")]
     if binding.descriptors:
-        stmts.insert(0, cst.SimpleStatementLine([_async_proxy_release()]))
-    return [_comment(stmts[0], "announce the finished chunks"), *stmts[1:]]
+        fence = cst.SimpleStatementLine([_async_proxy_release()])
+        stmts.insert(0, _comment(fence, "the TMA stores land before the announcement (sm_90+)"))
+    return stmts
 
 
 EARLY_END = "a tile that ends here still counts itself against its chunks"

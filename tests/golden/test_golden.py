@@ -79,6 +79,7 @@ def test_every_case_is_present():
         "persistent_tutorial_two_counters",
         "persistent_while_pointers",
         "producer_early_return",
+        "producer_desc_store",
         "producer_gemm_rs",
         "producer_rownorm_allreduce",
         "producer_rows_from_data",
