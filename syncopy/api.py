@@ -16,6 +16,7 @@ run in the order their chunks arrive.
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 import threading
@@ -29,6 +30,7 @@ from syncopy import device as dev
 from syncopy.errors import LaunchError, SyncopyTimeout
 from syncopy.frontend.source import from_jit
 from syncopy.passes import Transformed, transform
+from syncopy.passes.names import ASYNC_PROXY_FLAG
 from syncopy.runtime import plan as planning
 from syncopy.runtime import backends
 from syncopy.runtime.backends import control
@@ -60,6 +62,21 @@ def _spin_limit(timeout_s: float, device_type: str) -> int:
     if _poll_cost_s is None:
         _poll_cost_s = _measure_poll_cost()
     return max(100, int(timeout_s / _poll_cost_s))
+
+
+def _has_async_proxy(device: torch.device) -> bool:
+    """SYNCOPY_ASYNC_PROXY of a launch on `device`: compiled for a GPU whose TMA copies go through the
+    async proxy (sm_90+), so the waits and notifies of a descriptor kernel fence it. The
+    interpreter runs no PTX, and older GPUs have no such fence."""
+    if _interpreting() or device.type != "cuda":
+        return False
+    return _cuda_async_proxy(device.index if device.index is not None else torch.cuda.current_device())
+
+
+@functools.lru_cache(maxsize=None)
+def _cuda_async_proxy(index: int) -> bool:
+    major, minor = torch.cuda.get_device_capability(index)
+    return dev.has_async_proxy(10 * major + minor)
 
 
 def _ensure_allocator(device) -> None:
@@ -480,8 +497,11 @@ class FusedKernel:
     def _extra(self, ctx: Context, order: torch.Tensor, trace_buf: torch.Tensor, table: bool | None = None) -> dict:
         if table is None:
             table = self._built is not None and self._built[2] is not None
-        return {"syncopy_ctx": ctx.ctx, "syncopy_signals": ctx.signals, "syncopy_order": order,
-                "syncopy_trace": trace_buf, "SYNCOPY_TRACE": self.trace, "SYNCOPY_TABLE": table}
+        extra = {"syncopy_ctx": ctx.ctx, "syncopy_signals": ctx.signals, "syncopy_order": order,
+                 "syncopy_trace": trace_buf, "SYNCOPY_TRACE": self.trace, "SYNCOPY_TABLE": table}
+        if self._built[0].binding.descriptors:
+            extra[ASYNC_PROXY_FLAG] = _has_async_proxy(ctx.ctx.device)
+        return extra
 
     def _order(self, ctx: Context, grid, args: dict, backend) -> tuple[torch.Tensor, list, list]:
         """Tile order for this launch shape: probe each program's chunk range, sort by arrival."""

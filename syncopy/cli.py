@@ -266,6 +266,12 @@ def _compile(args) -> int:
     sig.update({"syncopy_ctx": "*i64", "syncopy_signals": "*i32", "syncopy_order": "*i32", "syncopy_trace": "*i32",
                 "SYNCOPY_TRACE": "constexpr", "SYNCOPY_TABLE": "constexpr"})
     const.update(SYNCOPY_TRACE=False, SYNCOPY_TABLE=True)
+    if fused.build().binding.descriptors:
+        from syncopy.device import has_async_proxy
+        from syncopy.passes.names import ASYNC_PROXY_FLAG
+
+        sig[ASYNC_PROXY_FLAG] = "constexpr"
+        const[ASYNC_PROXY_FLAG] = has_async_proxy(arch)
     for k in const:
         sig.setdefault(k, "constexpr")
     ptx = compile_ptx(fused.fused, {p.name: sig[p.name] for p in fused.fused.params}, const, arch)

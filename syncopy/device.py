@@ -258,6 +258,43 @@ def wait_chunks(signals, ctx, g_lo, g_hi):
                     tl.atomic_xchg(signals + SIG_ERROR, 1, sem="release", scope="sys")
 
 
+# -- the async proxy (TMA) ---------------------------------------------------------------------------
+# On sm_90 a tensor descriptor's loads and stores are TMA copies, which the *async proxy* performs.
+# Under the PTX memory model an acquire (or release) by the generic proxy orders nothing of another
+# proxy: a proxy fence must sit between them (PTX ISA, "Proxies" and `fence.proxy.async`).
+#
+#   consumer:  wait_chunks: ld.acquire.sys flag --bar.sync--> fence.proxy.async.global --> cp.async.bulk.tensor (load)
+#   producer:  cp.async.bulk.tensor (store) --> cp.async.bulk.wait_group 0 --> fence.proxy.async.global
+#              --> notify_chunks: bar.sync --> atom.acq_rel.sys count --> atom.release.sys flag
+#
+# Every thread runs the fence (the TMA copies are issued by one elected thread, whichever it is).
+# The flag ON is the fused kernel's SYNCOPY_ASYNC_PROXY: the runtime sets it for compiled launches
+# on sm_90+ only (`has_async_proxy`); older targets have no such instruction and the interpreter
+# runs no PTX, so there the helpers compile to nothing.
+
+
+def has_async_proxy(arch: int) -> bool:
+    """Whether sm_<arch> copies tensor descriptors with TMA (the async proxy): Hopper (sm_90) and later."""
+    return arch >= 90
+
+
+@triton.jit
+def async_proxy_acquire(ON: tl.constexpr):
+    """After a wait: order the TMA loads that follow after the wait's acquire."""
+    if ON:
+        tl.inline_asm_elementwise("fence.proxy.async.global;\n\tmov.u32 $0, 0;", "=r", [], dtype=tl.int32,
+                                  is_pure=False, pack=1)
+
+
+@triton.jit
+def async_proxy_release(ON: tl.constexpr):
+    """Before a notify: complete this thread's TMA stores (not only their reads of shared memory)
+    and order them before the release that announces them."""
+    if ON:
+        tl.inline_asm_elementwise("cp.async.bulk.wait_group 0;\n\tfence.proxy.async.global;\n\tmov.u32 $0, 0;", "=r", [],
+                                  dtype=tl.int32, is_pure=False, pack=1)
+
+
 @triton.jit
 def notify_chunks(signals, ctx, g_lo, g_hi):
     """After a tile's stores: count the tile against chunks g_lo..g_hi; the tile that completes a

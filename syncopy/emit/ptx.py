@@ -96,3 +96,59 @@ def stores_then_barrier_then_notify(ptx: str) -> bool:
     if not stores or max(stores) > first:
         return False
     return any("bar.sync" in l or "barrier.sync" in l for l in lines[max(stores):first])
+
+
+# -- the async proxy (TMA) ---------------------------------------------------------------------------
+_ACQUIRE = re.compile(r"\b(?:ld|atom)\.[\w.:]*\.acquire\b")
+_PROXY_FENCE = re.compile(r"\bfence\.proxy\.async\.global\b")
+_TMA_LOAD = re.compile(r"\bcp\.async\.bulk\.tensor\.\w+\.shared::\w+\.global\b")
+_TMA_STORE = re.compile(r"\bcp\.async\.bulk\.tensor\.\w+\.global\.shared::\w+\b")
+_BULK_WAIT = re.compile(r"\bcp\.async\.bulk\.wait_group(\.read)?\b")
+
+
+def proxy_fences(ptx: str) -> list[Op]:
+    """`fence.proxy.async.global`: what orders TMA copies (the async proxy) against generic acquires and releases."""
+    return [Op(i + 1, l.strip()) for i, l in enumerate(ptx.splitlines()) if _PROXY_FENCE.search(l)]
+
+
+def tma_loads(ptx: str) -> list[Op]:
+    return [Op(i + 1, l.strip()) for i, l in enumerate(ptx.splitlines()) if _TMA_LOAD.search(l)]
+
+
+def tma_stores(ptx: str) -> list[Op]:
+    return [Op(i + 1, l.strip()) for i, l in enumerate(ptx.splitlines()) if _TMA_STORE.search(l)]
+
+
+def _nearest_before(lines: list[str], at: int, kinds: dict[str, re.Pattern]) -> tuple[str, int] | None:
+    for i in range(at - 1, -1, -1):
+        for kind, pattern in kinds.items():
+            if pattern.search(lines[i]):
+                return kind, i
+    return None
+
+
+def tma_loads_fenced(ptx: str) -> bool:
+    """Consumer order: every TMA load that follows an acquire (in program text) has a proxy fence
+    between them (`ld.acquire` ... `fence.proxy.async.global` ... `cp.async.bulk.tensor` load)."""
+    lines = ptx.splitlines()
+    for op in tma_loads(ptx):
+        seen = _nearest_before(lines, op.line - 1, {"acquire": _ACQUIRE, "fence": _PROXY_FENCE})
+        if seen is not None and seen[0] == "acquire":
+            return False
+    return True
+
+
+def tma_stores_fenced(ptx: str) -> bool:
+    """Producer order: between the last TMA store before each notify and that notify, a full
+    `cp.async.bulk.wait_group` (the stores complete, not only their reads) and then a proxy fence."""
+    lines = ptx.splitlines()
+    for op in notifies(ptx):
+        seen = _nearest_before(lines, op.line - 1, {"store": _TMA_STORE, "fence": _PROXY_FENCE})
+        if seen is None:
+            continue
+        if seen[0] == "store":
+            return False
+        wait = _nearest_before(lines, seen[1], {"wait": _BULK_WAIT, "store": _TMA_STORE})
+        if wait is None or wait[0] != "wait" or _BULK_WAIT.search(lines[wait[1]]).group(1):
+            return False
+    return True

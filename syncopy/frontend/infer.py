@@ -85,6 +85,9 @@ class TensorBinding:
     explicit_rows: str | None = None
     persistent: persistent.PersistentLoop | None = None
     no_remap: str = ""  # why tiles must keep their launch order ('' where a remap is sound)
+    # The kernel reaches the tensor through a tensor descriptor (TMA copies on sm_90, which the
+    # async proxy performs): its waits and notifies fence that proxy (see device.py).
+    descriptors: bool = False
 
 
 @dataclass
@@ -227,6 +230,38 @@ def _derived_names(func: cst.FunctionDef, tensor: str) -> set[str]:
         func.body.visit(v)
         if not v.changed:
             return derived
+
+
+#: Triton calls that make or use a tensor descriptor; on sm_90 its loads and stores are TMA copies.
+DESCRIPTOR_CALLS = {"make_tensor_descriptor", "load_tensor_descriptor", "store_tensor_descriptor",
+                    "_experimental_make_tensor_descriptor", "_experimental_descriptor_load", "_experimental_descriptor_store"}
+
+
+def uses_descriptors(ks: KernelSource, func: cst.FunctionDef, derived: set[str], seen: frozenset = frozenset()) -> bool:
+    """Whether `func` reaches the tensor (the names in `derived`) through a tensor descriptor: it
+    makes or uses one over it, or hands it to a @triton.jit helper of this file that does. A helper
+    defined elsewhere counts too: syncopy cannot look inside it, and a fence too many costs little."""
+    defs = helpers.jit_helpers(ks)
+    local = helpers.local_names(func)
+    for call in cu.calls_in(func.body):
+        if not any(cu.names_in(a.value) & derived for a in call.args):
+            continue
+        if (cu.call_name(call) or "").rsplit(".", 1)[-1] in DESCRIPTOR_CALLS:
+            return True
+        name = helpers.helper_name(call, local)
+        if name is None or name in seen:
+            continue
+        helper = defs.get(name)
+        if helper is None:
+            return True
+        env = helpers.bind_args(helper, call, ks)
+        # Arguments we cannot match to parameters: any parameter may be the tensor.
+        handed = helpers.local_names(helper) if env is None else \
+            [p for p, code in env.items() if cu.names_in(cst.parse_expression(code)) & derived]
+        inner = set().union(*(_derived_names(helper, p) for p in handed))
+        if uses_descriptors(ks, helper, inner, seen | {name}):
+            return True
+    return False
 
 
 def _descriptor_of(call: cst.Call, descs: dict[str, Descriptor]) -> tuple[str, Descriptor | None, cst.BaseExpression | None]:
@@ -1045,6 +1080,7 @@ def _infer(ks: KernelSource, tensor: str, dim: int, rows: str | None, writes: bo
     binding = TensorBinding(tensor, dim, base, reassigned, explicit_rows=rows)
     derived = _derived_names(func, tensor)
     descs = _descriptors(ks, func, derived, tensor, dim)
+    binding.descriptors = uses_descriptors(ks, func, derived)
     body = list(func.body.body)
 
     def reads_of(stmt):

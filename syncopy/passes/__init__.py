@@ -72,12 +72,12 @@ def transform(ks: KernelSource, schedule: Schedule) -> Transformed:
     if remapped:
         head.append(tile_reorder.preamble())
     new_body = remapped_body[:start] + head + remapped_body[start:]
-    fused = signature.add_params(func.with_changes(body=func.body.with_changes(body=new_body)))
+    fused = signature.add_params(func.with_changes(body=func.body.with_changes(body=new_body)), flags=signature.flags_for(binding))
 
     first = binding.groups[0]
     prefix = head[:1] if binding.copy_base else []
     prefix += body[start:first.stmt_index]
-    probe_fn = probe.build(signature.add_params(func), prefix, consumer_wait.range_statements(binding, first)) if remapped else None
+    probe_fn = probe.build(signature.add_params(func, flags=signature.flags_for(binding)), prefix, consumer_wait.range_statements(binding, first)) if remapped else None
     t = Transformed(ks, schedule, binding, fused, probe_fn, remapped, stages)
     stages["fused"] = t.code()
     if probe_fn is not None:
@@ -113,8 +113,8 @@ def _producer(ks: KernelSource, schedule: Schedule, rows: str | None, before_lin
     head.append(tile_reorder.preamble("run tiles in chunk-send order"))
     head.append(cst.parse_statement(f"{names.DEVICE}.trace_tile_start({names.SIGNALS}, {names.TRACE}, {names.CTX}, {names.TRACE_FLAG})\n"))
     new_body = remapped_body[:start] + head + remapped_body[start:]
-    fused = signature.add_params(func.with_changes(body=func.body.with_changes(body=new_body)))
-    probe_fn = probe.build(signature.add_params(func), prefix, [])
+    fused = signature.add_params(func.with_changes(body=func.body.with_changes(body=new_body)), flags=signature.flags_for(binding))
+    probe_fn = probe.build(signature.add_params(func, flags=signature.flags_for(binding)), prefix, [])
     if probe_fn is None:
         raise KernelError(
             f"kernel '{ks.name}' uses the value of an atomic before its stores into '{schedule.tensor}'; syncopy "

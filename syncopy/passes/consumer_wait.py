@@ -67,12 +67,21 @@ def _comments(binding: TensorBinding, group: ReadGroup, what: str) -> list[str]:
     return [*lines, f"# syncopy: wait for the chunks of {binding.tensor} {what}"]
 
 
+def async_proxy_acquire(binding: TensorBinding) -> list[cst.BaseStatement]:
+    """Right after a wait in a kernel that reads through tensor descriptors: the fence that orders
+    its TMA loads after the wait's acquire (sm_90+; nothing elsewhere)."""
+    if not binding.descriptors:
+        return []
+    return [cst.parse_statement(f"{D}.async_proxy_acquire({names.ASYNC_PROXY_FLAG})\n")]
+
+
 def wait_statements(binding: TensorBinding, group: ReadGroup, first: bool, table: bool = False,
                     what: str = "this program reads", notes: tuple[str, ...] = ()) -> list[cst.BaseStatement]:
     stmts = range_statements(binding, group)
     if first and table:
         stmts = [from_table_or(stmts)]
     stmts.append(cst.parse_statement(f"{D}.wait_chunks({names.SIGNALS}, {names.CTX}, {names.LO}, {names.HI})\n"))
+    stmts += async_proxy_acquire(binding)
     if first:
         stmts.append(cst.parse_statement(f"{D}.trace_tile_start({names.SIGNALS}, {names.TRACE}, {names.CTX}, {names.TRACE_FLAG})\n"))
     comments = [cst.EmptyLine(comment=cst.Comment(c)) for c in (*notes, *_comments(binding, group, what))]

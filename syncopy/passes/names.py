@@ -6,6 +6,9 @@ ORDER = "syncopy_order"
 TRACE = "syncopy_trace"
 TRACE_FLAG = "SYNCOPY_TRACE"
 TABLE_FLAG = "SYNCOPY_TABLE"
+# Only in kernels that reach the tensor through tensor descriptors: the target has TMA's async
+# proxy (sm_90+, compiled), so waits and notifies fence it (device.async_proxy_acquire / _release).
+ASYNC_PROXY_FLAG = "SYNCOPY_ASYNC_PROXY"
 PROBE_OUT = "syncopy_probe_out"
 DEVICE = "syncopy_device"
 PIDS = ("syncopy_pid0", "syncopy_pid1", "syncopy_pid2")

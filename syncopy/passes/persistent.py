@@ -55,6 +55,7 @@ def tile_wait(binding: inference.TensorBinding, group: inference.ReadGroup, tile
     stmts = [
         _stmt(f"if {names.TABLE_FLAG}:\n    {lo}, {hi} = {D}.tile_range({names.ORDER}, {tile}, {names.CTX})\nelse:\n{inner}"),
         _stmt(f"{D}.wait_chunks({names.SIGNALS}, {names.CTX}, {lo}, {hi})"),
+        *consumer_wait.async_proxy_acquire(binding),
         _stmt(f"{D}.trace_tile_start_at({names.SIGNALS}, {names.TRACE}, {names.CTX}, {names.ORDER}, {tile}, {names.TRACE_FLAG})"),
     ]
     return _commented(stmts, f"# syncopy: wait for the chunks of {binding.tensor} this tile reads")
@@ -126,7 +127,7 @@ def _probe(ks: KernelSource, binding: inference.TensorBinding, loop: loops.Persi
             kept.append(s)
     cut = stmt.with_changes(body=stmt.body.with_changes(body=kept))
     prefix = [*head, *body[start : loop.index], _stmt(f"{PROBE_ITER} = 0"), cut]
-    return probe.build(signature.add_params(ks.func), prefix, [], store=[])
+    return probe.build(signature.add_params(ks.func, flags=signature.flags_for(binding)), prefix, [], store=[])
 
 
 def transform(ks: KernelSource, schedule: Schedule, binding: inference.TensorBinding, stages: dict):
@@ -161,7 +162,7 @@ def transform(ks: KernelSource, schedule: Schedule, binding: inference.TensorBin
         out += [*pre, s]
     head = [_stmt(f"{inference.BASE_NAME} = {binding.tensor}")] if binding.copy_base else []
     out = out[:start] + head + out[start:]
-    fused = signature.add_params(func.with_changes(body=func.body.with_changes(body=out)))
+    fused = signature.add_params(func.with_changes(body=func.body.with_changes(body=out)), flags=signature.flags_for(binding))
     probe_fn = _probe(ks, binding, loop, head, body, start)
     stages["binding"] += (
         f"persistent loop ({loop.kind}) at line {ks.location(stmt).line}: tile id {loop.tile}"

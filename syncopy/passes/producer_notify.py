@@ -55,38 +55,55 @@ def range_statements(binding: TensorBinding, k: int, table: bool) -> list[cst.Ba
     return stmts
 
 
-def notify_statement() -> cst.BaseStatement:
-    stmt = cst.parse_statement(f"{D}.notify_chunks({names.SIGNALS}, {names.CTX}, {names.LO}, {names.HI})\n")
-    return _comment(stmt, "announce the finished chunks")
+def _async_proxy_release() -> cst.BaseSmallStatement:
+    """Before a notify in a kernel that stores through tensor descriptors: complete the tile's TMA
+    stores and order them before the release (sm_90+; nothing elsewhere)."""
+    return cst.parse_statement(f"{D}.async_proxy_release({names.ASYNC_PROXY_FLAG})\n").body[0]
+
+
+def notify_statements(binding: TensorBinding) -> list[cst.BaseStatement]:
+    notify = cst.parse_statement(f"{D}.notify_chunks({names.SIGNALS}, {names.CTX}, {names.LO}, {names.HI})\n")
+    stmts = [_comment(notify, "announce the finished chunks")]
+    if binding.descriptors:
+        fence = cst.SimpleStatementLine([_async_proxy_release()])
+        stmts.insert(0, _comment(fence, "the TMA stores land before the announcement (sm_90+)"))
+    return stmts
 
 
 EARLY_END = "a tile that ends here still counts itself against its chunks"
 FRESH = "its write addresses depend on loaded data: the runtime probes them at every launch"
 
 
-def _early_notify() -> cst.BaseSmallStatement:
-    return cst.parse_statement(f"{D}.notify_chunks({names.SIGNALS}, {names.CTX}, {names.TABLE_LO}, {names.TABLE_HI})\n").body[0]
+def _early_notify(descriptors: bool) -> list[cst.BaseSmallStatement]:
+    """The count of a tile that ends early (after the fence for its TMA stores, if it made any)."""
+    notify = cst.parse_statement(f"{D}.notify_chunks({names.SIGNALS}, {names.CTX}, {names.TABLE_LO}, {names.TABLE_HI})\n").body[0]
+    return [_async_proxy_release(), notify] if descriptors else [notify]
 
 
 class _CountBeforeReturn(cst.CSTTransformer):
     """Put the tile's count (over its table range) before every `return`: a tile that ends before
     the announcement must still count itself, or the chunk it was expected to write never completes."""
 
+    def __init__(self, descriptors: bool = False):
+        super().__init__()
+        self.descriptors = descriptors
+
     def leave_SimpleStatementLine(self, original, updated):
         if len(updated.body) == 1 and isinstance(updated.body[0], cst.Return):
-            notify = _comment(cst.SimpleStatementLine([_early_notify()], leading_lines=list(updated.leading_lines)), EARLY_END)
-            return cst.FlattenSentinel([notify, updated.with_changes(leading_lines=[])])
+            counts = [cst.SimpleStatementLine([small]) for small in _early_notify(self.descriptors)]
+            counts[0] = _comment(counts[0].with_changes(leading_lines=list(updated.leading_lines)), EARLY_END)
+            return cst.FlattenSentinel([*counts, updated.with_changes(leading_lines=[])])
         return updated.with_changes(body=self._before_returns(updated.body))
 
     def leave_SimpleStatementSuite(self, original, updated):
         return updated.with_changes(body=self._before_returns(updated.body))
 
-    @staticmethod
-    def _before_returns(body) -> list:
+    def _before_returns(self, body) -> list:
         out = []
         for small in body:
             if isinstance(small, cst.Return):
-                out.append(_early_notify().with_changes(semicolon=cst.Semicolon(whitespace_after=cst.SimpleWhitespace(" "))))
+                semicolon = cst.Semicolon(whitespace_after=cst.SimpleWhitespace(" "))
+                out += [s.with_changes(semicolon=semicolon) for s in _early_notify(self.descriptors)]
             out.append(small)
         return out
 
@@ -102,7 +119,7 @@ def insert_notifies(body: list[cst.BaseStatement], binding: TensorBinding, table
         k = at.get(index)
         if index <= last:
             # Returns after the announcement need nothing: the tile has counted itself already.
-            stmt = stmt.visit(_CountBeforeReturn())
+            stmt = stmt.visit(_CountBeforeReturn(binding.descriptors))
         if k is not None:
             ranges = range_statements(binding, k, table)
             what = f"the chunks of {binding.tensor} this program writes"
@@ -112,7 +129,7 @@ def insert_notifies(body: list[cst.BaseStatement], binding: TensorBinding, table
             stmt = stmt.with_changes(leading_lines=[])
         out.append(stmt)
         if index == last:
-            out.append(notify_statement())
+            out += notify_statements(binding)
     return out
 
 

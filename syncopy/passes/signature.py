@@ -30,6 +30,12 @@ def check_reserved(ks: KernelSource) -> None:
         )
 
 
+def flags_for(binding) -> tuple[str, ...]:
+    """The constexpr flags a fused kernel (and its probe) takes: the async-proxy flag only where the
+    kernel uses tensor descriptors, so every other kernel's signature stays as it was."""
+    return (names.TRACE_FLAG, names.TABLE_FLAG, *((names.ASYNC_PROXY_FLAG,) if binding.descriptors else ()))
+
+
 def add_params(func: cst.FunctionDef, extra: tuple[str, ...] = names.EXTRA_PARAMS, flags: tuple[str, ...] = (names.TRACE_FLAG, names.TABLE_FLAG)) -> cst.FunctionDef:
     """Insert our parameters before the first parameter with a default (so the def stays valid)."""
     params = list(func.params.params)

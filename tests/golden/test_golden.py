@@ -58,6 +58,10 @@ def _expected(case: str) -> str:
     return (HERE / case / "expected.py").read_text()
 
 
+def _uses_descriptors(case: str) -> bool:
+    return "make_tensor_descriptor" in inside((HERE / case / "kernel.py").read_text(), _kernel_name(case))
+
+
 def _func(text: str, name: str) -> ast.FunctionDef:
     return next(n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef) and n.name == name)
 
@@ -75,6 +79,7 @@ def test_every_case_is_present():
         "persistent_tutorial_two_counters",
         "persistent_while_pointers",
         "producer_early_return",
+        "producer_desc_store",
         "producer_gemm_rs",
         "producer_rownorm_allreduce",
         "producer_rows_from_data",
@@ -121,7 +126,9 @@ def test_expected_parses_and_defines_a_jit_kernel(case):
     fused = getattr(module, _kernel_name(case))
     assert hasattr(fused, "fn"), "the fused kernel must still be a @triton.jit function"
     params = [a.arg for a in _func(text, _kernel_name(case)).args.args]
-    assert [p for p in params if p.lower().startswith("syncopy_")] == EXTRA_PARAMS
+    # Kernels that use tensor descriptors take one more flag: the target's async proxy (TMA).
+    flag = ["SYNCOPY_ASYNC_PROXY"] if _uses_descriptors(case) else []
+    assert [p for p in params if p.lower().startswith("syncopy_")] == EXTRA_PARAMS + flag
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -292,6 +299,10 @@ def test_persistent_wait_is_inside_the_loop_and_reads_the_table_by_tile_id(case)
     assert at > loop and len(lines[at]) - len(lines[at].lstrip()) > depth
     assert lines[at + 1].strip() == f"syncopy_lo, syncopy_hi = syncopy_device.tile_range(syncopy_order, {tile}, syncopy_ctx)"
     wait = next(i for i, line in enumerate(lines) if "syncopy_device.wait_chunks(" in line)
+    if _uses_descriptors(case):
+        # Reads through tensor descriptors (TMA on sm_90): the async proxy is fenced right after the wait.
+        assert lines[wait + 1].strip() == "syncopy_device.async_proxy_acquire(SYNCOPY_ASYNC_PROXY)"
+        wait += 1
     assert lines[wait + 1].strip() == (f"syncopy_device.trace_tile_start_at(syncopy_signals, syncopy_trace, syncopy_ctx, "
                                        f"syncopy_order, {tile}, SYNCOPY_TRACE)")
     body = "\n".join(lines)

@@ -9,7 +9,8 @@ assert os.environ.get("TRITON_INTERPRET", "0") != "1"
 import torch  # noqa: E402
 
 import syncopy  # noqa: E402
-from syncopy.emit.ptx import acquire_polls, compile_ptx, release_ops, signature_of  # noqa: E402
+from syncopy.device import has_async_proxy  # noqa: E402
+from syncopy.emit.ptx import acquire_polls, compile_ptx, proxy_fences, release_ops, signature_of, tma_loads_fenced  # noqa: E402
 
 
 def gemm_args(fk, dtype, table):
@@ -21,15 +22,16 @@ def gemm_args(fk, dtype, table):
     return args
 
 
-def persistent_kernels():
+def persistent_kernels(arch: int):
     """(label, fused JIT function, example args) for persistent loops: the template (table and
     computed branches, and its probe) and the other loop shapes of tests/kernels/persistent.py."""
     from syncopy import templates
     from tests.kernels import persistent as pk
 
     i32 = torch.empty(1, dtype=torch.int32)
+    # Descriptor kernels take SYNCOPY_ASYNC_PROXY (set as the runtime sets it for the target); others ignore it.
     extra = dict(syncopy_ctx=torch.empty(8, dtype=torch.int64), syncopy_signals=i32, syncopy_order=i32, syncopy_trace=i32,
-                 SYNCOPY_TRACE=False)
+                 SYNCOPY_TRACE=False, SYNCOPY_ASYNC_PROXY=has_async_proxy(arch))
     h = torch.empty(64, 64, dtype=torch.float16)
     fk = templates.get("ag_gemm_persistent").fused()
     t = fk.build()
@@ -91,7 +93,7 @@ def main(arch: int) -> None:
             "releases": [op.text for op in release_ops(ptx)],
             "has_mma": ("mma" in ptx) or ("wgmma" in ptx),
         }
-    for label, fn, args in [*persistent_kernels(), *wait_kernels()]:
+    for label, fn, args in [*persistent_kernels(arch), *wait_kernels()]:
         sig, const = signature_of(fn, args)
         ptx = compile_ptx(fn, sig, const, arch)
         out[label] = {
@@ -100,6 +102,8 @@ def main(arch: int) -> None:
             "releases": [op.text for op in release_ops(ptx)],
             "has_mma": ("mma" in ptx) or ("wgmma" in ptx),
             "tma": "cp.async.bulk.tensor" in ptx,
+            "proxy_fences": len(proxy_fences(ptx)),
+            "tma_loads_fenced": tma_loads_fenced(ptx),
         }
     print(json.dumps(out))
 

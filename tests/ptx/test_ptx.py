@@ -93,3 +93,12 @@ def test_descriptor_reads_are_tma_copies_on_sm_90_only(request, compiled):
     for label in ("persistent table=True", "persistent tutorial_ws", "persistent flat_k_desc"):
         assert compiled[label]["tma"] is tma, label
     assert compiled["persistent rolling_tiles"]["tma"] is False  # pointer loads
+
+
+def test_descriptor_reads_are_fenced_after_their_wait_on_sm_90_only(request, compiled):
+    # Issue 12 item 9: TMA loads (async proxy) are ordered after the wait's acquire by a proxy fence.
+    sm90 = request.node.callspec.params["compiled"] == 90
+    for label in ("persistent table=True", "persistent table=False", "persistent tutorial_ws", "persistent flat_k_desc"):
+        assert compiled[label]["tma_loads_fenced"], label
+        assert (compiled[label]["proxy_fences"] > 0) is sm90, label
+    assert compiled["persistent rolling_tiles"]["proxy_fences"] == 0  # pointer loads: no descriptor, no fence

@@ -96,6 +96,11 @@ def test_compile_template_has_acquire_polls_in_loops(name, arch, tmp_path):
     assert f"{name} for {arch}:" in proc.stderr
     if name == "ag_gemm_persistent" and arch == "sm_90":
         assert "cp.async.bulk.tensor" in ptx  # the descriptor loads really are TMA copies
+    if name == "ag_gemm_persistent":
+        # ... and `syncopy compile` sets SYNCOPY_ASYNC_PROXY for the target: fenced after the wait on sm_90 only.
+        from syncopy.emit.ptx import proxy_fences, tma_loads_fenced
+
+        assert bool(proxy_fences(ptx)) is (arch == "sm_90") and tma_loads_fenced(ptx)
 
 
 @pytest.mark.parametrize("name", ["gemm_rs", "gemm_ar"])

@@ -16,7 +16,7 @@ def block_of(job, n_row_blocks, n_col_blocks, SWZ: tl.constexpr):
 
 @triton.jit
 def gemm_persistent(lhs, rhs, res, R, C, D, TR: tl.constexpr, TC: tl.constexpr, TD: tl.constexpr,
-                    SWZ: tl.constexpr, CORES: tl.constexpr, syncopy_ctx, syncopy_signals, syncopy_order, syncopy_trace, SYNCOPY_TRACE: tl.constexpr, SYNCOPY_TABLE: tl.constexpr):
+                    SWZ: tl.constexpr, CORES: tl.constexpr, syncopy_ctx, syncopy_signals, syncopy_order, syncopy_trace, SYNCOPY_TRACE: tl.constexpr, SYNCOPY_TABLE: tl.constexpr, SYNCOPY_ASYNC_PROXY: tl.constexpr):
     lhs_desc = tl.make_tensor_descriptor(lhs, shape=[R, D], strides=[D, 1], block_shape=[TR, TD])
     rhs_desc = tl.make_tensor_descriptor(rhs, shape=[D, C], strides=[C, 1], block_shape=[TD, TC])
     res_desc = tl.make_tensor_descriptor(res, shape=[R, C], strides=[C, 1], block_shape=[TR, TC])
@@ -37,6 +37,7 @@ def gemm_persistent(lhs, rhs, res, R, C, D, TR: tl.constexpr, TC: tl.constexpr, 
         else:
             syncopy_lo, syncopy_hi = syncopy_device.desc_chunk_range(lhs, row0, TR, R, D, (D - 1), lhs, syncopy_ctx)
         syncopy_device.wait_chunks(syncopy_signals, syncopy_ctx, syncopy_lo, syncopy_hi)
+        syncopy_device.async_proxy_acquire(SYNCOPY_ASYNC_PROXY)
         syncopy_device.trace_tile_start_at(syncopy_signals, syncopy_trace, syncopy_ctx, syncopy_order, job, SYNCOPY_TRACE)
         for d0 in range(0, D, TD):
             acc = tl.dot(lhs_desc.load([row0, d0]), rhs_desc.load([d0, col0]), acc)

@@ -5,7 +5,7 @@ import syncopy.device as syncopy_device
 
 
 @triton.jit
-def flat_k_desc(A, B, C, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SMS: tl.constexpr, syncopy_ctx, syncopy_signals, syncopy_order, syncopy_trace, SYNCOPY_TRACE: tl.constexpr, SYNCOPY_TABLE: tl.constexpr):
+def flat_k_desc(A, B, C, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SMS: tl.constexpr, syncopy_ctx, syncopy_signals, syncopy_order, syncopy_trace, SYNCOPY_TRACE: tl.constexpr, SYNCOPY_TABLE: tl.constexpr, SYNCOPY_ASYNC_PROXY: tl.constexpr):
     first = tl.program_id(0)
     grid_n = tl.cdiv(N, BN)
     k_tiles = tl.cdiv(K, BK)
@@ -36,6 +36,7 @@ def flat_k_desc(A, B, C, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.con
             else:
                 syncopy_lo, syncopy_hi = syncopy_device.desc_chunk_range(A, om, BM, M, K, (K - 1), A, syncopy_ctx)
             syncopy_device.wait_chunks(syncopy_signals, syncopy_ctx, syncopy_lo, syncopy_hi)
+            syncopy_device.async_proxy_acquire(SYNCOPY_ASYNC_PROXY)
             syncopy_device.trace_tile_start_at(syncopy_signals, syncopy_trace, syncopy_ctx, syncopy_order, tile, SYNCOPY_TRACE)
         a = a_desc.load([om, ki * BK])
         b = b_desc.load([ki * BK, on])
