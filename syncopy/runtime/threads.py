@@ -85,15 +85,15 @@ def _spin_until_set(flag, started, seen, polls):
 
 @functools.lru_cache(maxsize=None)
 def copies_run_beside_full_sms(device_index: int) -> bool:
-    """Does a device-to-device copy on one stream complete while a kernel on another holds every SM
-    (16 programs of 128 threads per SM, each spinning -- bounded, ~0.1 s -- for a flag raised behind
-    the copy)? The copy is enqueued once every program is resident. Measured once per device, with
-    a host sync (first launch only)."""
+    """Does a device-to-device copy on one stream complete while a kernel on another has waiting
+    programs on every SM (4 programs of 128 threads per SM, as a fused GEMM's tiles hold them, each
+    spinning -- bounded, ~0.1 s -- for a flag raised behind the copy)? The copy is enqueued once
+    every program is resident. Measured once per device, with a host sync (first launch only)."""
     from syncopy.runtime.occupancy import sm_count
 
     device = torch.device("cuda", device_index)
     ops = streamops.cuda_ops()
-    grid = sm_count(device) * 16
+    grid = sm_count(device) * 4  # surely resident together: a few registers and no shared memory each
     flag = torch.zeros(1, dtype=torch.int32, device=device)
     started = torch.zeros(1, dtype=torch.int32, device=device)
     seen = torch.zeros(grid, dtype=torch.int32, device=device)
