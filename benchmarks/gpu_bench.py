@@ -437,7 +437,12 @@ def main(argv=None) -> int:
     p.add_argument("--poll", action="store_true", help="also time the poll forms")
     p.add_argument("--patterns", default="ag_gemm,gemm_rs", help="the cases to run, comma-separated")
     p.add_argument("--worlds", default="loopback,threads", help="the world kinds to run them on, comma-separated")
+    p.add_argument("--wait-only", action="store_true", help="only the wait overhead (run with SYNCOPY_WAIT_SCOPE=gpu to compare)")
     a = p.parse_args(argv)
+    if a.wait_only:
+        shapes = [(2048, 2048, 2048)] if a.quick else [(4096, 4096, 4096), (8192, 8192, 4096)]
+        _save({"wait_overhead_rows": wait_overhead(shapes), "scope": os.environ.get("SYNCOPY_WAIT_SCOPE", "sys")}, a.json)
+        return 0
     name = torch.cuda.get_device_name()
     print(f"device: {name} (torch {torch.__version__}, triton {triton.__version__})", flush=True)
     if a.quick:
@@ -488,6 +493,10 @@ def main(argv=None) -> int:
               f"fused {r['fused_all_present_ms']:.3f} ms, overhead {r['overhead'] * 100:+.1f}% "
               f"(ranges computed in-kernel {r['fused_ranges_in_kernel_ms']:.3f} ms, grid order {r['fused_grid_order_ms']:.3f} ms)")
     out["wait_overhead"] = out["wait_overhead_rows"][-1]["overhead"]
+    out["wait_overhead_gpu_scope_rows"] = _wait_overhead_at_gpu_scope(a.quick)
+    for r in out["wait_overhead_gpu_scope_rows"]:
+        print(f"  with gpu-scope acquires (SYNCOPY_WAIT_SCOPE=gpu): {r['m']}x{r['n']}x{r['k']}: original {r['original_ms']:.3f} ms, "
+              f"fused {r['fused_all_present_ms']:.3f} ms, overhead {r['overhead'] * 100:+.1f}%")
     if a.poll:
         _print_poll(out)
     print("\ntable (ms per launch back to back; alone = one launch, call to completion):")
@@ -504,6 +513,22 @@ def main(argv=None) -> int:
         print(f"  {what:32s} {value!s:>8s}  {'met' if met else 'MISSED'}")
     _save(out, a.json)
     return 1 if failures else 0
+
+
+def _wait_overhead_at_gpu_scope(quick: bool) -> list[dict]:
+    """The wait overhead again in a fresh process whose flag reads are gpu-scope acquires (the scope
+    is read when syncopy.device is imported)."""
+    import subprocess
+    import tempfile
+
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        cmd = [sys.executable, os.path.abspath(__file__), "--wait-only", "--json", f.name] + (["--quick"] if quick else [])
+        run = subprocess.run(cmd, env={**os.environ, "SYNCOPY_WAIT_SCOPE": "gpu"}, capture_output=True, text=True, timeout=120)
+        if run.returncode:
+            print(f"  gpu-scope wait overhead run failed: {run.stderr.strip().splitlines()[-1:]}", flush=True)
+            return []
+        with open(f.name) as g:
+            return json.load(g)["wait_overhead_rows"]
 
 
 def _save(out: dict, path: str | None) -> None:

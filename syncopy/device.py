@@ -17,8 +17,16 @@ launches, and `flag - epoch >= 0` still tells), so nothing is ever reset between
 counters only grow: before each launch the host sets a chunk's target to its previous target plus
 the number of tiles that write the chunk (int32 arithmetic wraps on both sides alike).
 """
+import os
+
 import triton
 import triton.language as tl
+
+#: The scope of the acquire that reads a flag. "sys" (the default) covers every writer a flag has:
+#: a copy engine or stream write on this GPU, a peer GPU over NVLink, the host. "gpu" is cheaper
+#: and what Triton-distributed's intra-node kernels use; SYNCOPY_WAIT_SCOPE=gpu selects it, so that
+#: benchmarks/gpu_bench.py can measure what the wider scope costs (read once, at import).
+WAIT_GPU_SCOPE = tl.constexpr(os.environ.get("SYNCOPY_WAIT_SCOPE", "sys") == "gpu")
 
 CTX_EPOCH = tl.constexpr(0)
 CTX_RANK = tl.constexpr(1)
@@ -196,7 +204,11 @@ def _globaltimer():
 def _flag_of_block(ptr):
     """The flag as the whole block sees it: one acquire load (system scope) broadcast to every thread,
     so that branches on it are uniform (the block barriers inside scalar atomics need that)."""
-    return tl.atomic_add(ptr, 0, sem="acquire", scope="sys")
+    if WAIT_GPU_SCOPE:
+        flag = tl.atomic_add(ptr, 0, sem="acquire", scope="gpu")
+    else:
+        flag = tl.atomic_add(ptr, 0, sem="acquire", scope="sys")
+    return flag
 
 
 @triton.jit
