@@ -774,6 +774,8 @@ class FusedKernel:
         call_args[self.schedule.tensor] = ctx.buffer
         order, ranges, exec_order = self._order(ctx, grid, call_args, backend)
         need = ctx.tiles_per_chunk[self._shape_key(grid, call_args)]
+        if _deferred(backend):
+            backend.check()  # earlier launches that are done: their errors surface here
         ctx.set_targets(need)
         epoch = ctx.begin(_spin_limit(self.timeout_s, out.device.type))
         trace, trace_buf = self._new_trace(ctx, epoch, len(ranges))
@@ -789,6 +791,14 @@ class FusedKernel:
             k1 = time.perf_counter() - ctx.t0
             if transfer is not None:
                 transfer.join()
+        if getattr(transfer, "deferred", False):
+            # Enqueued (p2p reduce_scatter, one rank per GPU): the sends follow the kernel's flags and
+            # the reduction follows the sends on the device; errors surface at the next launch or
+            # synchronize() (a traced launch waits for them now).
+            if trace is not None:
+                backend.check(wait=True)
+                self._finish_trace(trace, trace_buf, order, ranges, exec_order, (k0, k1))
+            return None
         if transfer is None:
             out.copy_(ctx.buffer)  # a world of one: the partial is the result
         else:

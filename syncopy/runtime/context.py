@@ -99,9 +99,12 @@ class Context:
         # explicit slices (the kernel's chunk ranges count units; RankPlan.flags maps them).
         n = self.n_flags = plan.world * plan.flags_per_rank
         # [error x4 | flags x n | arrived (or sent) | started | producer: counters x n | targets x n
-        #  | ready x world (p2p: rank r wrote e when its buffer may take launch e's chunks)]
+        #  | ready x world (p2p: rank r wrote e when its buffer may take launch e's chunks; producers:
+        #    when it has reduced launch e, so its inbox may take launch e+1's partials)
+        #  | producer: delivered x world (p2p: rank r wrote e once its partials of launch e are in our inbox)]
         self._ready = dev.SIG_HEADER + n + 2 + (2 * n if producer else 0)
-        self.signals = torch.zeros(self._ready + plan.world, dtype=torch.int32, device=device)
+        self._delivered = self._ready + plan.world
+        self.signals = torch.zeros(self._delivered + (plan.world if producer else 0), dtype=torch.int32, device=device)
         self.targets = [0] * n
         self.tiles_per_chunk: dict[tuple, list[int]] = {}  # producer: per launch shape, from the probe
         self.ctx = torch.zeros(dev.CTX_LEN, dtype=torch.int64, device=device)
@@ -138,6 +141,11 @@ class Context:
         """Index in the signal pad of the word `rank` raises when this rank's buffer may take its
         next launch's chunks (runtime/backends/p2p.py)."""
         return self._ready + rank
+
+    def delivered_word(self, rank: int) -> int:
+        """Producer: index in the signal pad of the word `rank` raises once its partials of this
+        rank's rows for a launch are in this rank's inbox (runtime/backends/p2p.py)."""
+        return self._delivered + rank
 
     def chunk_view(self, chunk: int) -> torch.Tensor:
         lo, hi = self.plan.bounds(chunk)

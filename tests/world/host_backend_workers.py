@@ -127,3 +127,25 @@ def run_bad_mapping(rank: int, world: int) -> dict:
     HostMemory.open = elsewhere
     fused = templates.get("ag_gemm").fused(chunks_per_rank=1, backend="p2p", timeout_s=5)
     return _launch_ag_gemm(fused, rank, world, (8, 16, 16))
+
+
+def run_p2p_reduce_scatter_traced(rank: int, world: int) -> dict:
+    """gemm_rs on p2p (SendReduce), traced, three launches: when each chunk left against the kernel's end."""
+    import torch
+
+    from syncopy import templates
+
+    _use_host_backends()
+    t = templates.get("gemm_rs")
+    fused = t.fused(chunks_per_rank=2, order="local_first", backend="p2p", poison_receive=True, timeout_s=60, trace=True)
+    out = {"worst": 0.0, "sent_before_end": [], "sent": []}
+    for it in range(3):
+        inp = t.module.inputs(rank, world, (96, 32, 32), torch.float32, seed=it)
+        got = t.module.launch(fused, **inp)
+        ref = t.module.reference(**inp)
+        out["worst"] = max(out["worst"], float(torch.nan_to_num((got - ref).abs(), nan=float("inf")).max()))
+        tr = fused.last_trace
+        out["sent_before_end"].append(tr.sent_before_end())
+        out["sent"].append(sorted(tr.sent))
+    out["reducer"] = [type(b.reducer).__name__ for _, b in fused._contexts.values()]
+    return out

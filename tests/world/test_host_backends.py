@@ -22,7 +22,7 @@ CASES = [
     dict(backend="p2p", template="ag_gemm_persistent", chunks=2, order="local_first", shape=(9, 32, 32), launches=1),
     dict(backend="p2p", template="ag_gemm", chunks=2, order="ring", shape=(10, 16, 16), shared=True),
     dict(backend="p2p", template="a2a_gemm", chunks=1, order="local_first", shape=(96, 32, 32), launches=1),
-    dict(backend="p2p", template="gemm_rs", chunks=2, order="ring", shape=(24, 16, 16)),
+    dict(backend="p2p", template="gemm_rs", chunks=2, order="ring", shape=(24, 16, 16), launches=3),
     dict(backend="p2p", template="gemm_ar", chunks=1, order="ring", shape=(10, 16, 16), launches=1),
     dict(backend="nccl", template="ag_gemm", chunks=2, order="ring", shape=(13, 16, 16)),
     dict(backend="nccl", template="ag_gemm", chunks=2, order="bidirectional_ring", shape=(7, 16, 16), launches=1),
@@ -53,9 +53,10 @@ def test_backend_protocol_gives_the_reference_result(case):
         assert r["shared_device"] == bool(CASES[case].get("shared")), r
         # p2p's ranks share a host: its launch barriers go through shared memory, not gloo.
         assert r["handshake"] == ({"NodeBarrier"} if CASES[case]["backend"] == "p2p" else {"NoneType"}), r
-        if CASES[case]["backend"] == "p2p" and CASES[case]["template"] in CONSUMERS and r.get("launches", 2) > 1:
-            # Warm consumer launches hand-shake on the device (ready words in the peers' pads), no
-            # host sync or barrier; ranks sharing a GPU still meet on the host every launch.
+        if CASES[case]["backend"] == "p2p" and CASES[case]["template"] in CONSUMERS | {"gemm_rs"} and r.get("launches", 2) > 1:
+            # Warm consumer and reduce_scatter launches hand-shake on the device (ready and delivered
+            # words in the peers' pads), no host sync or barrier; ranks sharing a GPU still meet on
+            # the host every launch.
             assert (r["warm_host_handshakes"] == 0) != bool(CASES[case].get("shared")), r
 
 
@@ -84,3 +85,16 @@ def test_p2p_refuses_a_mapping_that_does_not_reach_the_peers_memory():
         assert r["str"].startswith(f"rank {rank}: the CUDA IPC mapping of rank {1 - rank}'s signal pad reads 0x0 where rank "
                                    f"{1 - rank} wrote 0x"), r["str"]
         assert r["str"].endswith("; the mapping does not reach its memory, so pushes would be lost: use backend='nccl'"), r["str"]
+
+
+@pytest.mark.world
+def test_p2p_reduce_scatter_sends_chunks_while_the_kernel_runs():
+    # Each chunk leaves for its owner once its flag rises (a send stream waits on the flag), while
+    # later tiles still compute; the owner reduces behind the deliveries, launch after launch.
+    for rank, r in enumerate(spawn(workers.run_p2p_reduce_scatter_traced, WORLD, timeout_s=300)):
+        assert r["reducer"] == ["SendReduce"], r
+        assert r["worst"] < 1e-3, f"rank {rank}: {r}"
+        remote = [g for g in range(WORLD * 2) if g // 2 != rank]
+        for launch, (sent, early) in enumerate(zip(r["sent"], r["sent_before_end"])):
+            assert sent == remote, f"rank {rank} launch {launch}: {r}"
+            assert early, f"rank {rank} launch {launch}: every chunk left after the kernel ended: {r}"

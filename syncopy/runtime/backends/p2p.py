@@ -41,22 +41,32 @@ same answer on every rank, so that all of them take the same handshake), every l
 synced, then a barrier) before any kernel starts: correct, not overlapped, and synchronous. One
 rank per GPU, the configuration the backend is for, launches at once and asynchronously.
 
-Producer patterns (reduce_scatter, all_reduce) have no device-side way here to make a copy wait for
-a flag the kernel raises (that takes cuStreamWaitValue32), so they run correctly but without
-in-kernel overlap: after the kernel, every rank adds the peers' partials, read through the same
-IPC mappings, in rank order (so every rank gets the same bits), between two barriers.
+reduce_scatter, on ranks alone on their GPU, sends each chunk to its owner as soon as the kernel
+raises the chunk's flag, while later tiles still compute (`SendReduce`):
+
+    rank r, launch e (one send stream per peer d)
+    compute    [targets, partial = 0][== fused kernel: tiles in send order, flags rise ==][wait delivered[p] >= e, all p][our rows = own + inbox (rank order)][ready[r] = e in every peer's pad]
+    send (d)                          [wait ready[d] >= e-1][wait flag g >= e][g -> d's inbox[r]][...][delivered[r] = e in d's pad]
+                                       \__ d has reduced launch e-1: its inbox may take e       (enqueued after the kernel: see loopback._launch_producer)
+
+The inbox (one slot per peer) is mapped into every peer by CUDA IPC, like the buffer; the words are
+in the signal pads (runtime/context.py). The launch returns once all of it is enqueued.
+all_reduce, and ranks that share a GPU, run correctly but without in-kernel overlap (`PullReduce`):
+after the kernel, every rank adds the peers' partials, read through the same IPC mappings, in rank
+order (so every rank gets the same bits), between two barriers.
 """
 from __future__ import annotations
 
 import contextlib
 import os
 import threading
+import time
 
 import torch
 import torch.distributed as dist
 
 from syncopy import device as dev
-from syncopy.errors import LaunchError
+from syncopy.errors import LaunchError, SyncopyTimeout
 from syncopy.runtime import plan as planning
 from syncopy.runtime import streamops
 from syncopy.runtime.backends.control import JOIN_FIX, NodeBarrier, control_group, hosts, node_barrier, wait_bound
@@ -117,6 +127,12 @@ class CudaMemory:
     def pin(self, t: torch.Tensor) -> torch.Tensor:
         return t.pin_memory()
 
+    #: Send streams run beside the kernel only once enqueued after it (loopback._launch_producer).
+    sends_before_kernel = False
+
+    def send_stream(self, device, deadline_s: float):
+        return self.stream(device)  # a device wait has no deadline: a producer kernel raises every flag
+
     def share(self, t: torch.Tensor) -> tuple:
         from torch.multiprocessing.reductions import reduce_tensor
 
@@ -176,6 +192,12 @@ class HostMemory(CudaMemory):
     def pin(self, t: torch.Tensor) -> torch.Tensor:
         return t
 
+    #: An interpreted kernel returns when done: its sends must be waiting on worker threads before.
+    sends_before_kernel = True
+
+    def send_stream(self, device, deadline_s: float):
+        return streamops.HostStream(deadline_s, name="syncopy-p2p-send")
+
     def share(self, t: torch.Tensor) -> tuple:
         import torch.multiprocessing
         from torch.multiprocessing.reductions import reduce_storage
@@ -215,6 +237,7 @@ class P2PBackend:
         self.shared_device = False  # another rank on this GPU: pushes complete before the launch
         self.ops = self.memory.make_ops(wait_bound(timeout_s))
         self.errors: LaunchErrors | None = None  # consumer contexts: launches whose error words are not read yet
+        self.reducer: SendReduce | None = None  # reduce_scatter contexts of ranks alone on their GPU
 
     def check_grid(self, programs: int, persistent: bool, kernel: str, device, ctas_per_program: int = 1) -> None:
         """Every grid is safe: the copy engines need no SM."""
@@ -244,9 +267,11 @@ class P2PBackend:
             # Every rank is on this node: the launches' barriers go through shared memory, bounded
             # like the transfers (a peer's previous launch, kernel included, may still be running).
             self.handshake = node_barrier(self.user_group, wait_bound(self.timeout_s))
-        if ctx.producer:
-            return
         self.shared_device = mem.shares_device(self.user_group, ctx.buffer.device)
+        if ctx.producer:
+            if not self.shared_device and ctx.plan.pattern == "reduce_scatter" and SendReduce.fits(ctx):
+                self.reducer = SendReduce(self, ctx)  # collective: the inboxes' handles
+            return
         if not self.shared_device:
             self.errors = LaunchErrors(ctx, self.ops, mem.pin, self.timeout_s)
         self.order = self._push_order(ctx)
@@ -281,8 +306,8 @@ class P2PBackend:
     @property
     def asynchronous(self) -> bool:
         """Warm launches enqueue and return, their handshake on the device (module doc): every
-        consumer launch of a rank alone on its GPU, once connected."""
-        return self.errors is not None
+        consumer launch, and every reduce_scatter launch, of a rank alone on its GPU, once connected."""
+        return self.errors is not None or self.reducer is not None
 
     def _ready(self, ctx: Context) -> None:
         """The per-launch handshake: our pending writes to our buffer (own slot, poisoning) and our
@@ -317,6 +342,8 @@ class P2PBackend:
 
     def check(self, wait: bool = False) -> None:
         """Raise the first error of the launches that are done (all of them, with `wait`)."""
+        if self.reducer is not None:
+            self.reducer.check(wait)
         if self.errors is not None:
             if wait:
                 self.memory.sync_all(self.errors.ctx.buffer.device)
@@ -331,10 +358,12 @@ class P2PBackend:
         return Push(self, ctx, epoch).start()
 
     # -- producer patterns ------------------------------------------------------------------------
-    def start_reduce(self, ctx: Context, out: torch.Tensor, epoch: int) -> "PullReduce":
+    def start_reduce(self, ctx: Context, out: torch.Tensor, epoch: int):
         # No barrier here: the last launch's join ended with one, after every rank read our partial.
         if self.peers is None:
             self._connect(ctx)
+        if self.reducer is not None:
+            return self.reducer.start(out, epoch)
         return PullReduce(self, ctx, out)
 
 
@@ -434,3 +463,119 @@ class PullReduce(Reduction):
         be.barrier(f"the end of launch {ctx.epoch}")  # ...and everyone's, before anyone rewrites a partial
         for g in ctx.plan.owned:
             self.final[g].set()
+
+
+class SendReduce:
+    """reduce_scatter on ranks alone on their GPU (module doc): per peer, a send stream that copies each
+    chunk the peer owns into the peer's inbox as soon as the kernel raises its flag; this rank's rows
+    are reduced on the compute stream once every peer's partials are in. Nothing waits on the host."""
+
+    def __init__(self, backend: P2PBackend, ctx: Context):
+        mem, plan, dim = backend.memory, ctx.plan, ctx.dim
+        self.backend, self.ctx, self.ops = backend, ctx, backend.ops
+        rank, rows, c = plan.rank, plan.rows_per_rank, plan.chunks_per_rank
+        part = list(ctx.buffer.shape)
+        part[dim] = rows
+        self.inbox = torch.zeros((plan.world, *part), dtype=ctx.buffer.dtype, device=ctx.buffer.device)  # [p]: p's partial of our rows
+        mem.sync(ctx.buffer.device)
+        theirs: list = [None] * plan.world
+        dist.all_gather_object(theirs, mem.share(self.inbox), group=backend.group)
+        boxes = self.boxes = {p: mem.open(h) for p, h in enumerate(theirs) if p != rank}  # kept: the sends write through them
+        deadline = wait_bound(backend.timeout_s)
+        self.streams = {p: mem.send_stream(ctx.buffer.device, deadline) for p in boxes}
+        self.sent = {p: self.ops.event() for p in boxes}
+        self.before = self.ops.event()
+        self.sends: dict[int, list[tuple]] = {p: [] for p in boxes}  # owner -> [(chunk, flag, dst, src, bytes)] in finish order
+        for g in plan.finish:
+            d = g // c
+            if d == rank or plan.empty(g):
+                continue
+            lo, hi = plan.bounds(g)
+            dst = boxes[d][rank].narrow(dim, lo - d * rows, hi - lo)
+            src = ctx.buffer.narrow(dim, lo, hi - lo)
+            self.sends[d].append((g, ctx.flag_address(g), streamops.ptr(dst), streamops.ptr(src), src.nbytes))
+        self.delivered = {p: ctx.word_address(ctx.delivered_word(rank), backend.peers[p][1]) for p in boxes}  # ours, in p's pad
+        self.ready = {p: ctx.word_address(ctx.ready_word(rank), backend.peers[p][1]) for p in boxes}  # ours, in p's pad
+
+    @staticmethod
+    def fits(ctx: Context) -> bool:
+        """Each chunk moves with one copy: chunks along dim 0 (others take PullReduce)."""
+        return all(ctx.chunk_view(g).is_contiguous() for g in range(ctx.n_chunks))
+
+    def start(self, out: torch.Tensor, epoch: int) -> "SendReduce.Launch":
+        """Before the kernel: mark where the compute stream is (the partial is initialised)."""
+        mem, device = self.backend.memory, self.ctx.buffer.device
+        self.ops.record(self.before, self.ops.handle(mem.compute_stream(device)))
+        launch = SendReduce.Launch(self, out, epoch)
+        if mem.sends_before_kernel:
+            launch.enqueue_sends()
+        return launch
+
+    def check(self, wait: bool = False) -> None:
+        """A CPU send stream whose flag wait ran out: the kernel never finished that chunk."""
+        for stream in self.streams.values():
+            if not isinstance(stream, streamops.HostStream):
+                continue
+            if wait:
+                stream.synchronize()
+            if stream.errors:
+                exc = stream.errors[0]
+                stream.errors.clear()
+                if not isinstance(exc, streamops.StreamTimeout):
+                    raise exc
+                ctx = self.ctx
+                flag = (exc.addr - ctx.flag_address(0)) // 4
+                raise SyncopyTimeout(ctx.plan.rank, divmod(flag, ctx.plan.chunks_per_rank), ctx.unwrap(exc.value), self.backend.timeout_s,
+                                     "the kernel never finished it")
+
+    class Launch:
+        """One launch's sends and reduction; `join()` (after the kernel) enqueues what is left."""
+
+        deferred = True
+        errors: list = []
+        lost: list = []
+
+        def __init__(self, reducer: "SendReduce", out: torch.Tensor, epoch: int):
+            self.reducer, self.out, self.epoch = reducer, out, epoch
+            self.enqueued = False
+
+        def enqueue_sends(self) -> None:
+            r, ops, e = self.reducer, self.reducer.ops, self.epoch
+            ctx = r.ctx
+            for d, stream in r.streams.items():
+                hs = ops.handle(stream)
+                ops.wait_event(hs, r.before)
+                ops.wait32(ctx.word_address(ctx.ready_word(d)), e - 1, hs)  # d has reduced launch e-1
+                for g, flag, dst, src, n in r.sends[d]:
+                    ops.wait32(flag, e, hs)
+                    ops.copy(dst, src, n, hs)
+                    if ctx.trace is not None and isinstance(stream, streamops.HostStream):  # CPU: when it left, for the trace
+                        stream.put(lambda g=g, trace=ctx.trace: trace.sent.__setitem__(g, time.perf_counter() - ctx.t0))
+                ops.write32(r.delivered[d], e, hs)
+                ops.record(r.sent[d], hs)
+            self.enqueued = True
+
+        def join(self) -> None:
+            r, ops, e = self.reducer, self.reducer.ops, self.epoch
+            ctx, out = r.ctx, self.out
+            if not self.enqueued:
+                self.enqueue_sends()
+            hc = ops.handle(r.backend.memory.compute_stream(ctx.buffer.device))
+            plan, dim = ctx.plan, ctx.dim
+            for p in r.streams:
+                try:
+                    ops.wait32(ctx.word_address(ctx.delivered_word(p)), e, hc)
+                except streamops.StreamTimeout:  # CPU only: a device wait has no deadline
+                    mine = plan.owned[0] if plan.owned else plan.rank * plan.chunks_per_rank
+                    raise SyncopyTimeout(plan.rank, divmod(mine, plan.chunks_per_rank), e, r.backend.timeout_s,
+                                         f"the partial sums from rank {p} never came") from None
+            rows = plan.rows_per_rank
+            wide = torch.float32 if out.dtype in (torch.float16, torch.bfloat16) else out.dtype
+            acc = None
+            for p in range(plan.world):
+                part = ctx.buffer.narrow(dim, plan.rank * rows, rows) if p == plan.rank else r.inbox[p]
+                acc = part.to(wide, copy=True) if acc is None else acc.add_(part)
+            out.copy_(acc)
+            for p in r.streams:
+                ops.write32(r.ready[p], e, hc)  # our inbox may take launch e+1's partials
+                ops.wait_event(hc, r.sent[p])  # the next launch rewrites the partial our sends read
