@@ -87,6 +87,20 @@ def test_p2p_producer_templates_equal_torch(one_gpu, name):
         assert rec["worst"] < TOL, (rank, rec)
 
 
+def test_p2p_reduce_scatter_sends_behind_the_kernels_flags():
+    # The path of one rank per GPU, played by two processes on GPU 0: sends wait on the kernel's
+    # flags on the device, the owner's reduction on the delivered words; 4 launches, new data each.
+    from syncopy.runtime.world import spawn
+    from tests.gpu import workers
+
+    if _exclusive_compute_mode():
+        pytest.skip("GPU 0 is in an exclusive compute mode: two ranks cannot share it")
+    results = spawn(workers.one_gpu_sends, 2, timeout_s=min(WORLD_TIMEOUT_S, 60), interpret=False)
+    for rank, rec in _records(results, "gemm_rs p2p sends"):
+        assert rec["backend"] == "P2PBackend" and rec["reducers"] == ["SendReduce"], (rank, rec)
+        assert rec["worst"] < TOL, (rank, rec)
+
+
 def test_p2p_withheld_chunk_raises_timeout_naming_it(one_gpu):
     # Rank 1 never pushes its chunk 0: rank 0's kernel gives up after timeout_s (a 1 s poll budget)
     # and the host raises SyncopyTimeout(rank 0, chunk (1, 0), epoch 1); rank 1 gets everything.

@@ -161,7 +161,8 @@ def reduce(rank: int, world: int, backend: str, template: str, launches: int = 3
         rows = m // world
         ref = full[rank * rows:(rank + 1) * rows] if template == "gemm_rs" else full
         worst = max(worst, _rel_err(c, ref.to(dev)))
-    return {"worst": worst, "backend": _backend_of(fused)}
+    reducers = [type(getattr(b, "reducer", None)).__name__ for _, b in fused._contexts.values()]
+    return {"worst": worst, "backend": _backend_of(fused), "reducers": reducers}
 
 
 def withheld(rank: int, world: int, backend: str) -> dict:
@@ -224,6 +225,20 @@ def one_gpu(rank: int, world: int) -> dict:
         # A world that saw a timeout goes on working: a fresh operator after it.
         "after timeout p2p": _check("after timeout p2p", lambda: ag_gemm(rank, world, "p2p", launches=2, timeout_s=10.0)),
     }
+
+
+def one_gpu_sends(rank: int, world: int) -> dict:
+    """Two ranks on GPU 0 told they are alone on their GPUs: p2p's reduce_scatter then takes the
+    device-side path (SendReduce: send streams behind the kernel's flags, the owner's reduction
+    behind delivered words), which one-rank-per-GPU deployments run."""
+    import torch
+
+    from syncopy.runtime.backends.p2p import CudaMemory
+
+    torch.cuda.set_device(0)
+    CudaMemory.shares_device = lambda self, group, device: False
+
+    return {"gemm_rs p2p sends": _check("gemm_rs p2p sends", lambda: reduce(rank, world, "p2p", "gemm_rs", launches=4))}
 
 
 def two_gpus(rank: int, world: int) -> dict:
