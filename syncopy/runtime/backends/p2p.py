@@ -343,6 +343,8 @@ class P2PBackend:
     def check(self, wait: bool = False) -> None:
         """Raise the first error of the launches that are done (all of them, with `wait`)."""
         if self.reducer is not None:
+            if wait:
+                self.memory.sync_all(self.reducer.ctx.buffer.device)
             self.reducer.check(wait)
         if self.errors is not None:
             if wait:
