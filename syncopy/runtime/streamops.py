@@ -198,6 +198,10 @@ class HostOps:
     def zero32(self, addr: int, count: int, stream) -> None:
         self._on(stream, lambda: ctypes.memset(addr, 0, 4 * count))
 
+    def delay(self, seconds: float, stream) -> None:
+        """The stream pauses (an emulated link's time on the wire; a CPU graph replays it)."""
+        self._on(stream, lambda: time.sleep(seconds))
+
     def event(self) -> threading.Event:
         return threading.Event()
 
