@@ -234,7 +234,7 @@ class LoopbackWorld:
         call[fk.schedule.tensor] = ctx.buffer
         order, _, _ = fk._order(ctx, grid, call, None)
         if fk.producer:
-            if capturing or loop.device_epoch is not None:
+            if capturing or self.graph or loop.device_epoch is not None:
                 raise LaunchError("graph capture covers all_gather launches on the loopback world; launch reduce_scatter "
                                   "without torch.cuda.graph (and without graph=True)")
             return self._launch_producer(loop, grid, call, order, shard, options, peers, sync, timeline, host0)
