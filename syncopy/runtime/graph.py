@@ -88,6 +88,12 @@ class DeviceEpoch:
         """Enqueue the advance on the current stream (see module doc)."""
         advance_epoch[(1,)](self.ctx.ctx, self.ctx.signals, self.words, self.own_lo, OWN=self.own_count, OWN_POW2=self._own_pow2)
 
+    def warm(self) -> None:
+        """Compile and load the advance kernel for this context's arguments, on scratch copies of
+        its words (the same dtypes, alignment and own-flag range: the same specialisation)."""
+        ctx, signals = torch.zeros_like(self.ctx.ctx), torch.zeros_like(self.ctx.signals)
+        advance_epoch[(1,)](ctx, signals, torch.zeros_like(self.words), self.own_lo, OWN=self.own_count, OWN_POW2=self._own_pow2)
+
     def first_error(self) -> tuple[int, int, int] | None:
         """(rank, unit, epoch word) of the first failed launch since the last call, and clear it;
         the device must be idle (after a synchronize)."""

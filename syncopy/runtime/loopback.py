@@ -149,6 +149,7 @@ class _Loop:
         # on every launch advances the epoch on the device (runtime/graph.py), since the host no
         # longer knows which epoch a replay runs.
         self.device_epoch: graphs.DeviceEpoch | None = None
+        self.prepared: graphs.DeviceEpoch | None = None  # made at the first launch (LoopbackWorld._prepare_device_epoch)
         ops = engine.ops
         self.errors = LaunchErrors(ctx, ops, engine.pin, timeout_s)
         self.compute_mark, self.side_mark = ops.event(), ops.event()
@@ -184,8 +185,19 @@ class LoopbackWorld:
             choice = self.fk._resolve(shard, self.world, args) if self.fk.schedule.planned else None
             ctx = self.fk._make_context(shard, self.rank, self.world, choice)
             ctx.ctx[dev.CTX_SPIN_LIMIT.value] = _spin_limit(self.fk.timeout_s, self.engine.device_type)
-            self.loops[key] = _Loop(ctx, key[0], self.engine, self.fk.timeout_s)
+            loop = self.loops[key] = _Loop(ctx, key[0], self.engine, self.fk.timeout_s)
+            if not self.fk.producer:
+                self._prepare_device_epoch(loop)
         return self.loops[key]
+
+    def _prepare_device_epoch(self, loop: _Loop) -> None:
+        """Allocate (and on a GPU compile and load) what device-epoch mode needs now, at the first
+        launch of a shape: a later capture may switch to it, and a capture can neither allocate
+        pinned memory nor be trusted to load a kernel's module."""
+        per_lo, per = loop.own_flag_range
+        loop.prepared = graphs.DeviceEpoch(loop.ctx, self.engine.pin, per_lo, per)
+        if self.engine.device_type == "cuda":
+            loop.prepared.warm()
 
     def launch(self, grid, args: tuple, kwargs: dict, peers: list[torch.Tensor], delay_s: float = 0.0,
                presignal: bool = False, sync: bool = True, withhold: frozenset = frozenset(), timeline: bool = False,
@@ -362,8 +374,7 @@ class LoopbackWorld:
         """From now on `loop`'s launches advance the epoch on the device (runtime/graph.py). On the
         CPU engine its chunk copies move to a worker stream, so that a replayed graph's copies
         run beside the interpreted kernel as a GPU's side stream does."""
-        per_lo, per = loop.own_flag_range
-        loop.device_epoch = graphs.DeviceEpoch(loop.ctx, self.engine.pin, per_lo, per)
+        loop.device_epoch = loop.prepared
         if loop.side is None:
             loop.side = self.engine.side_stream(loop.ctx.buffer.device, self.fk.timeout_s)
 
