@@ -128,7 +128,7 @@ class HostGraph:
 class RecordingOps:
     """`ops` (a HostOps) whose stream operations go into `graph` instead of running."""
 
-    _PASS = ("handle", "event", "done", "device_type", "deadline_s")
+    _PASS = ("handle", "event", "done", "batch", "device_type", "deadline_s")
 
     def __init__(self, ops, graph: HostGraph):
         self._ops, self._graph = ops, graph

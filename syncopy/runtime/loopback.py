@@ -152,6 +152,13 @@ class _Loop:
         self.prepared: graphs.DeviceEpoch | None = None  # made at the first launch (LoopbackWorld._prepare_device_epoch)
         ops = engine.ops
         self.errors = LaunchErrors(ctx, ops, engine.pin, timeout_s)
+        # Behind the own rows, one driver call: error words cleared, the epoch, the own flags.
+        self.start_writes = ops.batch([(self.errors.words + 4 * i, 0) for i in range(4)]
+                                      + [(self.epoch_word, None)] + [(f, None) for f in self.own_flags])
+        # Per launch shape (grid, scalars): the tile order and the kernel's extra arguments; per
+        # withheld set: the chunk moves in arrival order (cleared with `moves`).
+        self.launch_args: dict[tuple, tuple[torch.Tensor, dict]] = {}
+        self.arrivals: dict[frozenset, list[tuple[int, int, int, list[int]]]] = {}
         self.compute_mark, self.side_mark = ops.event(), ops.event()
         self.side = engine.stream(ctx.buffer.device)  # the chunk copies' stream, on the context's GPU
         self.wire: _Wire | None = None  # producer contexts: their transfers (made with the first peer list)
@@ -244,12 +251,13 @@ class LoopbackWorld:
         ctx = loop.ctx
         call = dict(bound)
         call[fk.schedule.tensor] = ctx.buffer
-        order, _, _ = fk._order(ctx, grid, call, None)
         if fk.producer:
             if capturing or self.graph or loop.device_epoch is not None:
                 raise LaunchError("graph capture covers all_gather launches on the loopback world; launch reduce_scatter "
                                   "without torch.cuda.graph (and without graph=True)")
+            order, _, _ = fk._order(ctx, grid, call, None)
             return self._launch_producer(loop, grid, call, order, shard, options, peers, sync, timeline, host0)
+        order, extra = self._launch_args(loop, grid, call)
         if copies is None:  # a capture records the copies before the kernel (a CPU replay paces them on the side stream)
             copies = "after" if (presignal or delay_s) and not capturing else "before"
         if copies not in self.COPIES:
@@ -273,28 +281,29 @@ class LoopbackWorld:
         ctx.epoch = epoch = ctx.epoch + 1
         raise_flags = self._own_writes(loop, shard, epoch, ops, hc, hs)
         if presignal:
-            for dst, src, n, flags in moves.values():
+            for _, dst, src, n, flags in self._arrivals(loop, moves, frozenset()):
                 ops.copy(dst, src, n, hc)
                 raise_flags(flags, hc, barrier=False)  # the kernel follows on this stream
         events.host("own writes", host0)
 
-        pending = [] if presignal else [g for g in ctx.plan.arrival if g in moves and g not in withhold]
+        pending = [] if presignal else list(self._arrivals(loop, moves, withhold))
         failed: list[BaseException] = []
+        copy, side, marked = ops.copy, loop.side, events is not _Timeline.OFF
 
         def arrive():
             """Issue the pending chunk copies, each followed by its flags."""
             take = list(pending)
             pending.clear()
             try:
-                for g in take:
+                for g, dst, src, n, flags in take:
                     if delay_s and capturing:
                         ops.delay(delay_s, hs)  # CPU engine only (_check_capture)
                     elif delay_s:
                         time.sleep(delay_s)
-                    dst, src, n, flags = moves[g]
-                    ops.copy(dst, src, n, hs)
+                    copy(dst, src, n, hs)
                     raise_flags(flags, hs)
-                    events.mark(g, loop.side)
+                    if marked:
+                        events.mark(g, side)
                 events.host("copies enqueued", host0)
             except BaseException as exc:  # surfaced by the launching thread
                 failed.append(exc)
@@ -308,7 +317,6 @@ class LoopbackWorld:
             beside = threading.Thread(target=arrive, name="syncopy-loopback", daemon=True)
             beside.start()
         events.mark("kernel", cur)
-        extra = fk._extra(ctx, order, ctx.no_trace)
         try:
             eng.enqueue(lambda: fused[grid](**call, **extra, **options))
         finally:
@@ -341,15 +349,13 @@ class LoopbackWorld:
             # The side stream needs nothing of this launch: its copies start at once.
             ops.record(loop.compute_mark, hc)
             ops.wait_event(hs, loop.compute_mark)
-            ops.write32(loop.epoch_word, epoch, hc)
-            ops.zero32(loop.errors.words, 4, hc)
             ops.copy(own_dst, ptr(shard), own_bytes, hc)
-            for f in loop.own_flags:
-                ops.write32(f, epoch, hc)
+            ops.write_batch(loop.start_writes, epoch, hc)  # error words cleared, the epoch, the own flags
+            write32 = ops.write32
 
             def raise_flags(flags, stream, barrier=True):
                 for f in flags:
-                    ops.write32(f, epoch, stream)
+                    write32(f, epoch, stream)
 
             return raise_flags
         # The side stream's flags are copies of the new epoch: it starts once the mirror holds it.
@@ -377,6 +383,32 @@ class LoopbackWorld:
         loop.device_epoch = loop.prepared
         if loop.side is None:
             loop.side = self.engine.side_stream(loop.ctx.buffer.device, self.fk.timeout_s)
+
+    def _launch_args(self, loop: _Loop, grid, call: dict) -> tuple[torch.Tensor, dict]:
+        """The tile order (FusedKernel._order) and the kernel's extra arguments of this launch
+        shape, kept per loop: the order depends on the grid and the scalar arguments (what
+        _shape_key holds, here with their types and in call order, which skips its sort), and the
+        extra arguments on the context, the order and the operator's trace switch. Tensors other
+        than the communicated one (their data pointers) go to the kernel as passed."""
+        fk = self.fk
+        key = None
+        if isinstance(grid, tuple):  # a callable grid is evaluated by _order, a list is not hashable
+            key = (grid, fk.trace, tuple((k, type(v), v) for k, v in call.items() if not isinstance(v, torch.Tensor)))
+            hit = loop.launch_args.get(key)
+            if hit is not None:
+                return hit
+        order = fk._order(loop.ctx, grid, call, None)[0]
+        hit = (order, fk._extra(loop.ctx, order, loop.ctx.no_trace))
+        if key is not None:
+            loop.launch_args[key] = hit
+        return hit
+
+    def _arrivals(self, loop: _Loop, moves: dict, withhold: frozenset) -> list:
+        """(chunk, dst, src, bytes, flags) of the remote chunks not withheld, in arrival order."""
+        got = loop.arrivals.get(withhold)
+        if got is None:
+            got = loop.arrivals[withhold] = [(g, *moves[g]) for g in loop.ctx.plan.arrival if g in moves and g not in withhold]
+        return got
 
     def _check_capture(self, key: tuple, grid, bound: dict, sync: bool, delay_s: float, copies: str | None, timeline: bool) -> None:
         """A captured launch must be warm (its first launch probes and reads back on the host) and
@@ -611,6 +643,7 @@ class LoopbackWorld:
                                   f"along dim {ctx.dim} of a {list(ctx.buffer.shape)} tensor are strided; shard along dim 0")
             moves[g] = (ptr(dst), ptr(what), dst.nbytes, [ctx.flag_address(f) for f in ctx.plan.flags(g)])
         loop.peers, loop.moves = list(peers), moves
+        loop.arrivals.clear()
         return moves
 
 
