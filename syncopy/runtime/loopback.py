@@ -149,7 +149,7 @@ class _Loop:
         # on every launch advances the epoch on the device (runtime/graph.py), since the host no
         # longer knows which epoch a replay runs.
         self.device_epoch: graphs.DeviceEpoch | None = None
-        self.prepared: graphs.DeviceEpoch | None = None  # made at the first launch (LoopbackWorld._prepare_device_epoch)
+        self.prepared: graphs.DeviceEpoch | LaunchError | None = None  # made at the first launch (LoopbackWorld._prepare_device_epoch)
         ops = engine.ops
         self.errors = LaunchErrors(ctx, ops, engine.pin, timeout_s)
         # Behind the own rows, one driver call: error words cleared, the epoch, the own flags.
@@ -204,7 +204,11 @@ class LoopbackWorld:
         per_lo, per = loop.own_flag_range
         loop.prepared = graphs.DeviceEpoch(loop.ctx, self.engine.pin, per_lo, per)
         if self.engine.device_type == "cuda":
-            loop.prepared.warm()
+            try:
+                loop.prepared.warm()
+            except Exception as exc:  # only graph capture needs it: raised when a launch asks for it
+                loop.prepared = LaunchError(f"graph capture is unavailable here: the epoch advance kernel failed to load "
+                                            f"({type(exc).__name__}: {exc}); launch without torch.cuda.graph and graph=True")
 
     def launch(self, grid, args: tuple, kwargs: dict, peers: list[torch.Tensor], delay_s: float = 0.0,
                presignal: bool = False, sync: bool = True, withhold: frozenset = frozenset(), timeline: bool = False,
@@ -380,6 +384,8 @@ class LoopbackWorld:
         """From now on `loop`'s launches advance the epoch on the device (runtime/graph.py). On the
         CPU engine its chunk copies move to a worker stream, so that a replayed graph's copies
         run beside the interpreted kernel as a GPU's side stream does."""
+        if isinstance(loop.prepared, LaunchError):
+            raise loop.prepared
         loop.device_epoch = loop.prepared
         if loop.side is None:
             loop.side = self.engine.side_stream(loop.ctx.buffer.device, self.fk.timeout_s)

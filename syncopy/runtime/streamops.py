@@ -48,6 +48,7 @@ class _WriteValueOp(ctypes.Structure):
 assert ctypes.sizeof(_WriteValueOp) == 48
 CU_EVENT_DISABLE_TIMING = 2
 CUDA_ERROR_NOT_READY = 600
+CUDA_ERROR_NOT_SUPPORTED = 801
 
 
 def ptr(t: torch.Tensor) -> int:
@@ -112,7 +113,10 @@ class CudaOps:
         for i in batch.variable:
             batch.params[i].value = word
         rc = self._batch(stream, len(batch.writes), ctypes.addressof(batch.params), 0)
-        if rc:
+        if rc == CUDA_ERROR_NOT_SUPPORTED:  # nothing was enqueued: one call each from now on
+            self._batch, batch.params = None, None
+            self.write_batch(batch, value, stream)
+        elif rc:
             self._check(rc, "cuStreamBatchMemOp")
 
     def wait32(self, addr: int, value: int, stream: int) -> None:
