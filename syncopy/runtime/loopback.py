@@ -14,6 +14,11 @@ does both at once) -- and raise `SyncopyTimeout` naming rank, chunk and epoch.
 
 Host-side pacing (`delay_s` between chunks) emulates a slower link without occupying an SM.
 
+A warm all_gather launch can be captured in a CUDA graph (`torch.cuda.graph`, or `capture()`):
+from its first captured launch a context advances its epoch on the device instead of writing
+host-chosen values (runtime/graph.py), so that every replay moves new data under a new epoch; its
+errors are then raised by `synchronize()`.
+
 `LoopbackWorld(..., device="cpu")` runs the same launch between CPU tensors under the Triton
 interpreter (tests): copies are done when issued, and arrivals after the kernel's launch come from
 a host thread while the interpreted kernel's tiles spin.
