@@ -398,13 +398,14 @@ class LoopbackWorld:
     def _launch_args(self, loop: _Loop, grid, call: dict) -> tuple[torch.Tensor, dict]:
         """The tile order (FusedKernel._order) and the kernel's extra arguments of this launch
         shape, kept per loop: the order depends on the grid and the scalar arguments (what
-        _shape_key holds, here with their types and in call order, which skips its sort), and the
-        extra arguments on the context, the order and the operator's trace switch. Tensors other
-        than the communicated one (their data pointers) go to the kernel as passed."""
+        _shape_key holds: here the argument names in call order, then the values with None for
+        each tensor, which skips its sort), and the extra arguments on the context, the order and
+        the operator's trace switch. Tensors other than the communicated one (their data
+        pointers) go to the kernel as passed, never into a key."""
         fk = self.fk
         key = None
         if isinstance(grid, tuple):  # a callable grid is evaluated by _order, a list is not hashable
-            key = (grid, fk.trace, tuple((k, type(v), v) for k, v in call.items() if not isinstance(v, torch.Tensor)))
+            key = (grid, fk.trace, tuple(call), tuple([None if isinstance(v, torch.Tensor) else v for v in call.values()]))
             hit = loop.launch_args.get(key)
             if hit is not None:
                 return hit

@@ -54,3 +54,4 @@ def test_withheld_chunks_change_between_launches():
     with pytest.raises(syncopy.SyncopyTimeout) as info:
         _launch(lw, 16, 3, withhold=frozenset({3}))
     assert info.value.chunk == (1, 1)
+
