@@ -130,3 +130,20 @@ def test_graph_mode_warm_launches_enqueue_without_host_sync():
             torch.cuda.set_sync_debug_mode(0)
         lw.synchronize()
         assert case.error() < 2e-2
+
+
+def test_one_batch_of_write_values_lands_every_word():
+    # The start of every host-epoch launch (error words, epoch, own flags) is one cuStreamBatchMemOp:
+    # its parameter array must reach the driver in cuda.h's layout.
+    from syncopy.runtime import streamops
+
+    ops = streamops.cuda_ops()
+    words = torch.full((8,), 7, dtype=torch.int32, device="cuda")
+    addr = [words.data_ptr() + 4 * i for i in range(8)]
+    batch = ops.batch([(addr[0], 0), (addr[1], 0), (addr[3], None), (addr[5], None), (addr[6], -1)])
+    stream = torch.cuda.current_stream().cuda_stream
+    for value in (1, 2, 2**31 + 5):
+        ops.write_batch(batch, value, stream)
+        torch.cuda.synchronize()
+        v = streamops.wrap32(value)
+        assert words.tolist() == [0, 0, 7, v, 7, v, -1, 7]
