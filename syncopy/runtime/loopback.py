@@ -14,6 +14,11 @@ does both at once) -- and raise `SyncopyTimeout` naming rank, chunk and epoch.
 
 Host-side pacing (`delay_s` between chunks) emulates a slower link without occupying an SM.
 
+A warm all_gather launch can be captured in a CUDA graph (`torch.cuda.graph`, or `capture()`):
+from its first captured launch a context advances its epoch on the device instead of writing
+host-chosen values (runtime/graph.py), so that every replay moves new data under a new epoch; its
+errors are then raised by `synchronize()`.
+
 `LoopbackWorld(..., device="cpu")` runs the same launch between CPU tensors under the Triton
 interpreter (tests): copies are done when issued, and arrivals after the kernel's launch come from
 a host thread while the interpreted kernel's tiles spin.
@@ -29,6 +34,7 @@ import torch
 from syncopy import device as dev
 from syncopy.api import FusedKernel, _ensure_allocator, _spin_limit
 from syncopy.errors import LaunchError, SyncopyTimeout
+from syncopy.runtime import graph as graphs
 from syncopy.runtime import streamops
 from syncopy.runtime.context import Context
 from syncopy.runtime.pending import LaunchErrors
@@ -68,6 +74,17 @@ class _Cuda:
     def synchronize(self, device) -> None:
         torch.cuda.synchronize(device)
 
+    def capturing(self) -> bool:
+        """Is the current stream being captured into a CUDA graph (torch.cuda.graph)?"""
+        return torch.cuda.is_current_stream_capturing()
+
+    def enqueue(self, launch) -> None:
+        """Run a kernel launch now (it enqueues on the current stream; a capture records it)."""
+        launch()
+
+    def recording_ops(self, ops):
+        return ops  # CUDA's stream capture records the driver calls themselves
+
 
 class _Host(_Cuda):
     """The same launch between CPU tensors under the Triton interpreter, for tests."""
@@ -77,6 +94,7 @@ class _Host(_Cuda):
 
     def __init__(self):
         self.ops = streamops.HostOps()
+        self.graph: graphs.HostGraph | None = None  # while a capture records (LoopbackWorld.capture)
 
     def stream(self, device):
         return None  # done when enqueued
@@ -104,6 +122,18 @@ class _Host(_Cuda):
     def synchronize(self, device) -> None:
         pass
 
+    def capturing(self) -> bool:
+        return self.graph is not None and self.graph.recording
+
+    def enqueue(self, launch) -> None:
+        if self.capturing():
+            self.graph.steps.append(launch)
+        else:
+            launch()
+
+    def recording_ops(self, ops):
+        return graphs.RecordingOps(ops, self.graph) if self.capturing() else ops
+
 
 class _Loop:
     """What the loopback world keeps per context: the context, its chunk moves (addresses made once
@@ -121,8 +151,21 @@ class _Loop:
             own = ctx.buffer.narrow(ctx.dim, rank * rows, rows)
             self.own = (ptr(own), own.nbytes)
             self.own_flags = [ctx.flag_address(rank * per + f) for f in range(per)]
+        self.own_flag_range = (rank * per, per)
+        # Set once a launch of this context is captured in a graph (or with graph=True): from then
+        # on every launch advances the epoch on the device (runtime/graph.py), since the host no
+        # longer knows which epoch a replay runs.
+        self.device_epoch: graphs.DeviceEpoch | None = None
+        self.prepared: graphs.DeviceEpoch | LaunchError | None = None  # made at the first launch (LoopbackWorld._prepare_device_epoch)
         ops = engine.ops
         self.errors = LaunchErrors(ctx, ops, engine.pin, timeout_s)
+        # Behind the own rows, one driver call: error words cleared, the epoch, the own flags.
+        self.start_writes = ops.batch([(self.errors.words + 4 * i, 0) for i in range(4)]
+                                      + [(self.epoch_word, None)] + [(f, None) for f in self.own_flags])
+        # Per launch shape (grid, scalars): the tile order and the kernel's extra arguments; per
+        # withheld set: the chunk moves in arrival order (cleared with `moves`).
+        self.launch_args: dict[tuple, tuple[torch.Tensor, dict]] = {}
+        self.arrivals: dict[frozenset, list[tuple[int, int, int, list[int]]]] = {}
         self.compute_mark, self.side_mark = ops.event(), ops.event()
         self.side = engine.stream(ctx.buffer.device)  # the chunk copies' stream, on the context's GPU
         self.wire: _Wire | None = None  # producer contexts: their transfers (made with the first peer list)
@@ -133,10 +176,13 @@ class LoopbackWorld:
 
     COPIES = ("before", "after", "beside")
 
-    def __init__(self, fused: FusedKernel, world: int, rank: int = 0, device: str = "cuda"):
+    def __init__(self, fused: FusedKernel, world: int, rank: int = 0, device: str = "cuda", graph: bool = False):
+        """graph: advance every launch's epoch on the device (runtime/graph.py) from the first
+        launch on, as a context does anyway from its first captured launch."""
         if device == "cuda" and not torch.cuda.is_available():
             raise LaunchError("the loopback world needs a CUDA device (or device='cpu' under the Triton interpreter)")
         self.fk, self.world, self.rank = fused, world, rank
+        self.graph = graph
         self.engine = _Cuda() if device == "cuda" else _Host()
         self.ops = self.engine.ops
         self.loops: dict[tuple, _Loop] = {}
@@ -153,8 +199,23 @@ class LoopbackWorld:
             choice = self.fk._resolve(shard, self.world, args) if self.fk.schedule.planned else None
             ctx = self.fk._make_context(shard, self.rank, self.world, choice)
             ctx.ctx[dev.CTX_SPIN_LIMIT.value] = _spin_limit(self.fk.timeout_s, self.engine.device_type)
-            self.loops[key] = _Loop(ctx, key[0], self.engine, self.fk.timeout_s)
+            loop = self.loops[key] = _Loop(ctx, key[0], self.engine, self.fk.timeout_s)
+            if not self.fk.producer:
+                self._prepare_device_epoch(loop)
         return self.loops[key]
+
+    def _prepare_device_epoch(self, loop: _Loop) -> None:
+        """Allocate (and on a GPU compile and load) what device-epoch mode needs now, at the first
+        launch of a shape: a later capture may switch to it, and a capture can neither allocate
+        pinned memory nor be trusted to load a kernel's module."""
+        per_lo, per = loop.own_flag_range
+        loop.prepared = graphs.DeviceEpoch(loop.ctx, self.engine.pin, per_lo, per)
+        if self.engine.device_type == "cuda":
+            try:
+                loop.prepared.warm()
+            except Exception as exc:  # only graph capture needs it: raised when a launch asks for it
+                loop.prepared = LaunchError(f"graph capture is unavailable here: the epoch advance kernel failed to load "
+                                            f"({type(exc).__name__}: {exc}); launch without torch.cuda.graph and graph=True")
 
     def launch(self, grid, args: tuple, kwargs: dict, peers: list[torch.Tensor], delay_s: float = 0.0,
                presignal: bool = False, sync: bool = True, withhold: frozenset = frozenset(), timeline: bool = False,
@@ -186,25 +247,36 @@ class LoopbackWorld:
     def _launch(self, grid, args: tuple, kwargs: dict, peers: list[torch.Tensor], delay_s: float, presignal: bool, sync: bool,
                 withhold: frozenset, timeline: bool, copies: str | None) -> Context:
         host0 = time.perf_counter()
-        fk = self.fk
+        fk, eng = self.fk, self.engine
+        capturing = eng.capturing()
         fk.build()
         _, fused, _, _ = fk._built
         bound, shard, options = fk._bind(args, dict(kwargs))
         _ensure_allocator(shard.device)
+        key = (tuple(shard.shape), shard.dtype)
+        if capturing:
+            self._check_capture(key, grid, bound, sync, delay_s, copies, timeline)
         loop = self._loop(shard, bound)
-        self._check(loop)
+        if not capturing:  # event queries are not allowed while a stream is captured
+            self._check(loop)
         ctx = loop.ctx
         call = dict(bound)
         call[fk.schedule.tensor] = ctx.buffer
-        order, _, _ = fk._order(ctx, grid, call, None)
         if fk.producer:
+            if capturing or self.graph or loop.device_epoch is not None:
+                raise LaunchError("graph capture covers all_gather launches on the loopback world; launch reduce_scatter "
+                                  "without torch.cuda.graph (and without graph=True)")
+            order, _, _ = fk._order(ctx, grid, call, None)
             return self._launch_producer(loop, grid, call, order, shard, options, peers, sync, timeline, host0)
-        if copies is None:
-            copies = "after" if presignal or delay_s else "before"
+        order, extra = self._launch_args(loop, grid, call)
+        if copies is None:  # a capture records the copies before the kernel (a CPU replay paces them on the side stream)
+            copies = "after" if (presignal or delay_s) and not capturing else "before"
         if copies not in self.COPIES:
             raise ValueError(f"copies={copies!r}: expected one of {', '.join(self.COPIES)}")
+        if (capturing or self.graph) and loop.device_epoch is None:
+            self._use_device_epoch(loop)
         moves = self._moves(loop, peers)
-        ops, eng = self.ops, self.engine
+        ops = eng.recording_ops(self.ops)
         cur = eng.current(ctx.buffer.device)
         hc, hs = ops.handle(cur), ops.handle(loop.side)
         events = self._events(timeline)
@@ -212,40 +284,37 @@ class LoopbackWorld:
         events.host("setup", host0)
         # The last launch's copies are done before this launch writes the buffer; this launch's
         # copies follow the last kernel's reads of it (not this launch's own writes: see docstring).
-        ops.record(loop.side_mark, hs)
-        ops.wait_event(hc, loop.side_mark)
-        ops.record(loop.compute_mark, hc)
-        ops.wait_event(hs, loop.compute_mark)
-
+        # In a capture the graph's side branch joins back at its end instead (below): a captured
+        # stream may not wait for an event recorded outside the capture.
+        if not capturing:
+            ops.record(loop.side_mark, hs)
+            ops.wait_event(hc, loop.side_mark)
         ctx.epoch = epoch = ctx.epoch + 1
-        ops.write32(loop.epoch_word, epoch, hc)
-        ops.zero32(loop.errors.words, 4, hc)
-        ops.copy(loop.own[0], ptr(shard), loop.own[1], hc)
-        for f in loop.own_flags:
-            ops.write32(f, epoch, hc)
+        raise_flags = self._own_writes(loop, shard, epoch, ops, hc, hs)
         if presignal:
-            for dst, src, n, flags in moves.values():
+            for _, dst, src, n, flags in self._arrivals(loop, moves, frozenset()):
                 ops.copy(dst, src, n, hc)
-                for f in flags:
-                    ops.write32(f, epoch, hc)
+                raise_flags(flags, hc, barrier=False)  # the kernel follows on this stream
         events.host("own writes", host0)
 
-        pending = [] if presignal else [g for g in ctx.plan.arrival if g in moves and g not in withhold]
+        pending = [] if presignal else list(self._arrivals(loop, moves, withhold))
         failed: list[BaseException] = []
+        copy, side, marked = ops.copy, loop.side, events is not _Timeline.OFF
 
         def arrive():
             """Issue the pending chunk copies, each followed by its flags."""
             take = list(pending)
             pending.clear()
             try:
-                for g in take:
-                    if delay_s:
+                for g, dst, src, n, flags in take:
+                    if delay_s and capturing:
+                        ops.delay(delay_s, hs)  # CPU engine only (_check_capture)
+                    elif delay_s:
                         time.sleep(delay_s)
-                    dst, src, n, flags = moves[g]
-                    ops.copy(dst, src, n, hs)
-                    for f in flags:
-                        ops.write32(f, epoch, hs)
-                    events.mark(g, loop.side)
+                    copy(dst, src, n, hs)
+                    raise_flags(flags, hs)
+                    if marked:
+                        events.mark(g, side)
                 events.host("copies enqueued", host0)
             except BaseException as exc:  # surfaced by the launching thread
                 failed.append(exc)
@@ -260,7 +329,7 @@ class LoopbackWorld:
             beside.start()
         events.mark("kernel", cur)
         try:
-            fused[grid](**call, **fk._extra(ctx, order, ctx.no_trace), **options)
+            eng.enqueue(lambda: fused[grid](**call, **extra, **options))
         finally:
             if beside is not None:
                 beside.join()
@@ -268,26 +337,158 @@ class LoopbackWorld:
         events.host("kernel launched", host0)
         if pending:
             arrive()
-        self._after_kernel(loop, epoch, hc)
+        if capturing:  # the side branch rejoins the captured stream: the graph ends when its copies do
+            ops.record(loop.side_mark, hs)
+            ops.wait_event(hc, loop.side_mark)
+        if loop.device_epoch is None:
+            self._after_kernel(loop, epoch, hc)
         if failed:
             raise failed[0]
         if sync:
             self.synchronize()
         return ctx
 
+    def _own_writes(self, loop: _Loop, shard: torch.Tensor, epoch: int, ops, hc, hs):
+        """Enqueue what the kernel needs before it starts: the epoch, cleared error words, this
+        rank's rows and their flags; and start the side stream (`hs`) once what its flags need is
+        there. Returns how this launch raises a chunk's flags,
+        `raise_flags(flag addresses, stream, barrier=True)`: the host's epoch by write-value, or
+        in device-epoch mode (runtime/graph.py) a copy from the epoch's pinned mirror."""
+        own_dst, own_bytes = loop.own
+        de = loop.device_epoch
+        if de is None:
+            # The side stream needs nothing of this launch: its copies start at once.
+            ops.record(loop.compute_mark, hc)
+            ops.wait_event(hs, loop.compute_mark)
+            ops.copy(own_dst, ptr(shard), own_bytes, hc)
+            ops.write_batch(loop.start_writes, epoch, hc)  # error words cleared, the epoch, the own flags
+            write32 = ops.write32
+
+            def raise_flags(flags, stream, barrier=True):
+                for f in flags:
+                    write32(f, epoch, stream)
+
+            return raise_flags
+        # The side stream's flags are copies of the new epoch: it starts once the mirror holds it.
+        # The own rows may land after the advance raised their flags: only the fused kernel,
+        # behind them on this stream, reads those flags.
+        self.engine.enqueue(de.advance)
+        ops.copy(de.mirror_address, loop.epoch_word, 4, hc)
+        ops.record(loop.compute_mark, hc)
+        ops.wait_event(hs, loop.compute_mark)
+        ops.copy(own_dst, ptr(shard), own_bytes, hc)
+        mirror, scratch = de.mirror_address, de.scratch_address
+
+        def raise_flags(flags, stream, barrier=True):
+            if barrier:  # the chunk's bytes are visible before its flag (see runtime/graph.py)
+                ops.write32(scratch, 0, stream)
+            for f in flags:
+                ops.copy(f, mirror, 4, stream)
+
+        return raise_flags
+
+    def _use_device_epoch(self, loop: _Loop) -> None:
+        """From now on `loop`'s launches advance the epoch on the device (runtime/graph.py). On the
+        CPU engine its chunk copies move to a worker stream, so that a replayed graph's copies
+        run beside the interpreted kernel as a GPU's side stream does."""
+        if isinstance(loop.prepared, LaunchError):
+            raise loop.prepared
+        loop.device_epoch = loop.prepared
+        if loop.side is None:
+            loop.side = self.engine.side_stream(loop.ctx.buffer.device, self.fk.timeout_s)
+
+    def _launch_args(self, loop: _Loop, grid, call: dict) -> tuple[torch.Tensor, dict]:
+        """The tile order (FusedKernel._order) and the kernel's extra arguments of this launch
+        shape, kept per loop: the order depends on the grid and the scalar arguments (what
+        _shape_key holds: here the argument names in call order, then the values with None for
+        each tensor, which skips its sort), and the extra arguments on the context, the order and
+        the operator's trace switch. Tensors other than the communicated one (their data
+        pointers) go to the kernel as passed, never into a key."""
+        fk = self.fk
+        key = None
+        if isinstance(grid, tuple):  # a callable grid is evaluated by _order, a list is not hashable
+            key = (grid, fk.trace, tuple(call), tuple([None if isinstance(v, torch.Tensor) else v for v in call.values()]))
+            hit = loop.launch_args.get(key)
+            if hit is not None:
+                return hit
+        order = fk._order(loop.ctx, grid, call, None)[0]
+        hit = (order, fk._extra(loop.ctx, order, loop.ctx.no_trace))
+        if key is not None:
+            loop.launch_args[key] = hit
+        return hit
+
+    def _arrivals(self, loop: _Loop, moves: dict, withhold: frozenset) -> list:
+        """(chunk, dst, src, bytes, flags) of the remote chunks not withheld, in arrival order."""
+        got = loop.arrivals.get(withhold)
+        if got is None:
+            got = loop.arrivals[withhold] = [(g, *moves[g]) for g in loop.ctx.plan.arrival if g in moves and g not in withhold]
+        return got
+
+    def _check_capture(self, key: tuple, grid, bound: dict, sync: bool, delay_s: float, copies: str | None, timeline: bool) -> None:
+        """A captured launch must be warm (its first launch probes and reads back on the host) and
+        enqueue everything from the capturing thread, with nothing to wait for on the host."""
+        if sync:
+            raise LaunchError("a launch captured in a CUDA graph cannot wait for itself: pass sync=False and call "
+                              "synchronize() after the replays")
+        if (delay_s and self.engine.device_type == "cuda") or copies not in (None, "before") or timeline:
+            raise LaunchError("a captured launch enqueues its chunk copies before the kernel: leave out delay_s, copies= "
+                              "and timeline= when capturing")
+        loop = self.loops.get(key)
+        call = dict(bound)
+        if loop is not None:
+            call[self.fk.schedule.tensor] = loop.ctx.buffer
+        if loop is None or self.fk._shape_key(grid, call) not in loop.ctx.orders:
+            raise LaunchError("launch once with these shapes, grid and scalars before capturing: the first launch "
+                              "probes the kernel's tiles and reads the answer back, which a capture cannot")
+
     def _after_kernel(self, loop: _Loop, epoch: int, hc) -> None:
         """Copy the kernel's error words into the launch's ring slot behind it; read them later."""
         loop.errors.record(epoch, hc)
 
     def synchronize(self) -> None:
-        """Wait for every launch so far and raise the first error among them (SyncopyTimeout)."""
+        """Wait for every launch so far and raise the first error among them (SyncopyTimeout);
+        in device-epoch mode also those of graph replays, which only the device knows of."""
         for loop in self.loops.values():
             self.engine.synchronize(loop.ctx.buffer.device)
-            if loop.wire is not None:
-                for stream in (loop.wire.send, loop.wire.recv):
-                    if isinstance(stream, streamops.HostStream):
-                        stream.synchronize()
+            streams = [loop.side] + ([loop.wire.send, loop.wire.recv] if loop.wire is not None else [])
+            for stream in streams:
+                if isinstance(stream, streamops.HostStream):
+                    stream.synchronize()
             self._check(loop, wait=True)
+            if loop.device_epoch is not None:
+                self._check_device_epoch(loop)
+
+    def _check_device_epoch(self, loop: _Loop) -> None:
+        """After a synchronize: take the epoch the device reached (replays advance it unseen) and
+        raise the first error the device kept (runtime/graph.py)."""
+        ctx, de = loop.ctx, loop.device_epoch
+        ctx.epoch = ctx.unwrap(de.epoch_word())
+        err = de.first_error()
+        if err is not None:
+            rank, unit, at = err
+            plan = ctx.plan
+            raise SyncopyTimeout(rank, divmod(plan.chunk_of_flag(unit), plan.chunks_per_rank), ctx.unwrap(at), self.fk.timeout_s)
+
+    def capture(self, grid, args: tuple, kwargs: dict, peers: list[torch.Tensor], withhold: frozenset = frozenset(),
+                delay_s: float = 0.0):
+        """Capture one warm launch as a graph; `graph.replay()` runs it again with whatever the
+        captured tensors (this rank's shard, `peers`, the kernel's other arguments) hold by then,
+        and advances the epoch on the device (runtime/graph.py). Errors of replays are raised by
+        `synchronize()`. On a GPU this is `torch.cuda.graph` around `launch(..., sync=False)`
+        (which works as well written out); on the CPU engine a HostGraph, whose `delay_s` paces
+        the chunk copies on the side stream's worker at every replay (a slow link)."""
+        if self.engine.device_type == "cuda":
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                self.launch(grid, args, kwargs, peers, sync=False, withhold=withhold, delay_s=delay_s)
+            return graph
+        graph = self.engine.graph = graphs.HostGraph()
+        try:
+            self.launch(grid, args, kwargs, peers, sync=False, withhold=withhold, delay_s=delay_s)
+        finally:
+            graph.recording = False
+            self.engine.graph = None
+        return graph
 
     def _check(self, loop: _Loop, wait: bool = False) -> None:
         """Raise the first error of this context's launches that are done (all of them, with `wait`)."""
@@ -412,7 +613,7 @@ class LoopbackWorld:
 
     def _check_streams(self, loop: _Loop) -> None:
         """A CPU stream whose wait ran out (the kernel never raised a chunk's flag) is a SyncopyTimeout."""
-        streams = (loop.wire.send, loop.wire.recv) if loop.wire is not None else ()
+        streams = (loop.side,) + ((loop.wire.send, loop.wire.recv) if loop.wire is not None else ())
         for stream in streams:
             errors = getattr(stream, "errors", None)
             if errors:
@@ -456,6 +657,7 @@ class LoopbackWorld:
                                   f"along dim {ctx.dim} of a {list(ctx.buffer.shape)} tensor are strided; shard along dim 0")
             moves[g] = (ptr(dst), ptr(what), dst.nbytes, [ctx.flag_address(f) for f in ctx.plan.flags(g)])
         loop.peers, loop.moves = list(peers), moves
+        loop.arrivals.clear()
         return moves
 
 

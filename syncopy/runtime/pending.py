@@ -32,6 +32,10 @@ class LaunchErrors:
         self.ctx, self.ops, self.timeout_s = ctx, ops, timeout_s
         self.words = ctx.word_address(dev.SIG_ERROR.value)
         self.ring = pin(torch.zeros(self.RING, dev.SIG_HEADER, dtype=torch.int32))
+        # Made once: each slot's address (for the copy) and a NumPy view of it (read with no torch
+        # call: a tensor index and .tolist() per launch cost microseconds on the launch path).
+        self.slots = [ptr(self.ring[i]) for i in range(self.RING)]
+        self.rows = self.ring.numpy()
         self.done = [ops.event() for _ in range(self.RING)]  # per slot: the launch's kernel and error copy are done
         self.pending: collections.deque[tuple[int, int]] = collections.deque()  # (epoch, slot), oldest first
 
@@ -40,7 +44,7 @@ class LaunchErrors:
         if len(self.pending) >= self.RING:
             self.check(wait=True, upto=1)  # the oldest launch's slot is about to be reused
         slot = epoch % self.RING
-        self.ops.copy(ptr(self.ring[slot]), self.words, 4 * dev.SIG_HEADER, stream)
+        self.ops.copy(self.slots[slot], self.words, 4 * dev.SIG_HEADER, stream)
         self.ops.record(self.done[slot], stream)
         self.pending.append((epoch, slot))
 
@@ -56,8 +60,9 @@ class LaunchErrors:
                 time.sleep(20e-6)
             self.pending.popleft()
             checked += 1
-            flag, rank, unit, at = self.ring[slot].tolist()
-            if flag:
+            row = self.rows[slot]
+            if row[0]:
+                flag, rank, unit, at = row.tolist()
                 self.pending.clear()  # later launches of a failed context are not trusted either
                 plan = self.ctx.plan
                 raise SyncopyTimeout(rank, divmod(plan.chunk_of_flag(unit), plan.chunks_per_rank), self.ctx.unwrap(at), self.timeout_s)

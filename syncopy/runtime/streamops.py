@@ -33,8 +33,22 @@ import torch
 from syncopy.errors import LaunchError
 
 CU_STREAM_WAIT_VALUE_GEQ = 0  # (int32)(*addr - value) >= 0: a cyclic comparison, epochs may wrap
+CU_STREAM_MEM_OP_WRITE_VALUE_32 = 2
+MAX_BATCH = 255  # cuStreamBatchMemOp takes fewer than 256 operations a call
+
+
+class _WriteValueOp(ctypes.Structure):
+    """CUstreamBatchMemOpParams as a write-value (cuda.h: a 48-byte union; `value` is the union of
+    cuuint32_t and cuuint64_t, little-endian, so its low half is the 32-bit value)."""
+
+    _fields_ = [("operation", ctypes.c_uint), ("address", ctypes.c_uint64), ("value", ctypes.c_uint64),
+                ("flags", ctypes.c_uint), ("alias", ctypes.c_uint64), ("pad", ctypes.c_uint64)]
+
+
+assert ctypes.sizeof(_WriteValueOp) == 48
 CU_EVENT_DISABLE_TIMING = 2
 CUDA_ERROR_NOT_READY = 600
+CUDA_ERROR_NOT_SUPPORTED = 801
 
 
 def ptr(t: torch.Tensor) -> int:
@@ -57,6 +71,8 @@ class CudaOps:
         self._write = _bind(lib, ("cuStreamWriteValue32_v2", "cuStreamWriteValue32"), (vp, u64, u32, ctypes.c_uint))
         self._wait = _bind(lib, ("cuStreamWaitValue32_v2", "cuStreamWaitValue32"), (vp, u64, u32, ctypes.c_uint))
         self._memset = _bind(lib, ("cuMemsetD32Async",), (u64, ctypes.c_uint, ctypes.c_size_t, vp))
+        self._batch = _bind(lib, ("cuStreamBatchMemOp_v2", "cuStreamBatchMemOp"), (vp, ctypes.c_uint, ctypes.c_void_p, ctypes.c_uint),
+                            required=False)
         self._event_create = _bind(lib, ("cuEventCreate",), (ctypes.POINTER(vp), ctypes.c_uint))
         self._event_record = _bind(lib, ("cuEventRecord",), (vp, vp))
         self._event_query = _bind(lib, ("cuEventQuery",), (vp,))
@@ -69,12 +85,39 @@ class CudaOps:
         """The CUstream of a torch stream (0: the legacy default stream)."""
         return stream.cuda_stream
 
+    # The hot calls test the result inline: a launch makes dozens of them.
     def copy(self, dst: int, src: int, n: int, stream: int) -> None:
-        self._check(self._memcpy(dst, src, n, stream), "cuMemcpyAsync")
+        rc = self._memcpy(dst, src, n, stream)
+        if rc:
+            self._check(rc, "cuMemcpyAsync")
 
     def write32(self, addr: int, value: int, stream: int) -> None:
         """After everything before it on `stream` (a memory barrier first), store `value` at `addr`."""
-        self._check(self._write(stream, addr, value & 0xFFFFFFFF, 0), "cuStreamWriteValue32")
+        rc = self._write(stream, addr, value & 0xFFFFFFFF, 0)
+        if rc:
+            self._check(rc, "cuStreamWriteValue32")
+
+    def batch(self, writes: list[tuple[int, int | None]]) -> "WriteBatch":
+        """Made once: write-values to these addresses, each of its value or (None) of the value
+        passed to `write_batch` at each launch."""
+        return WriteBatch(writes, self._batch is not None and len(writes) <= MAX_BATCH)
+
+    def write_batch(self, batch: "WriteBatch", value: int, stream: int) -> None:
+        """The batch's writes, in order, each as `write32` would do it, in one driver call
+        (cuStreamBatchMemOp), or one call each where the driver lacks it."""
+        if batch.params is None:
+            for addr, v in batch.writes:
+                self.write32(addr, value if v is None else v, stream)
+            return
+        word = value & 0xFFFFFFFF
+        for i in batch.variable:
+            batch.params[i].value = word
+        rc = self._batch(stream, len(batch.writes), ctypes.addressof(batch.params), 0)
+        if rc == CUDA_ERROR_NOT_SUPPORTED:  # nothing was enqueued: one call each from now on
+            self._batch, batch.params = None, None
+            self.write_batch(batch, value, stream)
+        elif rc:
+            self._check(rc, "cuStreamBatchMemOp")
 
     def wait32(self, addr: int, value: int, stream: int) -> None:
         """`stream` goes on once the int32 at `addr` is >= `value` (cyclically)."""
@@ -109,12 +152,28 @@ class CudaOps:
             raise LaunchError(f"{what} failed with CUDA error {rc} ({(text.value or b'?').decode()})")
 
 
-def _bind(lib, names: tuple[str, ...], argtypes: tuple):
+class WriteBatch:
+    """Write-values made once per context (see CudaOps.batch): the driver's parameter array,
+    reused at every launch with only the launch's value changed (the driver reads it during the call)."""
+
+    def __init__(self, writes: list[tuple[int, int | None]], native: bool):
+        self.writes = list(writes)
+        self.variable = [i for i, (_, v) in enumerate(self.writes) if v is None]
+        self.params = None
+        if native:
+            self.params = (_WriteValueOp * len(self.writes))()
+            for op, (addr, v) in zip(self.params, self.writes):
+                op.operation, op.address, op.value = CU_STREAM_MEM_OP_WRITE_VALUE_32, addr, (v or 0) & 0xFFFFFFFF
+
+
+def _bind(lib, names: tuple[str, ...], argtypes: tuple, required: bool = True):
     for name in names:
         fn = getattr(lib, name, None)
         if fn is not None:
             fn.argtypes, fn.restype = argtypes, ctypes.c_int
             return fn
+    if not required:
+        return None
     raise LaunchError(f"the CUDA driver has none of {', '.join(names)}; update the driver (stream memory operations need CUDA 11.7+)")
 
 
@@ -182,6 +241,13 @@ class HostOps:
         # x86 keeps stores in order, so the copies before this store are visible before it.
         self._on(stream, lambda: setattr(ctypes.c_int32.from_address(addr), "value", wrap32(value)))
 
+    def batch(self, writes: list[tuple[int, int | None]]) -> WriteBatch:
+        return WriteBatch(writes, native=False)
+
+    def write_batch(self, batch: WriteBatch, value: int, stream) -> None:
+        for addr, v in batch.writes:
+            self.write32(addr, value if v is None else v, stream)
+
     def wait32(self, addr: int, value: int, stream) -> None:
         word = ctypes.c_int32.from_address(addr)
         deadline_s = stream.deadline_s if stream is not None else self.deadline_s
@@ -197,6 +263,10 @@ class HostOps:
 
     def zero32(self, addr: int, count: int, stream) -> None:
         self._on(stream, lambda: ctypes.memset(addr, 0, 4 * count))
+
+    def delay(self, seconds: float, stream) -> None:
+        """The stream pauses (an emulated link's time on the wire; a CPU graph replays it)."""
+        self._on(stream, lambda: time.sleep(seconds))
 
     def event(self) -> threading.Event:
         return threading.Event()
