@@ -398,24 +398,7 @@ class LoopbackWorld:
             loop.side = self.engine.side_stream(loop.ctx.buffer.device, self.fk.timeout_s)
 
     def _launch_args(self, loop: _Loop, grid, call: dict) -> tuple[torch.Tensor, dict]:
-        """The tile order (FusedKernel._order) and the kernel's extra arguments of this launch
-        shape, kept per loop: the order depends on the grid and the scalar arguments (what
-        _shape_key holds: here the argument names in call order, then the values with None for
-        each tensor, which skips its sort), and the extra arguments on the context, the order and
-        the operator's trace switch. Tensors other than the communicated one (their data
-        pointers) go to the kernel as passed, never into a key."""
-        fk = self.fk
-        key = None
-        if isinstance(grid, tuple):  # a callable grid is evaluated by _order, a list is not hashable
-            key = (grid, fk.trace, tuple(call), tuple([None if isinstance(v, torch.Tensor) else v for v in call.values()]))
-            hit = loop.launch_args.get(key)
-            if hit is not None:
-                return hit
-        order = fk._order(loop.ctx, grid, call, None)[0]
-        hit = (order, fk._extra(loop.ctx, order, loop.ctx.no_trace))
-        if key is not None:
-            loop.launch_args[key] = hit
-        return hit
+        return launch_args(self.fk, loop, grid, call)
 
     def _arrivals(self, loop: _Loop, moves: dict, withhold: frozenset) -> list:
         """(chunk, dst, src, bytes, flags) of the remote chunks not withheld, in arrival order."""
@@ -660,6 +643,26 @@ class LoopbackWorld:
         loop.arrivals.clear()
         return moves
 
+
+
+def launch_args(fk: FusedKernel, loop: _Loop, grid, call: dict) -> tuple[torch.Tensor, dict]:
+    """The tile order (FusedKernel._order) and the kernel's extra arguments of this launch shape,
+    kept per loop: the order depends on the grid and the scalar arguments (what _shape_key holds:
+    here the argument names in call order, then the values with None for each tensor, which skips
+    its sort), and the extra arguments on the context, the order and the operator's trace switch.
+    Tensors other than the communicated one (their data pointers) go to the kernel as passed, never
+    into a key; a kernel probed at every launch (rows from loaded data) is never served from it."""
+    key = None
+    if isinstance(grid, tuple) and not fk._built[0].fresh_probe:  # a callable grid is evaluated by _order, a list is not hashable
+        key = (grid, fk.trace, tuple(call), tuple([None if isinstance(v, torch.Tensor) else v for v in call.values()]))
+        hit = loop.launch_args.get(key)
+        if hit is not None:
+            return hit
+    order = fk._order(loop.ctx, grid, call, None)[0]
+    hit = (order, fk._extra(loop.ctx, order, loop.ctx.no_trace))
+    if key is not None:
+        loop.launch_args[key] = hit
+    return hit
 
 class _Wire:
     """A producer context's transfers on the loopback world: per remote chunk (its flag, where it

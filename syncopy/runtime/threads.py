@@ -65,7 +65,7 @@ from syncopy.api import FusedKernel, _ensure_allocator, _spin_limit
 from syncopy.errors import LaunchError
 from syncopy.runtime import streamops
 from syncopy.runtime.context import Context
-from syncopy.runtime.loopback import _Cuda, _Host, _Loop, _Timeline
+from syncopy.runtime.loopback import _Cuda, _Host, _Loop, _Timeline, launch_args
 from syncopy.runtime.streamops import ptr, wrap32
 
 
@@ -160,6 +160,9 @@ class _Rank(_Loop):
         peers = [p for p in range(world.world) if p != self.rank]
         self.out = {p: eng.side_stream(ctx.buffer.device, world.fk.timeout_s) for p in peers}  # pushes / sends to p
         self.out_done = {p: ops.event() for p in peers}
+        if not ctx.producer:  # behind the own rows: error words cleared, the epoch, the own flags, then ready[r]
+            self.start_writes = ops.batch([(self.errors.words + 4 * i, 0) for i in range(4)] + [(self.epoch_word, None)]
+                                          + [(f, None) for f in self.own_flags] + [(self.ready, None)])
         self.moves: dict[int, list[tuple]] = {}  # consumer: p -> [(chunk, dst, src offset, bytes, p's flag addresses)]
         self.inbox: dict[int, torch.Tensor] = {}  # producer: peer -> its partial of this rank's rows
         self.sends: dict[int, list[tuple]] = {}  # producer: p -> [(chunk, flag address, dst, src, bytes)] in finish order
@@ -257,8 +260,11 @@ class ThreadWorld:
         for rk, g, (arguments, _, options) in zip(ranks, grids, bound):
             call = dict(arguments)
             call[fk.schedule.tensor] = rk.ctx.buffer
-            order, _, _ = fk._order(rk.ctx, g, call, None)
-            calls.append((g, call, order, options))
+            if fk.producer:
+                order = fk._order(rk.ctx, g, call, None)[0]
+                calls.append((g, call, fk._extra(rk.ctx, order, rk.ctx.no_trace), options))
+            else:
+                calls.append((g, call, *launch_args(fk, rk, g, call)[1:], options))
         epoch = self.epochs[key] = self.epochs.get(key, 0) + 1
         self.launches += 1
         eng, ops = self.engine, self.ops
@@ -291,8 +297,6 @@ class ThreadWorld:
         for rk in ranks:
             hc = ops.handle(rk.stream)
             ops.wait_event(hc, start)
-            ops.write32(rk.epoch_word, epoch, hc)
-            ops.zero32(rk.errors.words, 4, hc)
             self.timelines[rk.rank].mark("start", rk.stream)
             if fk.poison_receive and rk.ctx.buffer.is_floating_point():
                 with self._using(rk.stream):  # a read before its chunk lands gives NaN
@@ -302,9 +306,7 @@ class ThreadWorld:
                 rows = rk.ctx.plan.rows_per_rank
                 mine = mine.narrow(rk.ctx.dim, rk.rank * rows, rows)
             ops.copy(rk.own[0], ptr(mine), rk.own[1], hc)
-            for f in rk.own_flags:
-                ops.write32(f, epoch, hc)
-            ops.write32(rk.ready, epoch, hc)
+            ops.write_batch(rk.start_writes, epoch, hc)  # error words cleared, the epoch, own flags, ready[r]: one driver call
             ops.record(rk.fork, hc)
         for rk in ranks:
             base = ptr(shards[rk.rank]) if a2a else ptr(rk.ctx.buffer)
@@ -338,12 +340,11 @@ class ThreadWorld:
 
     def _kernels(self, ranks: list[_Rank], calls, fused) -> None:
         """Every rank's fused kernel, each on its compute stream."""
-        fk = self.fk
-        for rk, (grid, call, order, options) in zip(ranks, calls):
+        for rk, (grid, call, extra, options) in zip(ranks, calls):
             timeline = self.timelines[rk.rank]
             timeline.mark("kernel", rk.stream)
             with self._using(rk.stream):
-                fused[grid](**call, **fk._extra(rk.ctx, order, rk.ctx.no_trace), **options)
+                fused[grid](**call, **extra, **options)
             timeline.mark("end", rk.stream)
 
     def _pause(self, stream) -> None:
