@@ -91,16 +91,6 @@ def ag_gemm_threads_case(bench, m, n, k, world=4, chunks=4, reps=5):
         bench._record(res, name, fn, reps)
     tw.synchronize()
     res["pushes"] = tw.pushes
-    other = "in-kernel" if tw.pushes == "before-kernel" else "before-kernel"
-    key = "fused_" + other.replace("-", "_")
-    try:  # the other push mode, for the record (in-kernel where the device was measured not to allow it may time out)
-        tw_other = ThreadWorld(fk, world, pushes=other)
-        res[f"{key}_ms"] = bench._pipelined(lambda: tw_other.launch(grid, calls, dict(meta)), iters=4, batches=2)
-        tw_other.synchronize()
-        print(f"    fused with {other} pushes: {res[f'{key}_ms']:.3f} ms", flush=True)
-    except Exception as exc:  # noqa: BLE001 -- recorded, the case goes on
-        res[f"{key}_error"] = f"{type(exc).__name__}: {exc}"[:300]
-        print(f"    fused with {other} pushes failed: {res[f'{key}_error']}", flush=True)
     for c in cs:
         c.fill_(float("nan"))
     tw.launch(grid, calls, dict(meta), timeline=True, sync=True)

@@ -27,12 +27,13 @@ chance; with one thread it is fixed, and a wait never precedes what it waits for
 Every rank's kernel starts after every rank's pre-kernel work (own rows, epoch, poisoning): a kernel
 that fills the GPU with waiting tiles must not hold the SMs a peer's memset or fill still needs
 before that peer's pushes can start. Whether the pushes themselves (device-to-device copies) run
-beside a kernel that holds every SM is the hardware's and driver's business: the first launch on a
-device measures it (`copies_run_beside_full_sms`: a kernel fills every SM and spins, bounded, for a
-flag raised behind a copy). Where they do, kernels wait for their chunks inside (`pushes="in-kernel"`);
-where they do not, each rank's kernel starts once the pushes into it are done (`pushes="before-kernel"`:
-correct, overlapped across ranks but not inside a kernel), and the world says so once.
-$SYNCOPY_THREAD_PUSHES=in-kernel|before-kernel overrides the measurement.
+beside kernels that hold every SM is the hardware's and driver's business, and on an H100 they did
+not reliably: a probe (`copies_run_beside_full_sms`: 4 spinning programs per SM, a copy on another
+stream) said they do, and 4 ranks of 1024 waiting 64x64 tiles each ran correctly with in-kernel
+pushes, but 4 ranks of 4096 tiles of 128x128 (8192x8192x4096) hung until their poll budgets ran
+out. So on a GPU each rank's kernel starts once the pushes into it are done (`pushes="before-kernel"`,
+the default: correct, overlapped across ranks, not inside a kernel); `pushes="in-kernel"` (or
+$SYNCOPY_THREAD_PUSHES=in-kernel) lets tiles wait inside, where the kernels leave SMs free.
 
 A launch enqueues and returns, like any CUDA op: its ranks' streams first wait for the caller's
 current stream (inputs ready), and with `join=True` (the default) the caller's stream waits for
@@ -54,7 +55,6 @@ import contextlib
 import functools
 import os
 import time
-import warnings
 
 import torch
 import triton
@@ -174,13 +174,13 @@ class ThreadWorld:
     def __init__(self, fused: FusedKernel, world: int, device: str = "cuda", pushes: str | None = None):
         """pushes: "in-kernel" (tiles wait for chunks that land while the kernels run) or
         "before-kernel" (each rank's kernel starts once the pushes into it are done); default
-        $SYNCOPY_THREAD_PUSHES, else measured on the device at the first launch (module doc)."""
+        $SYNCOPY_THREAD_PUSHES, else before-kernel on a GPU and in-kernel on the CPU engine (module doc)."""
         pushes = pushes or os.environ.get("SYNCOPY_THREAD_PUSHES") or None
         if pushes is not None and pushes not in PUSH_MODES:
-            raise LaunchError(f"pushes={pushes!r}: expected one of {', '.join(PUSH_MODES)} (or unset: measured on the device)")
-        self.pushes = pushes if pushes is not None or device != "cuda" else None
-        if self.pushes is None and device != "cuda":
-            self.pushes = "in-kernel"  # CPU streams are threads: they always run beside the kernel
+            raise LaunchError(f"pushes={pushes!r}: expected one of {', '.join(PUSH_MODES)} (or unset: before-kernel on a GPU)")
+        # CPU streams are threads: they always run beside the kernel. On a GPU, in-kernel is opt-in
+        # (module doc: measured to hang an H100 at 8192x8192x4096 while the copy probe said yes).
+        self.pushes = pushes or ("before-kernel" if device == "cuda" else "in-kernel")
         if world < 1:
             raise LaunchError(f"a thread world needs at least one rank, got world={world}")
         if device == "cuda" and not torch.cuda.is_available():
@@ -252,8 +252,6 @@ class ThreadWorld:
         shards = [b[1] for b in bound]
         _ensure_allocator(shards[0].device)
         key, ranks = self._ranks(shards, bound)
-        if self.pushes is None:
-            self._choose_pushes(shards[0].device)
         for rk in ranks:
             rk.errors.check()  # earlier launches that are done: their errors surface here
         calls = []
@@ -441,16 +439,6 @@ class ThreadWorld:
             part = ctx.buffer.narrow(dim, lo, n) if r == rk.rank else rk.inbox[r].narrow(dim, 0, n)
             acc = part.to(wide, copy=True) if acc is None else acc.add_(part)
         (out.narrow(dim, lo, n) if all_reduce else out).copy_(acc)
-
-    def _choose_pushes(self, device) -> None:
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        if copies_run_beside_full_sms(index):
-            self.pushes = "in-kernel"
-            return
-        self.pushes = "before-kernel"
-        warnings.warn(f"on {torch.cuda.get_device_name(device)}, a device-to-device copy does not run while a kernel holds every "
-                      "SM, so the thread world's kernels start once their chunks are in (overlapped across ranks, not inside a "
-                      "kernel); set SYNCOPY_THREAD_PUSHES=in-kernel to override", stacklevel=4)
 
     def _using(self, stream):
         return torch.cuda.stream(stream) if self.engine.device_type == "cuda" else contextlib.nullcontext()
