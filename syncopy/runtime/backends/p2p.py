@@ -1,4 +1,4 @@
-"""The single-node GPU backend: each rank pushes its chunks straight into its peers' buffers with
+r"""The single-node GPU backend: each rank pushes its chunks straight into its peers' buffers with
 the copy engines, through CUDA IPC mappings of every rank's gathered buffer and signal pad, and
 raises the peer's flag behind each chunk with a stream write-value. Communication uses no SM, and a
 warm launch enqueues and returns: the handshake between ranks is on the device.
