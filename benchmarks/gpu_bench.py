@@ -34,7 +34,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # gpu_threads.py
 
 import syncopy
 from syncopy import device as dev
-from syncopy.api import _spin_limit, slot_records, slot_tiles
+from syncopy.runtime.launch import _spin_limit
+from syncopy.runtime.order import slot_records, slot_tiles
 from syncopy.runtime.loopback import LoopbackWorld
 from syncopy.templates.ag_gemm.kernel import ag_gemm_kernel
 

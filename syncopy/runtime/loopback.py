@@ -25,6 +25,8 @@ a host thread while the interpreted kernel's tiles spin.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import contextlib
 import threading
 import time
@@ -32,13 +34,16 @@ import time
 import torch
 
 from syncopy import device as dev
-from syncopy.api import FusedKernel, _ensure_allocator, _spin_limit
+from syncopy.runtime.launch import _ensure_allocator, _spin_limit
 from syncopy.errors import LaunchError, SyncopyTimeout
 from syncopy.runtime import graph as graphs
 from syncopy.runtime import streamops
 from syncopy.runtime.context import Context
 from syncopy.runtime.pending import LaunchErrors
 from syncopy.runtime.streamops import ptr, wrap32
+
+if TYPE_CHECKING:  # the runtime never imports the user-facing layer (syncopy.api)
+    from syncopy.api import FusedKernel
 
 
 class _Cuda:

@@ -83,7 +83,7 @@ def order(fk, ctx, grid, args: dict, sequential: bool):
 
         records = probe_tiles(run, ctx.buffer.device)
         if records and by_rows:
-            from syncopy.api import _chunk_of_row
+            from syncopy.runtime.order import _chunk_of_row
 
             seen = [r for r in records if r[4] and 0 <= r[0] <= r[1]]
             fk._check_rows(ctx, max((r[1] for r in seen), default=-1) + 1, args)

@@ -51,6 +51,8 @@ kernels run one after another on the calling thread while the peers' pushes land
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import contextlib
 import functools
 import os
@@ -61,12 +63,15 @@ import triton
 import triton.language as tl
 
 from syncopy import device as dev
-from syncopy.api import FusedKernel, _ensure_allocator, _spin_limit
+from syncopy.runtime.launch import _ensure_allocator, _spin_limit
 from syncopy.errors import LaunchError
 from syncopy.runtime import streamops
 from syncopy.runtime.context import Context
 from syncopy.runtime.loopback import _Cuda, _Host, _Loop, _Timeline, launch_args
 from syncopy.runtime.streamops import ptr, wrap32
+
+if TYPE_CHECKING:  # the runtime never imports the user-facing layer (syncopy.api)
+    from syncopy.api import FusedKernel
 
 
 PUSH_MODES = ("in-kernel", "before-kernel")
@@ -290,7 +295,7 @@ class ThreadWorld:
     def _consume(self, ranks: list[_Rank], calls, shards, epoch: int, start, fused, withhold: frozenset) -> None:
         """all_gather / all_to_all: pre-kernel writes, pushes, kernels, then each compute stream
         waits for its rank's pushes (the next launch rewrites the rows they read)."""
-        fk, eng, ops = self.fk, self.engine, self.ops
+        fk, ops = self.fk, self.ops
         a2a = fk.schedule.pattern == "all_to_all"
         for rk in ranks:
             hc = ops.handle(rk.stream)

@@ -15,6 +15,7 @@ from functools import lru_cache
 from importlib import resources
 
 from syncopy.errors import SyncopyError
+from syncopy.runtime.reference import all_gather_rows  # noqa: F401  (the templates' references use it)
 
 
 @dataclass(frozen=True)
@@ -53,20 +54,6 @@ def world_size(group=None) -> int:
     if group is not None and not isinstance(group, dist.ProcessGroup) and hasattr(group, "size"):
         return group.size()
     return dist.get_world_size(group)
-
-
-def all_gather_rows(x, group=None):
-    """The reference all-gather along dim 0 (`all_gather_into_tensor`, quiet about its rename)."""
-    import warnings
-
-    import torch
-    import torch.distributed as dist
-
-    full = torch.empty(x.shape[0] * dist.get_world_size(group), *x.shape[1:], dtype=x.dtype, device=x.device)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        dist.all_gather_into_tensor(full, x.contiguous(), group=group)
-    return full
 
 
 def available() -> dict[str, Template]:
@@ -111,7 +98,7 @@ class TemplateOp:
         self.__name__ = self.__qualname__ = name
 
     def __call__(self, *args, group=None, chunks_per_rank=None, order=None, **kwargs):
-        from syncopy.api import checked_group
+        from syncopy.runtime.contexts import checked_group
 
         checked_group(group)  # the template sizes its output with the group before the launch's own check
         return get(self.__name__).module.launch(_fused(self.__name__, chunks_per_rank, order), *args, group=group, **kwargs)

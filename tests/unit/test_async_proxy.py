@@ -14,6 +14,7 @@ from syncopy import api
 from syncopy.device import has_async_proxy
 from syncopy.frontend.source import find_kernel
 from syncopy.passes import transform
+from syncopy.passes.names import ASYNC_PROXY_FLAG
 from syncopy.schedule import Schedule
 
 FENCE_IN = "syncopy_device.async_proxy_acquire(SYNCOPY_ASYNC_PROXY)"
@@ -92,8 +93,8 @@ def _ctx(device="cpu"):
 
 def test_launch_passes_the_flag_to_descriptor_kernels_only(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    assert api.ASYNC_PROXY_FLAG not in _fake_fused(False)._extra(_ctx(), None, None, table=True)
-    assert _fake_fused(True)._extra(_ctx(), None, None, table=True)[api.ASYNC_PROXY_FLAG] is False
+    assert ASYNC_PROXY_FLAG not in _fake_fused(False)._extra(_ctx(), None, None, table=True)
+    assert _fake_fused(True)._extra(_ctx(), None, None, table=True)[ASYNC_PROXY_FLAG] is False
 
 
 @pytest.mark.parametrize("interpret, capability, expected", [("1", (9, 0), False), ("0", (9, 0), True), ("0", (10, 0), True),

@@ -221,9 +221,10 @@ def test_compiled_waits_get_a_poll_budget_from_the_measured_poll_cost(monkeypatc
 
 def test_interpreted_waits_count_polls(monkeypatch):
     from syncopy import api, device
+    from syncopy.runtime import launch
 
     assert device.INTERPRETED  # the test session runs the interpreter (conftest)
-    monkeypatch.setattr(api, "_poll_cost_s", 1e-4)
+    monkeypatch.setattr(launch, "_poll_cost_s", 1e-4)
     assert api._spin_limit(1.0, "cpu") == 10_000
     assert api._spin_limit(1e-6, "cpu") == 100  # at least 100 polls
 

@@ -219,6 +219,7 @@ class P2PBackend:
     z_fastest = False  # GPUs dispatch programs x fastest
     memory = CudaMemory()
     handshake: NodeBarrier | None = None  # the per-launch barrier through shared host memory (gloo's where none)
+    reducer: "SendReduce | None" = None  # reduce_scatter contexts of ranks alone on their GPU (set at connect)
 
     def __init__(self, group, timeout_s: float, link: Link | None, faults: Faults | None):
         refuse_emulation(self.name, link, faults, drop=True)
@@ -237,7 +238,6 @@ class P2PBackend:
         self.shared_device = False  # another rank on this GPU: pushes complete before the launch
         self.ops = self.memory.make_ops(wait_bound(timeout_s))
         self.errors: LaunchErrors | None = None  # consumer contexts: launches whose error words are not read yet
-        self.reducer: SendReduce | None = None  # reduce_scatter contexts of ranks alone on their GPU
 
     def check_grid(self, programs: int, persistent: bool, kernel: str, device, ctas_per_program: int = 1) -> None:
         """Every grid is safe: the copy engines need no SM."""

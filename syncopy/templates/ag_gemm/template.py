@@ -1,6 +1,5 @@
 """ag_gemm: C = all_gather(A) @ B; shape M,N,K with M the rows of A per rank."""
 import torch
-import torch.distributed as dist
 import triton
 
 from syncopy.templates import all_gather_rows, world_size

@@ -1,7 +1,6 @@
 """ag_gemm_persistent: C = all_gather(A) @ B with a persistent tensor-descriptor GEMM; shape M,N,K
 with M the rows of A per rank. One program per SM on a GPU (each loops over tiles), a few on CPU."""
 import torch
-import torch.distributed as dist
 import triton
 
 from syncopy.templates import all_gather_rows, world_size

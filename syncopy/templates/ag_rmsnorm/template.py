@@ -1,6 +1,5 @@
 """ag_rmsnorm: Y = rmsnorm(all_gather(X)) * W; shape M,N,K is M rows per rank and N columns (K unused)."""
 import torch
-import torch.distributed as dist
 import triton
 
 from syncopy.templates import all_gather_rows, world_size

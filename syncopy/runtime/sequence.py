@@ -1,0 +1,216 @@
+"""The launch sequence of a fused operator: one launch at a time per group, bind, context, order, epoch,
+transfers, kernel, errors; the producer path; the launch's initial partial."""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from syncopy.errors import LaunchError, SyncopyTimeout
+from syncopy.runtime.backends import control
+from syncopy.runtime.context import Context
+from syncopy.runtime.contexts import checked_group
+from syncopy.runtime.launch import _cuda_device, _deferred, _ensure_allocator, _on_device, _spin_limit
+from syncopy.runtime.outcome import _advice, _and, _announce_unwritten, _dropped_out, _raise_if_dropped_out
+
+
+class LaunchSequence:
+    """The launch itself, consumer and producer (FusedKernel mixes this in; the steps it calls are the
+    other mixins of syncopy/runtime)."""
+
+    def _serialised_launch(self, grid, args, kwargs, group):
+        """`_launch`, one at a time per group on this rank, in the mode syncopy's tensor work runs in.
+
+        Threads: a launch reuses the context's buffers and signal pad and steps its epoch, and a
+        first launch talks to the peers over the group's control group, so two launches on one group
+        must not interleave on a rank; a second thread waits here for the first launch to return
+        (launches on other groups go on meanwhile). Which thread goes first is up to the threads: as
+        with torch.distributed collectives, every rank of the group must launch in the same order
+        (the n-th launch of a rank meets the n-th launch of each peer); taking turns per group, not
+        per operator, makes ranks that disagree on the order of two operators wait and time out
+        (naming the rank) instead of pairing one operator's data with the other's. On CUDA, a launch
+        from a thread with another current stream first makes that stream wait for the last
+        launch's (device-side, no host wait).
+
+        Modes: syncopy's own tensor work (buffers, flags, copies, on this thread and on the transfer
+        threads) runs under torch.inference_mode(), whatever the caller's mode: it records no autograd
+        anyway, and in that mode it may update in place both the caller's tensors (inference tensors
+        under the caller's inference_mode) and its own (made once, reused in any later mode)."""
+        self._refuse_grad(args, kwargs)
+        group = checked_group(group)
+        device = _cuda_device(args, kwargs)
+        with control.group_lock(group), torch.inference_mode(), _on_device(device):
+            self._follow_last_launch(control.group_token(group), device)
+            return self._launch(grid, args, kwargs, group)
+
+    def _refuse_grad(self, args, kwargs) -> None:
+        """A launch records no autograd graph: refuse inputs that require grad (with grad enabled),
+        rather than return a result whose gradients would silently be missing."""
+        if not torch.is_grad_enabled():
+            return
+        for key, value in [*zip(self.signature.parameters, args), *kwargs.items()]:
+            if isinstance(value, torch.Tensor) and value.requires_grad:
+                raise LaunchError(f"launch of '{self.local.fn.__name__}': argument '{key}' requires grad, but fused operators are "
+                                  f"not differentiable yet (its gradient would be lost); pass {key}.detach(), or launch under "
+                                  "torch.no_grad() or torch.inference_mode()")
+
+    def _follow_last_launch(self, token: int, device) -> None:
+        """On CUDA, this launch's stream waits for the last launch's on the group when they differ
+        (threads have their own current streams; both launches use the same buffers)."""
+        if device is None:
+            return
+        stream, last = torch.cuda.current_stream(device), self._last_stream.get((token, device))
+        if last is not None and last != stream:
+            stream.wait_stream(last)
+        self._last_stream[(token, device)] = stream
+
+    def _launch(self, grid, args, kwargs, group):
+        group = checked_group(group)
+        self.build()
+        t, fused, probe, _ = self._built
+        bound, shard, options = self._bind(args, dict(kwargs))
+        _ensure_allocator(shard.device)
+        ctx, backend = self._context(shard, group, bound)
+        self.resolved_chunks_per_rank, self.resolved_order = ctx.schedule.chunks_per_rank, ctx.schedule.order
+        self.last_resolution = ctx.resolution
+        if ctx.broken:
+            raise LaunchError(f"this operator's transfers broke in an earlier launch ({ctx.broken}); re-create the process group")
+        if self.producer:
+            return self._launch_producer(grid, bound, shard, options, ctx, backend)
+        call_args = dict(bound)
+        call_args[self.schedule.tensor] = ctx.buffer
+        if backend is not None:
+            g0, g1, g2 = self._grid(grid, call_args)
+            # Each program is num_ctas CTAs (a cluster on sm_90): what could hold SMs is their product.
+            backend.check_grid(g0 * g1 * g2, t.persistent is not None, self.local.fn.__name__, shard.device,
+                               int(options.get("num_ctas") or 1))
+        order, ranges, exec_order = self._order(ctx, grid, call_args, backend)
+        if _deferred(backend):
+            backend.check()  # earlier launches that are done: their errors surface here
+        epoch = ctx.begin(_spin_limit(self.timeout_s, shard.device.type))
+        trace, trace_buf = self._new_trace(ctx, epoch, len(ranges))
+        if self.poison_receive and ctx.buffer.is_floating_point():
+            ctx.buffer.fill_(float("nan"))
+        if backend is None:
+            ctx.buffer.copy_(shard)
+            for g in range(ctx.n_chunks):
+                ctx.land(g)
+            transfer = None
+        else:
+            if self.schedule.pattern == "all_to_all":
+                ctx.source = shard
+            backend.local(ctx, shard)
+            transfer = backend.start(ctx, epoch)
+        k0 = time.perf_counter() - ctx.t0
+        try:
+            fused[grid](**call_args, **self._extra(ctx, order, trace_buf), **options)
+        finally:
+            k1 = time.perf_counter() - ctx.t0
+            if transfer is not None:
+                transfer.join()
+        if getattr(transfer, "deferred", False):
+            # Enqueued, like any CUDA op: the error words are read once the kernel is done (the
+            # next launch, synchronize(), or now if it already is; a traced launch waits for it).
+            backend.finish(ctx, epoch)
+            backend.check(wait=trace is not None)
+            if trace is not None:
+                self._finish_trace(trace, trace_buf, order, ranges, exec_order, (k0, k1), persistent=t.persistent is not None)
+            return None
+        if transfer is not None and transfer.errors:
+            ctx.broken = repr(transfer.errors[0])
+            raise LaunchError(f"rank {ctx.plan.rank}: transfer failed: {transfer.errors[0]}")
+        err = ctx.error()
+        c = ctx.plan.chunks_per_rank
+        gone = _dropped_out(transfer)
+        if err is not None:
+            rank, flag, e = err
+            chunk = ctx.plan.chunk_of_flag(flag)  # the kernel waits per unit; name the chunk
+            ctx.broken = f"chunk {chunk} timed out"
+            raise SyncopyTimeout(rank, divmod(chunk, c), e, self.timeout_s, gone, _advice(gone))
+        if transfer is not None and transfer.lost:
+            ctx.broken = f"chunk {transfer.lost[0]} lost"
+            raise SyncopyTimeout(ctx.plan.rank, divmod(transfer.lost[0], c), epoch, self.timeout_s, _and("the transfer never completed", gone),
+                                 _advice(gone))
+        _raise_if_dropped_out(ctx, epoch, gone, transfer)
+        if trace is not None:
+            self._finish_trace(trace, trace_buf, order, ranges, exec_order, (k0, k1), persistent=t.persistent is not None)
+        return None
+
+    def synchronize(self) -> None:
+        """Wait for this operator's launches so far and raise the first error among them
+        (SyncopyTimeout, naming rank, chunk and epoch). On GPUs a warm launch returns once its work
+        is enqueued, like any CUDA op (p2p with one rank per GPU); its errors surface at the next
+        launch of the same shape or here. CPU launches return when they are done and raise at once."""
+        for _, backend in list(self._contexts.values()):
+            if _deferred(backend):
+                backend.check(wait=True)
+
+    def _launch_producer(self, grid, bound: dict, out: torch.Tensor, options: dict, ctx: Context, backend):
+        """reduce_scatter / all_reduce: the kernel writes its full partial result into our buffer and
+        announces chunks; the transfer threads reduce them into `out` while later tiles compute.
+
+        The kernel runs as the reference runs it: on a partial that starts as the user's `out`
+        (all_reduce) or as zeros (reduce_scatter), so atomics, read-modify-write epilogues and
+        elements no tile writes give what `fused.reference` gives."""
+        _, fused, _, _ = self._built
+        call_args = dict(bound)
+        call_args[self.schedule.tensor] = ctx.buffer
+        order, ranges, exec_order = self._order(ctx, grid, call_args, backend)
+        need = ctx.tiles_per_chunk[self._shape_key(grid, call_args)]
+        if _deferred(backend):
+            backend.check()  # earlier launches that are done: their errors surface here
+        ctx.set_targets(need)
+        epoch = ctx.begin(_spin_limit(self.timeout_s, out.device.type))
+        trace, trace_buf = self._new_trace(ctx, epoch, len(ranges))
+        self._init_partial(ctx, out)
+        if self.poison_receive and out.is_floating_point():
+            out.fill_(float("nan"))  # after _init_partial read it: only the reduction may write `out` now
+        _announce_unwritten(ctx, need)
+        transfer = backend.start_reduce(ctx, out, epoch) if backend is not None else None
+        k0 = time.perf_counter() - ctx.t0
+        try:
+            fused[grid](**call_args, **self._extra(ctx, order, trace_buf), **options)
+        finally:
+            k1 = time.perf_counter() - ctx.t0
+            if transfer is not None:
+                transfer.join()
+        if getattr(transfer, "deferred", False):
+            # Enqueued (p2p reduce_scatter, one rank per GPU): the sends follow the kernel's flags and
+            # the reduction follows the sends on the device; errors surface at the next launch or
+            # synchronize() (a traced launch waits for them now).
+            if trace is not None:
+                backend.check(wait=True)
+                self._finish_trace(trace, trace_buf, order, ranges, exec_order, (k0, k1))
+            return None
+        if transfer is None:
+            out.copy_(ctx.buffer)  # a world of one: the partial is the result
+        else:
+            if transfer.errors:
+                ctx.broken = repr(transfer.errors[0])
+                raise LaunchError(f"rank {ctx.plan.rank}: transfer failed: {transfer.errors[0]}")
+            gone = _dropped_out(transfer)
+            if transfer.lost:
+                chunk, peer = transfer.lost[0]
+                ctx.broken = f"chunk {chunk} lost"
+                raise SyncopyTimeout(ctx.plan.rank, divmod(chunk, ctx.plan.chunks_per_rank), epoch, self.timeout_s,
+                                     _and(f"its partial sum from rank {peer} never came", gone), _advice(gone))
+            unfinished = [g for g in ctx.plan.owned if not transfer.final[g].is_set()]
+            if unfinished:
+                ctx.broken = f"chunk {unfinished[0]} never reduced"
+                raise SyncopyTimeout(ctx.plan.rank, divmod(unfinished[0], ctx.plan.chunks_per_rank), epoch, self.timeout_s,
+                                     _and("it was never reduced", gone), _advice(gone))
+            _raise_if_dropped_out(ctx, epoch, gone, transfer)
+        if trace is not None:
+            self._finish_trace(trace, trace_buf, order, ranges, exec_order, (k0, k1))
+        return None
+
+    def _init_partial(self, ctx: Context, out: torch.Tensor) -> None:
+        """What the kernel's partial holds before its first store, as in the reference: all_reduce,
+        this rank's `out` (the kernel sees the user's C, e.g. for `C += A @ B`); reduce_scatter,
+        zeros (a partial the kernel adds into, or leaves unwritten, starts at zero). Enqueued on the
+        current stream, the kernel's, so on GPUs it is a stream-ordered memset or copy, no host sync.
+        Done at every launch: the kernel's own stores are not proven to cover every element."""
+        if self.schedule.pattern == "all_reduce":
+            ctx.buffer.copy_(out)
+        else:
+            ctx.buffer.zero_()
