@@ -34,7 +34,8 @@ def cache_dir() -> Path:
 
 def cache_key(t: Transformed) -> str:
     h = hashlib.sha256()
-    for part in (t.source.code(t.source.func), t.schedule.key(), _version()):
+    # Checked mode makes another kernel from the same source; unchecked keys stay as they were.
+    for part in (t.source.code(t.source.func), t.schedule.key(), _version(), *(("checked",) if t.checked else ())):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()[:16]

@@ -32,6 +32,7 @@ class Transformed:
     persistent: inference.persistent.PersistentLoop | None = None  # tiles come from a loop, not the grid
     # Producers whose write ranges depend on loaded data: the runtime probes them at every launch.
     fresh_probe: bool = False
+    checked: bool = False  # checked mode: every read (or store) of the tensor checks its chunks (read_check.py)
 
     def code(self, node: cst.CSTNode | None = None) -> str:
         return self.source.module.code_for_node(node if node is not None else self.func)
