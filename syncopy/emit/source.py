@@ -1,8 +1,8 @@
 """Emit: Python source for a transformed kernel, written to a content-addressed cache and imported.
 
 Triton's @jit reads a kernel's source through `inspect`, so a rewritten kernel must live in a real
-file. The file name is keyed by the hash of (kernel source, schedule, syncopy version), which also
-makes `--dump-dir` and a look at what syncopy generated a matter of opening that file.
+file. The file name is keyed by the hash of (kernel source, schedule, syncopy version, generated
+text), which also makes `--dump-dir` and a look at what syncopy generated a matter of opening that file.
 """
 from __future__ import annotations
 
@@ -34,8 +34,10 @@ def cache_dir() -> Path:
 
 def cache_key(t: Transformed) -> str:
     h = hashlib.sha256()
-    # Checked mode makes another kernel from the same source; unchecked keys stay as they were.
-    for part in (t.source.code(t.source.func), t.schedule.key(), _version(), *(("checked",) if t.checked else ())):
+    # The generated text too: it also depends on what the kernel's source alone does not say (the
+    # helpers inference followed, checked mode), and a process must never find another's text
+    # under its key (Triton reads a kernel's source back from the file).
+    for part in (t.source.code(t.source.func), t.schedule.key(), _version(), standalone_module(t)):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()[:16]

@@ -195,3 +195,19 @@ def test_device_check_store_flags_a_chunk_announced_already():
     assert _run_check([2, 2, 2, 2], False, (0, 8)) == [0, 0, 0, 0]
     assert _run_check([2, 3, 2, 2], False, (0, 4)) == [dev.CHECK_BASE.value + 85, 1, 1, 3]
     assert _run_check([2, 3, 2, 2], False, (4, 8)) == [0, 0, 0, 0]
+
+
+# -- issue 10 item 4: caches of the launch path ----------------------------------------------------
+def test_the_cache_file_of_a_fused_kernel_depends_on_the_helpers_inference_followed():
+    # Same kernel text, same schedule, a helper with other row arithmetic: other waits, so another
+    # file (keyed by kernel text alone, the second would overwrite the first's file, which Triton
+    # reads the source of the first kernel back from).
+    from syncopy.emit.source import cache_key, standalone_module
+
+    kernel = ("@triton.jit\ndef k(X, Y, n, BLOCK: tl.constexpr):\n    pid = tl.program_id(0)\n"
+              "    v = block_of(X, pid, BLOCK)\n    tl.store(Y + pid * BLOCK + tl.arange(0, BLOCK), v)\n")
+    helper = "@triton.jit\ndef block_of(p, pid, BLOCK: tl.constexpr):\n    return tl.load(p + {} + tl.arange(0, BLOCK))\n\n\n"
+    made = [transform(find_kernel(HEAD + helper.format(rows) + kernel, "kern.py", "k"), Schedule(pattern="all_gather", tensor="X"))
+            for rows in ("pid * BLOCK", "(pid + 1) * BLOCK")]
+    assert standalone_module(made[0]) != standalone_module(made[1])
+    assert cache_key(made[0]) != cache_key(made[1])
