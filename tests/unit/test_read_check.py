@@ -211,3 +211,22 @@ def test_the_cache_file_of_a_fused_kernel_depends_on_the_helpers_inference_follo
             for rows in ("pid * BLOCK", "(pid + 1) * BLOCK")]
     assert standalone_module(made[0]) != standalone_module(made[1])
     assert cache_key(made[0]) != cache_key(made[1])
+
+
+def test_a_launch_on_another_gpu_gets_its_own_context(monkeypatch):
+    # A context's buffers and signal pad live on one device: keyed by the device type alone, a
+    # launch with tensors on cuda:1 ran its kernel on the buffers of an earlier launch on cuda:0.
+    import types
+
+    import syncopy
+    from syncopy import api
+
+    fused = syncopy.overlap({"pattern": "all_gather", "tensor": "A", "dim": 0, "chunks_per_rank": 1, "order": "ring"})(_check_kernel)
+    monkeypatch.setattr(api.dist, "get_world_size", lambda group=None: 1)
+    monkeypatch.setattr(api.dist, "get_rank", lambda group=None: 0)
+    monkeypatch.setattr(api.control, "group_token", lambda group: 7)
+    monkeypatch.setattr(fused, "_make_context", lambda shard, rank, world, choice: types.SimpleNamespace(device=shard.device))
+    made = [fused._context(types.SimpleNamespace(shape=(4, 4), dtype=torch.float32, device=torch.device("cuda", i)), None, {})[0]
+            for i in (0, 1, 0)]
+    assert [m.device.index for m in made] == [0, 1, 0]
+    assert made[0] is made[2]
