@@ -52,6 +52,16 @@ def rewrite_file(t: Transformed) -> str:
     module = t.source.module
     new = module.deep_replace(t.source.func, t.func)
     assert isinstance(new, cst.Module)
+    if t.checked_helpers:
+        # Checked copies of the helpers (read_check.py) go right before the kernel that calls them.
+        body = list(new.body)
+        at = next(i for i, s in enumerate(body) if s is t.func)
+        copies = [f.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()] if i else []) for i, f in enumerate(t.checked_helpers)]
+        body[at:at] = copies
+        body[at + len(copies)] = t.func.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
+        copies[0] = copies[0].with_changes(leading_lines=list(t.func.leading_lines))
+        body[at] = copies[0]
+        new = new.with_changes(body=body)
     if _has_device_import(module):
         return new.code
     body = list(new.body)
@@ -76,7 +86,7 @@ def standalone_module(t: Transformed) -> str:
         f"pattern {t.schedule.pattern}, tensor {t.schedule.tensor}). Do not edit.\n"
         f"{IMPORT_DEVICE}\n"
     )
-    funcs = [_only_jit_decorator(t.func)]
+    funcs = [*map(_only_jit_decorator, t.checked_helpers), _only_jit_decorator(t.func)]
     if t.probe is not None:
         funcs.append(_only_jit_decorator(t.probe))
     module = cst.Module(body=funcs)

@@ -11,9 +11,13 @@ The literal (42) is the line of the read in the user's file. A violation goes th
 slot that bounded waits use (device.py, "checked mode"), with the line in the flag word, and the
 host raises `SyncopyReadError` naming file:line, rank, chunk and epoch (`violation`).
 
+A @triton.jit helper of the kernel's file handed a pointer into the tensor is called through a
+checked copy (`syncopy_checked_<name>`, next to the kernel), whose checks name the helper's lines;
+a helper defined elsewhere cannot be copied (the transformed source says so above the call). A
+block pointer (`tl.make_block_ptr`) is refused in one line.
+
 Switched on by `syncopy.overlap(..., checked=True)`, `SYNCOPY_CHECKED=1` or `syncopy transform
---checked`. Reads inside a @triton.jit helper handed a pointer into the tensor are not instrumented
-(the transformed source says so above the call); a block pointer (`tl.make_block_ptr`) is refused.
+--checked`.
 """
 from __future__ import annotations
 
@@ -27,7 +31,7 @@ from syncopy.errors import KernelError, SyncopyReadError
 from syncopy.frontend import cstutil as cu
 from syncopy.frontend import helpers
 from syncopy.frontend import infer as inference
-from syncopy.passes import names
+from syncopy.passes import names, signature
 from syncopy.schedule.model import PRODUCER_PATTERNS
 
 D = names.DEVICE
@@ -74,8 +78,9 @@ class _Finder:
     """The reads (or stores) of the tensor in a function, in source order, told from the calls alone."""
 
     def __init__(self, func: cst.FunctionDef, tensor: str, base: str, dim: int, producer: bool,
-                 descs: dict[str, inference.Descriptor], where):
-        self.derived = inference._derived_names(func, tensor)
+                 descs: dict[str, inference.Descriptor], where, seeds: tuple[str, ...] = ()):
+        # In a helper the seeds are the parameters handed a pointer into the tensor.
+        self.derived = set().union(*(inference._derived_names(func, seed) for seed in (seeds or (tensor,))))
         self.tensor, self.base, self.producer, self.descs, self.where = tensor, base, producer, descs, where
         self.outer = "True" if dim == 0 else "False"
         self.local = helpers.local_names(func)
@@ -143,16 +148,32 @@ class _Insert(cst.CSTTransformer):
     """Put each site's check right before the statement holding it. For a read in a compound
     statement's header the check goes before the statement: it covers a while's first test only."""
 
-    def __init__(self, checks: dict[int, cst.BaseSmallStatement], unchecked: dict[int, str], comment: str):
+    def __init__(self, checks: dict[int, cst.BaseSmallStatement], unchecked: dict[int, str], comment: str,
+                 renames: dict[int, tuple[str, str]] | None = None):
         self.checks, self.unchecked, self.comment = checks, unchecked, comment
+        self.renames = renames or {}  # helper call -> (its checked copy, the tensor's base there)
         self.elifs: set[int] = set()
+
+    def leave_Call(self, original, updated):
+        if id(original) not in self.renames:
+            return updated
+        clone, base = self.renames[id(original)]
+        args = list(updated.args)
+        args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        tight = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
+        for key, value in ((names.SIGNALS, names.SIGNALS), (names.CTX, names.CTX), (CHECK_BASE, base)):
+            args.append(cst.Arg(cst.parse_expression(value), keyword=cst.Name(key), equal=tight,
+                                comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))))
+        args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        return updated.with_changes(func=cst.Name(clone), args=args)
 
     def _found(self, nodes: list[cst.CSTNode]) -> tuple[list[cst.BaseSmallStatement], list[str]]:
         calls = [id(c) for n in nodes for c in cu.calls_in(n)]
         return [self.checks[c] for c in calls if c in self.checks], list(dict.fromkeys(self.unchecked[c] for c in calls if c in self.unchecked))
 
     def _comments(self, checks, unchecked) -> list[cst.EmptyLine]:
-        texts = [f"# syncopy: checked mode does not see inside {h}: its accesses of this tensor are not checked" for h in unchecked]
+        texts = [f"# syncopy: checked mode cannot look inside {h} (not a @triton.jit function of this file it can copy): "
+                 "its accesses of this tensor are not checked" for h in unchecked]
         return [cst.EmptyLine(comment=cst.Comment(t)) for t in (*texts, *([self.comment] if checks else []))]
 
     def _prepend(self, original, updated):
@@ -190,24 +211,84 @@ class _Insert(cst.CSTTransformer):
         return self._prepend(original, updated)
 
 
+CHECK_BASE = "syncopy_check_base"  # a checked helper's parameter: the tensor's base, which its checks measure from
+CLONE_PREFIX = "syncopy_checked_"
+
+
+def _comment(tensor: str, producer: bool) -> str:
+    what = "store" if producer else "read"
+    return (f"# syncopy: checked: the chunks of {tensor} this {what} touches "
+            f"{'are not announced yet' if producer else 'have arrived'}")
+
+
+class _Clones:
+    """Checked copies of the @triton.jit helpers of the kernel's file that are handed a pointer into
+    the tensor: the same function with a check before each of its accesses (at the helper's own
+    lines) and three more parameters (signal pad, context, the tensor's base). One per (helper,
+    parameters handed the pointer); helpers they call are copied the same way."""
+
+    def __init__(self, ks, tensor: str, dim: int, producer: bool):
+        self.ks, self.tensor, self.dim, self.producer = ks, tensor, dim, producer
+        self.defs = helpers.jit_helpers(ks)
+        self.made: dict[tuple[str, tuple[str, ...]], tuple[str, cst.FunctionDef | None]] = {}
+
+    def functions(self) -> list[cst.FunctionDef]:
+        return [f for _, f in self.made.values() if f is not None]
+
+    def copy_for(self, site: _Helper, derived: set[str]) -> str | None:
+        """The name of the checked copy to call at `site` (None: the helper cannot be copied)."""
+        helper = self.defs.get(site.name)
+        env = helpers.bind_args(helper, site.call, self.ks) if helper is not None else None
+        if env is None:
+            return None
+        handed = tuple(p for p, code in env.items() if cu.names_in(cst.parse_expression(code)) & derived)
+        key = (site.name, handed)
+        if key not in self.made:
+            variants = sum(1 for name, _ in self.made if name == site.name)
+            clone = f"{CLONE_PREFIX}{site.name}" + (f"_{variants}" if variants else "")
+            self.made[key] = (clone, None)  # recursion: a helper that calls itself gets the same copy
+            self.made[key] = (clone, self._copy(helper, handed, clone))
+        return self.made[key][0]
+
+    def _copy(self, helper: cst.FunctionDef, handed: tuple[str, ...], clone: str) -> cst.FunctionDef:
+        ks = self.ks
+        finder = _Finder(helper, self.tensor, CHECK_BASE, self.dim, self.producer, {}, ks.location, seeds=handed)
+        func = instrument(helper, finder, [ks.location(s.call).line for s in finder.sites(helper.body)], self,
+                          _comment(self.tensor, self.producer), CHECK_BASE)
+        func = signature.add_params(func, extra=(names.SIGNALS, names.CTX, CHECK_BASE), flags=())
+        return func.with_changes(name=cst.Name(clone), leading_lines=[])
+
+
+def instrument(func: cst.FunctionDef, finder: _Finder, lines: list[int], clones: _Clones, comment: str, base: str) -> cst.FunctionDef:
+    """`func` with a check before each of `finder`'s sites (site k at user line lines[k]) and its
+    helper calls pointed at their checked copies."""
+    sites = finder.sites(func.body)
+    checks = {id(s.call): s.statement(lines[k]) for k, s in enumerate(sites) if isinstance(s, _Site)}
+    renames, unchecked = {}, {}
+    for s in sites:
+        if isinstance(s, _Helper):
+            clone = clones.copy_for(s, finder.derived)
+            if clone is None:
+                unchecked[id(s.call)] = s.name
+            else:
+                renames[id(s.call)] = (clone, base)
+    return func.visit(_Insert(checks, unchecked, comment, renames))
+
+
 def apply(t):
-    """`t` (a passes.Transformed) with a check before every read (or store) of its tensor."""
+    """`t` (a passes.Transformed) with a check before every read (or store) of its tensor, in the
+    kernel and in checked copies of the helpers it hands a pointer into the tensor."""
     ks, binding = t.source, t.binding
     producer = t.schedule.pattern in PRODUCER_PATTERNS
     tensor = binding.tensor
     descs = inference._descriptors(ks, ks.func, inference._derived_names(ks.func, tensor), tensor, binding.dim) \
         if binding.dim == 0 else {}
     original = _Finder(ks.func, tensor, binding.base, binding.dim, producer, descs, ks.location).sites(ks.func.body)
-    fused = _Finder(t.func, tensor, binding.base, binding.dim, producer, descs, lambda n: ks.location(ks.func)).sites(t.func.body)
-    lines = _lines(ks, original, fused)
-    checks = {id(s.call): s.statement(lines[k]) for k, s in enumerate(fused) if isinstance(s, _Site)}
-    unchecked = {id(s.call): s.name for s in fused if isinstance(s, _Helper)}
-    what = "store" if producer else "read"
-    comment = (f"# syncopy: checked: the chunks of {tensor} this {what} touches "
-               f"{'are not announced yet' if producer else 'have arrived'}")
-    func = t.func.visit(_Insert(checks, unchecked, comment))
-    out = dataclasses.replace(t, func=func, checked=True, stages=dict(t.stages))
-    out.stages["fused"] = out.code()
+    finder = _Finder(t.func, tensor, binding.base, binding.dim, producer, descs, lambda n: ks.location(ks.func))
+    clones = _Clones(ks, tensor, binding.dim, producer)
+    func = instrument(t.func, finder, _lines(ks, original, finder.sites(t.func.body)), clones, _comment(tensor, producer), binding.base)
+    out = dataclasses.replace(t, func=func, checked=True, stages=dict(t.stages), checked_helpers=clones.functions())
+    out.stages["fused"] = "\n\n".join(out.code(f) for f in (*out.checked_helpers, out.func))
     return out
 
 

@@ -88,14 +88,34 @@ def test_producer_checks_stores_and_atomics_not_reads_of_its_partial():
     ]
 
 
-def test_a_read_inside_a_helper_is_said_to_be_unchecked():
-    helper = "@triton.jit\ndef block_of(p, pid, BLOCK: tl.constexpr):\n    return tl.load(p + pid * BLOCK + tl.arange(0, BLOCK))\n\n"
+def test_a_helper_handed_the_tensor_is_called_through_a_checked_copy_naming_its_own_lines():
+    helper = ("@triton.jit\ndef block_of(p, pid, BLOCK: tl.constexpr):\n    return tl.load(p + pid * BLOCK + tl.arange(0, BLOCK))\n\n\n"
+              "@triton.jit\ndef twice(q, pid, BLOCK: tl.constexpr):\n    return block_of(q, pid, BLOCK) * 2\n\n\n")
+    text = HEAD + helper + "@triton.jit\ndef k(X, Y, idx, n, BLOCK: tl.constexpr):\n" + textwrap.indent(textwrap.dedent('''\
+        pid = tl.program_id(0)
+        v = twice(X + 0, pid, BLOCK) + tl.load(Y + pid)
+        tl.store(Y + pid * BLOCK + tl.arange(0, BLOCK), v)
+    '''), "    ")
+    t = read_check.apply(transform(find_kernel(text, "kern.py", "k"), Schedule(pattern="all_gather", tensor="X")))
+    assert [f.name.value for f in t.checked_helpers] == ["syncopy_checked_twice", "syncopy_checked_block_of"]
+    code = t.stages["fused"]
+    assert "v = syncopy_checked_twice(X + 0, pid, BLOCK, syncopy_signals=syncopy_signals, syncopy_ctx=syncopy_ctx, syncopy_check_base=X)" in code
+    assert "return syncopy_checked_block_of(q, pid, BLOCK, syncopy_signals=syncopy_signals, syncopy_ctx=syncopy_ctx, " \
+           "syncopy_check_base=syncopy_check_base) * 2" in code
+    # The read is block_of's, at line 7 of kern.py, measured from the tensor's base the kernel passes down.
+    assert _checks(code) == ["syncopy_device.check_read(syncopy_signals, syncopy_ctx, p + pid * BLOCK + tl.arange(0, BLOCK), True, "
+                             "syncopy_check_base, 7, True)"]
+    assert "def syncopy_checked_block_of(p, pid, BLOCK: tl.constexpr, syncopy_signals, syncopy_ctx, syncopy_check_base):" in code
+
+
+def test_a_helper_from_another_file_is_said_to_be_unchecked():
     code = _fused('''\
         pid = tl.program_id(0)
-        v = block_of(X, pid, BLOCK)
+        v = other_module.block_of(X, pid, BLOCK)
         tl.store(Y + pid * BLOCK + tl.arange(0, BLOCK), v)
-    ''', helpers=helper)
-    assert "# syncopy: checked mode does not see inside block_of: its accesses of this tensor are not checked" in code
+    ''')
+    assert ("# syncopy: checked mode cannot look inside other_module.block_of (not a @triton.jit function of this file it can "
+            "copy): its accesses of this tensor are not checked") in code
     assert _checks(code) == []
 
 
