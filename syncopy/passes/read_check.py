@@ -27,7 +27,7 @@ import os
 import libcst as cst
 
 from syncopy import device as dev
-from syncopy.errors import KernelError, SyncopyReadError
+from syncopy.errors import KernelError, LaunchError, SyncopyReadError
 from syncopy.frontend import cstutil as cu
 from syncopy.frontend import helpers
 from syncopy.frontend import infer as inference
@@ -45,7 +45,7 @@ def enabled_by_env() -> bool:
     value = os.environ.get(ENV, "").strip().lower()
     if value in _ON or value in _OFF:
         return value in _ON
-    raise KernelError(f"{ENV}={os.environ[ENV]!r} is neither on nor off; set {ENV}=1 for checked mode or {ENV}=0 (or unset it)")
+    raise LaunchError(f"{ENV}={os.environ[ENV]!r} is neither on nor off; set {ENV}=1 for checked mode or {ENV}=0 (or unset it)")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,7 +18,7 @@ import triton.language as tl
 
 from syncopy import device as dev
 from syncopy.cli import main
-from syncopy.errors import KernelError, SyncopyReadError
+from syncopy.errors import KernelError, LaunchError, SyncopyReadError
 from syncopy.frontend.source import find_kernel
 from syncopy.passes import read_check, transform
 from syncopy.schedule import Schedule
@@ -137,7 +137,7 @@ def test_environment_variable(monkeypatch, value, on):
 
 def test_environment_variable_that_says_neither_is_refused(monkeypatch):
     monkeypatch.setenv(read_check.ENV, "maybe")
-    with pytest.raises(KernelError, match=r"^SYNCOPY_CHECKED='maybe' is neither on nor off; set SYNCOPY_CHECKED=1"):
+    with pytest.raises(LaunchError, match=r"^SYNCOPY_CHECKED='maybe' is neither on nor off; set SYNCOPY_CHECKED=1"):
         read_check.enabled_by_env()
 
 
