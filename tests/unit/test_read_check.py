@@ -16,6 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
+import syncopy
 from syncopy import device as dev
 from syncopy.cli import main
 from syncopy.errors import KernelError, LaunchError, SyncopyReadError
@@ -250,3 +251,29 @@ def test_a_launch_on_another_gpu_gets_its_own_context(monkeypatch):
             for i in (0, 1, 0)]
     assert [m.device.index for m in made] == [0, 1, 0]
     assert made[0] is made[2]
+
+
+def test_a_deferred_launch_reports_the_violation_through_the_error_ring():
+    # The GPU path (errors read off the launch path, runtime/pending.py), run by the loopback world
+    # on CPU: a too-narrow binding.rows waits for the first chunk of each tile's rows only, and
+    # chunk 1 of rank 1 is withheld; the read of it is named by synchronize(), not lost.
+    from syncopy.runtime.loopback import LoopbackWorld
+    from syncopy.templates.ag_gemm.kernel import ag_gemm_kernel
+
+    schedule = dict(pattern="all_gather", tensor="A", dim=0, chunks_per_rank=2, order="ring",
+                    binding={"rows": "pid_m * BLOCK_M + tl.arange(0, 1)"})
+    fused = syncopy.overlap(schedule, timeout_s=5.0, checked=True)(ag_gemm_kernel)
+    world, rows, n, k = 3, 16, 16, 16
+    g = torch.Generator().manual_seed(3)
+    shards, b = [torch.randn(rows, k, generator=g) for _ in range(world)], torch.randn(k, n, generator=g)
+    lw = LoopbackWorld(fused, world, 0, device="cpu")
+    m, a = rows * world, shards[0]
+    c = torch.empty(m, n)
+    lw.launch((m // 16,), (a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1)),
+              dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=2), shards, sync=False, withhold=frozenset({3}))
+    with pytest.raises(SyncopyReadError) as info:
+        lw.synchronize()
+    line = next(i for i, text in enumerate(Path(ag_gemm_kernel.fn.__code__.co_filename).read_text().splitlines(), 1)
+                if "a = tl.load(a_ptrs" in text)
+    assert str(info.value).startswith(f"{ag_gemm_kernel.fn.__code__.co_filename}:{line}: rank 0 read chunk (1, 1) of A "
+                                      "before it arrived (epoch 1); ")
