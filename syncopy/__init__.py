@@ -5,6 +5,7 @@ from syncopy.errors import (
     LaunchError,
     ScheduleError,
     SyncopyError,
+    SyncopyReadError,
     SyncopyTimeout,
 )
 from syncopy.schedule import Schedule, load_schedule
@@ -37,4 +38,5 @@ __all__ = [
     "InferenceError",
     "LaunchError",
     "SyncopyTimeout",
+    "SyncopyReadError",
 ]

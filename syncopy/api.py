@@ -25,7 +25,7 @@ import torch.distributed as dist
 
 from syncopy.errors import LaunchError
 from syncopy.frontend.source import from_jit
-from syncopy.passes import Transformed, transform
+from syncopy.passes import Transformed, read_check, transform
 from syncopy.runtime import plan as planning
 from syncopy.runtime import backends
 from syncopy.runtime.context import Context, Trace
@@ -82,7 +82,8 @@ class FusedKernel(Binding, Contexts, TileOrder, Tracing, LaunchSequence):
     def __init__(self, jit_fn, schedule: Schedule, *, backend: str = "auto", timeout_s: float = 60.0,
                  link: Link | None = None, faults: Faults | None = None, trace: bool = False,
                  poison_receive: bool = False, dump_dir: str | Path | None = None,
-                 one_shot_max_bytes: int = planning.ONE_SHOT_MAX_BYTES, hardware: str | None = None, workload=None):
+                 one_shot_max_bytes: int = planning.ONE_SHOT_MAX_BYTES, hardware: str | None = None, workload=None,
+                 checked: bool | None = None):
         _require_jit(jit_fn)
         _check_timeout(timeout_s)
         self.local = jit_fn
@@ -96,6 +97,7 @@ class FusedKernel(Binding, Contexts, TileOrder, Tracing, LaunchSequence):
         self.trace = trace
         self.poison_receive = poison_receive
         self.dump_dir = dump_dir
+        self.checked = checked  # None: $SYNCOPY_CHECKED decides, at the first launch (passes/read_check.py)
         self.signature = inspect.signature(jit_fn.fn)
         if schedule.kernel is not None and schedule.kernel != jit_fn.fn.__name__:
             raise LaunchError(
@@ -128,6 +130,8 @@ class FusedKernel(Binding, Contexts, TileOrder, Tracing, LaunchSequence):
                 from syncopy.emit import source as emit
 
                 t = transform(from_jit(self.local), self.schedule)
+                if self.checked if self.checked is not None else read_check.enabled_by_env():
+                    t = read_check.apply(t)
                 fused, probe, path = emit.load(t, self.local.fn.__globals__)
                 if self.dump_dir is not None:
                     emit.dump(t, self.dump_dir)
@@ -227,7 +231,8 @@ class FusedKernel(Binding, Contexts, TileOrder, Tracing, LaunchSequence):
 def overlap(schedule, *, chunks_per_rank: int | str | None = None, order: str | list[int] | None = None,
             hardware: str | None = None, workload=None, backend: str = "auto", timeout_s: float = 60.0,
             link: Link | None = None, faults: Faults | None = None, trace: bool = False, poison_receive: bool = False,
-            dump_dir: str | Path | None = None, one_shot_max_bytes: int = planning.ONE_SHOT_MAX_BYTES):
+            dump_dir: str | Path | None = None, one_shot_max_bytes: int = planning.ONE_SHOT_MAX_BYTES,
+            checked: bool | None = None):
     """Decorator factory: `overlap(schedule)(jit_fn) -> FusedKernel`.
 
     schedule: a path to a YAML/JSON file, a dict, or a `Schedule`.
@@ -242,6 +247,9 @@ def overlap(schedule, *, chunks_per_rank: int | str | None = None, order: str | 
     starts in `fused.last_trace`. poison_receive: fill the receive buffer with NaN before each launch.
     one_shot_max_bytes: an all_reduce of at most this many bytes is one-shot (every rank adds all
     partials) instead of reduce-scatter + all-gather.
+    checked: every read of the communicated tensor checks that its chunks arrived, every producer
+    store that its chunk was not announced yet; a violation raises SyncopyReadError naming the
+    kernel's line, rank, chunk and epoch (default: $SYNCOPY_CHECKED=1 turns it on).
 
     all_gather: pass the communicated argument as this rank's shard; the kernel sees the gathered
     tensor. reduce_scatter: pass it as this rank's shard of the result (rows / world); the kernel
@@ -257,7 +265,7 @@ def overlap(schedule, *, chunks_per_rank: int | str | None = None, order: str | 
     def wrap(jit_fn) -> FusedKernel:
         return FusedKernel(jit_fn, sched, backend=backend, timeout_s=timeout_s, link=link, faults=faults,
                            trace=trace, poison_receive=poison_receive, dump_dir=dump_dir, hardware=hardware,
-                           workload=workload, one_shot_max_bytes=one_shot_max_bytes)
+                           workload=workload, one_shot_max_bytes=one_shot_max_bytes, checked=checked)
 
     return wrap
 

@@ -24,6 +24,10 @@ def _transform(args) -> int:
         raise SyncopyError(f"{args.output}: refusing to overwrite the input kernel; choose another -o path")
     ks = from_file(args.kernel, schedule.kernel)
     t = transform(ks, schedule)
+    if args.checked:
+        from syncopy.passes import read_check
+
+        t = read_check.apply(t)
     out = emit.rewrite_file(t)
     # Every check before the first byte is written: a mistake leaves nothing behind.
     output = _output_path(args.output, "-o") if args.output else None
@@ -336,6 +340,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "the directory must exist")
     t.add_argument("--diff", action="store_true", help="a unified diff of the kernel file instead of the fused file (to stdout, or to -o)")
     t.add_argument("--dump-dir", metavar="DIR", help="write each stage's artifact (kernel, binding, fused, probe) into DIR (created if missing)")
+    t.add_argument("--checked", action="store_true", help="checked mode: every read of the communicated tensor checks that its "
+                   "chunks arrived (every producer store, that its chunk was not announced yet), naming its line if not")
     t.set_defaults(run=_transform)
 
     c = command("check", "validate a schedule file")

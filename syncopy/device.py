@@ -475,3 +475,64 @@ def desc_chunk_range(desc_base, row0, block0, size0, stride0, tail, base, ctx):
     off = tl.where(corner == 0, lo_off, hi_ptr.to(tl.int64) - base.to(tl.int64))
     keep = (off >= 0) & (r_hi >= r_lo)
     return _range_of_offsets(off, keep, ctx, True)
+
+
+# -- checked mode (passes/read_check.py) -------------------------------------------------------------
+# Every read of the communicated tensor (consumer) and every store into it (producer) checks, from
+# its own pointers, the flags of the chunks it touches. A violation leaves its site in the error
+# flag word, so the host names the kernel's source line:
+#
+#     error flag = 1                          a wait ran out (SyncopyTimeout)
+#     error flag = CHECK_BASE + 2 line + 0    a read of a chunk whose flag is behind the epoch
+#     error flag = CHECK_BASE + 2 line + 1    a store into a chunk whose flag was raised already
+#
+# The first violation wins (compare-and-swap on the flag word); waits stop once it is set.
+CHECK_BASE = tl.constexpr(16)
+
+
+@triton.jit
+def _report_violation(signals, ctx, g, epoch, code):
+    """Record (code, rank, chunk, epoch) in the error slot, unless an error is there already."""
+    if tl.atomic_cas(signals + SIG_ERROR, 0, code, sem="acq_rel", scope="sys") == 0:
+        tl.atomic_xchg(signals + SIG_ERROR + 1, tl.load(ctx + CTX_RANK).to(tl.int32))
+        tl.atomic_xchg(signals + SIG_ERROR + 2, g.to(tl.int32))
+        tl.atomic_xchg(signals + SIG_ERROR + 3, epoch, sem="release", scope="sys")
+
+
+@triton.jit
+def _check_chunks(signals, ctx, g_lo, g_hi, line, STORE: tl.constexpr):
+    """Chunks g_lo..g_hi must carry this launch's epoch (a read), or not yet (a store)."""
+    epoch = tl.load(ctx + CTX_EPOCH).to(tl.int32)
+    code = tl.zeros([], dtype=tl.int32) + (CHECK_BASE + 2 * line + STORE)
+    for g in range(g_lo, g_hi + 1):
+        behind = _behind(_flag_of_block(signals + SIG_BASE + g), epoch)
+        if behind != STORE:
+            _report_violation(signals, ctx, g + g_lo * 0, epoch, code)
+
+
+@triton.jit
+def check_read(signals, ctx, ptrs, mask, base, line, DIM_OUTER: tl.constexpr):
+    """Checked mode: every chunk holding an element this load reads (its pointers, its mask) has arrived."""
+    g_lo, g_hi = chunk_range_masked(ptrs, mask, base, ctx, DIM_OUTER)
+    _check_chunks(signals, ctx, g_lo, g_hi, line, False)
+
+
+@triton.jit
+def check_store(signals, ctx, ptrs, mask, base, line, DIM_OUTER: tl.constexpr):
+    """Checked mode: no chunk this store (or atomic) writes into has been announced yet."""
+    g_lo, g_hi = chunk_range_masked(ptrs, mask, base, ctx, DIM_OUTER)
+    _check_chunks(signals, ctx, g_lo, g_hi, line, True)
+
+
+@triton.jit
+def check_desc_read(signals, ctx, desc_base, row0, block0, size0, stride0, tail, base, line):
+    """`check_read` for `desc.load([row0, ...])` (rows as in `desc_chunk_range`)."""
+    g_lo, g_hi = desc_chunk_range(desc_base, row0, block0, size0, stride0, tail, base, ctx)
+    _check_chunks(signals, ctx, g_lo, g_hi, line, False)
+
+
+@triton.jit
+def check_desc_store(signals, ctx, desc_base, row0, block0, size0, stride0, tail, base, line):
+    """`check_store` for `desc.store([row0, ...], value)`."""
+    g_lo, g_hi = desc_chunk_range(desc_base, row0, block0, size0, stride0, tail, base, ctx)
+    _check_chunks(signals, ctx, g_lo, g_hi, line, True)

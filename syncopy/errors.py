@@ -80,6 +80,25 @@ class SyncopyTimeout(SyncopyError):
         super().__init__(message)
 
 
+class SyncopyReadError(SyncopyError):
+    """Checked mode: a read of the communicated tensor touched a chunk before it arrived, or a
+    producer stored into a chunk after it was announced. Names the kernel's line, rank, chunk, epoch."""
+
+    def __init__(self, file: str, line: int, rank: int, chunk: tuple[int, int], epoch: int, tensor: str, store: bool = False):
+        self.file, self.line, self.rank, self.chunk, self.epoch, self.store = file, line, rank, chunk, epoch, store
+        src, index = chunk
+        if store:
+            what = f"wrote chunk ({src}, {index}) of {tensor} after it was announced (epoch {epoch})"
+        else:
+            what = f"read chunk ({src}, {index}) of {tensor} before it arrived (epoch {epoch})"
+        fix = ("if the schedule gives binding.rows, make it cover every row this line touches; otherwise report the "
+               "kernel and schedule (syncopy's wait or count missed this access)")
+        super().__init__(f"rank {rank} {what}; {fix}", SourceLocation(file, line, 0))
+
+    def render(self) -> str:
+        return f"{self.location.file}:{self.location.line}: {self.message}"
+
+
 __all__ = [
     "SourceLocation",
     "ScheduleLocation",
@@ -89,4 +108,5 @@ __all__ = [
     "InferenceError",
     "LaunchError",
     "SyncopyTimeout",
+    "SyncopyReadError",
 ]

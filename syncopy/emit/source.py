@@ -1,8 +1,8 @@
 """Emit: Python source for a transformed kernel, written to a content-addressed cache and imported.
 
 Triton's @jit reads a kernel's source through `inspect`, so a rewritten kernel must live in a real
-file. The file name is keyed by the hash of (kernel source, schedule, syncopy version), which also
-makes `--dump-dir` and a look at what syncopy generated a matter of opening that file.
+file. The file name is keyed by the hash of (kernel source, schedule, syncopy version, generated
+text), which also makes `--dump-dir` and a look at what syncopy generated a matter of opening that file.
 """
 from __future__ import annotations
 
@@ -34,7 +34,10 @@ def cache_dir() -> Path:
 
 def cache_key(t: Transformed) -> str:
     h = hashlib.sha256()
-    for part in (t.source.code(t.source.func), t.schedule.key(), _version()):
+    # The generated text too: it also depends on what the kernel's source alone does not say (the
+    # helpers inference followed, checked mode), and a process must never find another's text
+    # under its key (Triton reads a kernel's source back from the file).
+    for part in (t.source.code(t.source.func), t.schedule.key(), _version(), standalone_module(t)):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()[:16]
@@ -49,6 +52,16 @@ def rewrite_file(t: Transformed) -> str:
     module = t.source.module
     new = module.deep_replace(t.source.func, t.func)
     assert isinstance(new, cst.Module)
+    if t.checked_helpers:
+        # Checked copies of the helpers (read_check.py) go right before the kernel that calls them.
+        body = list(new.body)
+        at = next(i for i, s in enumerate(body) if s is t.func)
+        copies = [f.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()] if i else []) for i, f in enumerate(t.checked_helpers)]
+        body[at:at] = copies
+        body[at + len(copies)] = t.func.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
+        copies[0] = copies[0].with_changes(leading_lines=list(t.func.leading_lines))
+        body[at] = copies[0]
+        new = new.with_changes(body=body)
     if _has_device_import(module):
         return new.code
     body = list(new.body)
@@ -73,7 +86,7 @@ def standalone_module(t: Transformed) -> str:
         f"pattern {t.schedule.pattern}, tensor {t.schedule.tensor}). Do not edit.\n"
         f"{IMPORT_DEVICE}\n"
     )
-    funcs = [_only_jit_decorator(t.func)]
+    funcs = [*map(_only_jit_decorator, t.checked_helpers), _only_jit_decorator(t.func)]
     if t.probe is not None:
         funcs.append(_only_jit_decorator(t.probe))
     module = cst.Module(body=funcs)

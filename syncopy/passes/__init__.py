@@ -32,6 +32,8 @@ class Transformed:
     persistent: inference.persistent.PersistentLoop | None = None  # tiles come from a loop, not the grid
     # Producers whose write ranges depend on loaded data: the runtime probes them at every launch.
     fresh_probe: bool = False
+    checked: bool = False  # checked mode: every read (or store) of the tensor checks its chunks (read_check.py)
+    checked_helpers: list[cst.FunctionDef] = field(default_factory=list)  # checked copies of helpers it calls
 
     def code(self, node: cst.CSTNode | None = None) -> str:
         return self.source.module.code_for_node(node if node is not None else self.func)

@@ -124,6 +124,7 @@ class Context:
         self.trace: Trace | None = None
         self.no_trace = torch.zeros(1, dtype=torch.int32, device=device)  # the trace argument of untraced launches (never touched)
         self.source: torch.Tensor | None = None  # all_to_all: the input whose blocks go to the peers
+        self.kernel_file = ""  # set by the launcher: the user's kernel file, named by checked-mode violations
         self.uid = 0  # set by the launcher: the same on every rank of the group, distinct among its contexts
         self.t0 = 0.0
         self.t0_wall = 0.0

@@ -54,7 +54,8 @@ class Contexts:
     def _context(self, shard: torch.Tensor, group, args: dict) -> tuple[Context, object]:
         world, rank = dist.get_world_size(group), dist.get_rank(group)
         # The group by its token, never by id(): a destroyed group's id may come back with another group.
-        key = (control.group_token(group), tuple(shard.shape), shard.dtype, shard.device.type)
+        # The device with its index: a context's buffers and signal pad live on one GPU.
+        key = (control.group_token(group), tuple(shard.shape), shard.dtype, shard.device)
         if key in self._contexts:
             return self._contexts[key]
         # A world of one moves nothing: its "backend" is the local copy in _launch.
@@ -110,6 +111,7 @@ class Contexts:
             p = planning.all_gather(schedule, rank, world, rows)
             ctx = Context(p, tuple(shard.shape), shard.dtype, shard.device, self.schedule.dim)
         ctx.schedule, ctx.resolution = schedule, resolution
+        ctx.kernel_file = self._built[0].source.path  # where checked-mode violations point
         return ctx
 
     def _shard_difference(self, r: int, other: tuple, rank: int, mine: tuple) -> str:

@@ -1,0 +1,322 @@
+"""Pass: read checker (checked mode). Every read of the communicated tensor verifies, from its own
+pointers and mask, that the chunks it touches carry this launch's epoch; every store of a producer
+verifies that its chunks were not announced yet. It runs after the other passes, on the fused
+kernel, and knows nothing of the ranges inference found: it is an oracle for the waits they placed.
+
+    # syncopy: checked: the chunks of A this read touches have arrived
+    syncopy_device.check_read(syncopy_signals, syncopy_ctx, a_ptrs, mask, A, 42, True)
+    a = tl.load(a_ptrs, mask=mask, other=0.0)
+
+The literal (42) is the line of the read in the user's file. A violation goes through the error
+slot that bounded waits use (device.py, "checked mode"), with the line in the flag word, and the
+host raises `SyncopyReadError` naming file:line, rank, chunk and epoch (`violation`).
+
+A @triton.jit helper of the kernel's file handed a pointer into the tensor is called through a
+checked copy (`syncopy_checked_<name>`, next to the kernel), whose checks name the helper's lines;
+a helper defined elsewhere cannot be copied (the transformed source says so above the call). A
+block pointer (`tl.make_block_ptr`) is refused in one line.
+
+Switched on by `syncopy.overlap(..., checked=True)`, `SYNCOPY_CHECKED=1` or `syncopy transform
+--checked`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import libcst as cst
+
+from syncopy import device as dev
+from syncopy.errors import KernelError, LaunchError, SyncopyReadError
+from syncopy.frontend import cstutil as cu
+from syncopy.frontend import helpers
+from syncopy.frontend import infer as inference
+from syncopy.passes import names, signature
+from syncopy.schedule.model import PRODUCER_PATTERNS
+
+D = names.DEVICE
+ENV = "SYNCOPY_CHECKED"
+_ON = ("1", "true", "yes", "on")
+_OFF = ("", "0", "false", "no", "off")
+
+
+def enabled_by_env() -> bool:
+    """Whether $SYNCOPY_CHECKED asks for checked mode (1/true/yes/on; unset, 0/false/no/off: not)."""
+    value = os.environ.get(ENV, "").strip().lower()
+    if value in _ON or value in _OFF:
+        return value in _ON
+    raise LaunchError(f"{ENV}={os.environ[ENV]!r} is neither on nor off; set {ENV}=1 for checked mode or {ENV}=0 (or unset it)")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Site:
+    """One read (consumer) or store (producer) of the tensor: its check call, less the line."""
+
+    call: cst.Call
+    check: str  # the device function: check_read, check_store, check_desc_read, check_desc_store
+    args: tuple[str, ...]  # code of the arguments after the context, up to the line
+    after: tuple[str, ...] = ()  # after the line (DIM_OUTER)
+
+    def statement(self, line: int) -> cst.BaseSmallStatement:
+        args = ", ".join((names.SIGNALS, names.CTX, *self.args, str(line), *self.after))
+        return cst.Expr(cst.parse_expression(f"{D}.{self.check}({args})"))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Helper:
+    """A user helper handed a pointer into the tensor: its accesses are not checked."""
+
+    call: cst.Call
+    name: str
+
+
+def _code(node: cst.CSTNode) -> str:
+    return cst.Module(body=[]).code_for_node(node)
+
+
+class _Finder:
+    """The reads (or stores) of the tensor in a function, in source order, told from the calls alone."""
+
+    def __init__(self, func: cst.FunctionDef, tensor: str, base: str, dim: int, producer: bool,
+                 descs: dict[str, inference.Descriptor], where, seeds: tuple[str, ...] = ()):
+        # In a helper the seeds are the parameters handed a pointer into the tensor.
+        self.derived = set().union(*(inference._derived_names(func, seed) for seed in (seeds or (tensor,))))
+        self.tensor, self.base, self.producer, self.descs, self.where = tensor, base, producer, descs, where
+        self.outer = "True" if dim == 0 else "False"
+        self.local = helpers.local_names(func)
+
+    def sites(self, node: cst.CSTNode) -> list[_Site | _Helper]:
+        return [s for s in map(self._site, cu.calls_in(node)) if s is not None]
+
+    def _site(self, call: cst.Call) -> _Site | _Helper | None:
+        name = cu.call_name(call) or ""
+        head, leaf = name.split(".", 1)[0], name.rsplit(".", 1)[-1]
+        if head == D:
+            return None
+        method, desc, coords = inference._descriptor_of(call, self.descs)
+        if desc is not None:
+            return self._desc_site(call, name, method, desc, coords)
+        ptr = cu.arg(call, 0, "pointer")
+        touches = ptr is not None and bool(cu.names_in(ptr) & self.derived)
+        if leaf == "load" and touches and not self.producer:
+            return _Site(call, "check_read", (_code(ptr), self._mask(call, 1), self.base), (self.outer,))
+        if leaf in cu.WRITE_CALLS and touches and self.producer:
+            mask = "True" if leaf == "atomic_cas" else self._mask(call, 2)  # atomic_cas(ptr, cmp, val) has no mask
+            return _Site(call, "check_store", (_code(ptr), mask, self.base), (self.outer,))
+        if leaf == "make_block_ptr" and any(cu.names_in(a.value) & self.derived for a in call.args):
+            raise KernelError(f"checked mode cannot check the accesses of '{self.tensor}' through {name}; use pointer "
+                              "arithmetic or tl.make_tensor_descriptor, or launch without checked mode", self.where(call))
+        helper = helpers.helper_name(call, self.local)
+        if helper is not None and head not in ("tl", "triton", "math", "libdevice") \
+                and any(cu.names_in(a.value) & self.derived for a in call.args):
+            return _Helper(call, helper)
+        return None
+
+    def _desc_site(self, call, name, method, desc, coords) -> _Site | None:
+        wanted = "store" if self.producer else "load"
+        if method != wanted:
+            if self.producer and method in ("load", "gather"):
+                return None  # a producer reading its own partial: nothing communicated
+            raise KernelError(f"checked mode cannot check {name} on the tensor descriptor of '{self.tensor}'; use "
+                              f"{desc.name}.{wanted}([row, ...]), or launch without checked mode", self.where(call))
+        if not (isinstance(coords, (cst.List, cst.Tuple)) and coords.elements):
+            raise KernelError(f"checked mode needs {name} with a literal coordinate list ([row, col]) to tell its rows; "
+                              "write the coordinates out, or launch without checked mode", self.where(call))
+        base, block_rows, rows, row_stride, tail = desc.args()
+        check = "check_desc_store" if self.producer else "check_desc_read"
+        return _Site(call, check, (base, _code(coords.elements[0].value), block_rows, rows, row_stride, tail, self.base))
+
+    @staticmethod
+    def _mask(call: cst.Call, position: int) -> str:
+        mask = cu.arg(call, position, "mask")
+        return "True" if mask is None or (isinstance(mask, cst.Name) and mask.value == "None") else _code(mask)
+
+
+def _headers(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """The expressions a compound statement evaluates before its body: an if's test (and its
+    elifs'), a while's test, a for's iterable; a simple statement is all header."""
+    if isinstance(node, cst.If):
+        return [node.test, *(_headers(node.orelse) if isinstance(node.orelse, cst.If) else [])]
+    if isinstance(node, cst.While):
+        return [node.test]
+    if isinstance(node, cst.For):
+        return [node.iter]
+    return [node]
+
+
+class _Insert(cst.CSTTransformer):
+    """Put each site's check right before the statement holding it. For a read in a compound
+    statement's header the check goes before the statement: it covers a while's first test only."""
+
+    def __init__(self, checks: dict[int, cst.BaseSmallStatement], unchecked: dict[int, str], comment: str,
+                 renames: dict[int, tuple[str, str]] | None = None):
+        self.checks, self.unchecked, self.comment = checks, unchecked, comment
+        self.renames = renames or {}  # helper call -> (its checked copy, the tensor's base there)
+        self.elifs: set[int] = set()
+
+    def leave_Call(self, original, updated):
+        if id(original) not in self.renames:
+            return updated
+        clone, base = self.renames[id(original)]
+        args = list(updated.args)
+        args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        tight = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
+        for key, value in ((names.SIGNALS, names.SIGNALS), (names.CTX, names.CTX), (CHECK_BASE, base)):
+            args.append(cst.Arg(cst.parse_expression(value), keyword=cst.Name(key), equal=tight,
+                                comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))))
+        args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        return updated.with_changes(func=cst.Name(clone), args=args)
+
+    def _found(self, nodes: list[cst.CSTNode]) -> tuple[list[cst.BaseSmallStatement], list[str]]:
+        calls = [id(c) for n in nodes for c in cu.calls_in(n)]
+        return [self.checks[c] for c in calls if c in self.checks], list(dict.fromkeys(self.unchecked[c] for c in calls if c in self.unchecked))
+
+    def _comments(self, checks, unchecked) -> list[cst.EmptyLine]:
+        texts = [f"# syncopy: checked mode cannot look inside {h} (not a @triton.jit function of this file it can copy): "
+                 "its accesses of this tensor are not checked" for h in unchecked]
+        return [cst.EmptyLine(comment=cst.Comment(t)) for t in (*texts, *([self.comment] if checks else []))]
+
+    def _prepend(self, original, updated):
+        checks, unchecked = self._found(_headers(original))
+        if not checks and not unchecked:
+            return updated
+        leading = [*updated.leading_lines, *self._comments(checks, unchecked)]
+        if not checks:
+            return updated.with_changes(leading_lines=leading)
+        lines = [cst.SimpleStatementLine([c]) for c in checks]
+        lines[0] = lines[0].with_changes(leading_lines=leading)
+        return cst.FlattenSentinel([*lines, updated.with_changes(leading_lines=[])])
+
+    def leave_SimpleStatementLine(self, original, updated):
+        return self._prepend(original, updated)
+
+    def leave_SimpleStatementSuite(self, original, updated):
+        # `if c: x = tl.load(p)`: the checks go first on the same line.
+        checks, _ = self._found([original])
+        semi = cst.Semicolon(whitespace_after=cst.SimpleWhitespace(" "))
+        return updated.with_changes(body=[*(c.with_changes(semicolon=semi) for c in checks), *updated.body])
+
+    def visit_If(self, node: cst.If) -> None:
+        if isinstance(node.orelse, cst.If):
+            self.elifs.add(id(node.orelse))
+
+    def leave_If(self, original, updated):
+        # An elif cannot have statements before it: its test is checked before the first `if`.
+        return updated if id(original) in self.elifs else self._prepend(original, updated)
+
+    def leave_While(self, original, updated):
+        return self._prepend(original, updated)
+
+    def leave_For(self, original, updated):
+        return self._prepend(original, updated)
+
+
+CHECK_BASE = "syncopy_check_base"  # a checked helper's parameter: the tensor's base, which its checks measure from
+CLONE_PREFIX = "syncopy_checked_"
+
+
+def _comment(tensor: str, producer: bool) -> str:
+    what = "store" if producer else "read"
+    return (f"# syncopy: checked: the chunks of {tensor} this {what} touches "
+            f"{'are not announced yet' if producer else 'have arrived'}")
+
+
+class _Clones:
+    """Checked copies of the @triton.jit helpers of the kernel's file that are handed a pointer into
+    the tensor: the same function with a check before each of its accesses (at the helper's own
+    lines) and three more parameters (signal pad, context, the tensor's base). One per (helper,
+    parameters handed the pointer); helpers they call are copied the same way."""
+
+    def __init__(self, ks, tensor: str, dim: int, producer: bool):
+        self.ks, self.tensor, self.dim, self.producer = ks, tensor, dim, producer
+        self.defs = helpers.jit_helpers(ks)
+        self.made: dict[tuple[str, tuple[str, ...]], tuple[str, cst.FunctionDef | None]] = {}
+
+    def functions(self) -> list[cst.FunctionDef]:
+        return [f for _, f in self.made.values() if f is not None]
+
+    def copy_for(self, site: _Helper, derived: set[str]) -> str | None:
+        """The name of the checked copy to call at `site` (None: the helper cannot be copied)."""
+        helper = self.defs.get(site.name)
+        env = helpers.bind_args(helper, site.call, self.ks) if helper is not None else None
+        if env is None:
+            return None
+        handed = tuple(p for p, code in env.items() if cu.names_in(cst.parse_expression(code)) & derived)
+        key = (site.name, handed)
+        if key not in self.made:
+            variants = sum(1 for name, _ in self.made if name == site.name)
+            clone = f"{CLONE_PREFIX}{site.name}" + (f"_{variants}" if variants else "")
+            self.made[key] = (clone, None)  # recursion: a helper that calls itself gets the same copy
+            self.made[key] = (clone, self._copy(helper, handed, clone))
+        return self.made[key][0]
+
+    def _copy(self, helper: cst.FunctionDef, handed: tuple[str, ...], clone: str) -> cst.FunctionDef:
+        ks = self.ks
+        finder = _Finder(helper, self.tensor, CHECK_BASE, self.dim, self.producer, {}, ks.location, seeds=handed)
+        func = instrument(helper, finder, [ks.location(s.call).line for s in finder.sites(helper.body)], self,
+                          _comment(self.tensor, self.producer), CHECK_BASE)
+        func = signature.add_params(func, extra=(names.SIGNALS, names.CTX, CHECK_BASE), flags=())
+        return func.with_changes(name=cst.Name(clone), leading_lines=[])
+
+
+def instrument(func: cst.FunctionDef, finder: _Finder, lines: list[int], clones: _Clones, comment: str, base: str) -> cst.FunctionDef:
+    """`func` with a check before each of `finder`'s sites (site k at user line lines[k]) and its
+    helper calls pointed at their checked copies."""
+    sites = finder.sites(func.body)
+    checks = {id(s.call): s.statement(lines[k]) for k, s in enumerate(sites) if isinstance(s, _Site)}
+    renames, unchecked = {}, {}
+    for s in sites:
+        if isinstance(s, _Helper):
+            clone = clones.copy_for(s, finder.derived)
+            if clone is None:
+                unchecked[id(s.call)] = s.name
+            else:
+                renames[id(s.call)] = (clone, base)
+    return func.visit(_Insert(checks, unchecked, comment, renames))
+
+
+def apply(t):
+    """`t` (a passes.Transformed) with a check before every read (or store) of its tensor, in the
+    kernel and in checked copies of the helpers it hands a pointer into the tensor."""
+    ks, binding = t.source, t.binding
+    producer = t.schedule.pattern in PRODUCER_PATTERNS
+    tensor = binding.tensor
+    descs = inference._descriptors(ks, ks.func, inference._derived_names(ks.func, tensor), tensor, binding.dim) \
+        if binding.dim == 0 else {}
+    original = _Finder(ks.func, tensor, binding.base, binding.dim, producer, descs, ks.location).sites(ks.func.body)
+    finder = _Finder(t.func, tensor, binding.base, binding.dim, producer, descs, lambda n: ks.location(ks.func))
+    clones = _Clones(ks, tensor, binding.dim, producer)
+    func = instrument(t.func, finder, _lines(ks, original, finder.sites(t.func.body)), clones, _comment(tensor, producer), binding.base)
+    out = dataclasses.replace(t, func=func, checked=True, stages=dict(t.stages), checked_helpers=clones.functions())
+    out.stages["fused"] = "\n\n".join(out.code(f) for f in (*out.checked_helpers, out.func))
+    return out
+
+
+def _lines(ks, original: list, fused: list) -> list[int]:
+    """The user's line of each fused site: the passes add no reads or stores of their own and keep
+    the user's in order, so the k-th site of the fused kernel is the k-th of the original one."""
+    kinds = [type(s).__name__ + getattr(s, "check", "") for s in original]
+    if kinds != [type(s).__name__ + getattr(s, "check", "") for s in fused]:
+        raise KernelError("checked mode lost track of the kernel's accesses of its communicated tensor in the rewritten "
+                          "kernel (an internal error); launch without checked mode and report the kernel", ks.location(ks.func))
+    return [ks.location(s.call).line for s in original]
+
+
+def violation(ctx, words: list[int], file: str) -> SyncopyReadError | None:
+    """The checked-mode violation in a launch's error words (flag, rank, unit, epoch word), if any."""
+    flag, rank, unit, word = words
+    if flag < dev.CHECK_BASE.value:
+        return None
+    line, store = divmod(flag - dev.CHECK_BASE.value, 2)
+    plan = ctx.plan
+    # Consumers wait per unit (explicit slices), producers count per chunk.
+    chunk = divmod(plan.chunk_of_flag(unit) if hasattr(plan, "chunk_of_flag") else unit, plan.chunks_per_rank)
+    tensor = ctx.schedule.tensor if ctx.schedule is not None else "the tensor"
+    return SyncopyReadError(file, line, rank, chunk, ctx.unwrap(word), tensor, bool(store))
+
+
+def raise_if_violated(ctx, file: str) -> None:
+    """Raise the checked-mode violation the kernel left in `ctx`'s signal pad (read on the host)."""
+    err = violation(ctx, [int(x) for x in ctx.signals[: dev.SIG_HEADER].tolist()], file)
+    if err is not None:
+        raise err

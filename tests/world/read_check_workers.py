@@ -1,0 +1,68 @@
+"""Rank functions for tests/world/test_read_check.py (spawned, so module level and picklable).
+
+Each case fuses a kernel of tests/kernels/read_check.py whose schedule gives a `binding.rows` too
+narrow on purpose (one row of the BR a program reads or writes): the consumer waits for the first
+chunk of each block only, the producer counts no tile against the second chunk (announced at the
+launch start). Chunk 1 of every rank is held back by the link, so the unsound wait really misses it.
+Launched unchecked (silently wrong: the precondition) and checked (SyncopyReadError), three times each.
+"""
+from __future__ import annotations
+
+import traceback
+
+NC = 4
+BR = 8  # rows a program reads or writes: a rank's whole shard, two chunks of 4 rows
+
+
+def _schedule(pattern: str, tensor: str) -> dict:
+    return {"pattern": pattern, "tensor": tensor, "dim": 0, "chunks_per_rank": 2, "order": "ring",
+            "binding": {"rows": "pid * BR + tl.arange(0, 1)"}}  # one row of the BR read: too narrow
+
+
+def _launch(fused, pattern: str, x, rank: int, world: int):
+    """One launch; returns (this rank's result, torch's answer)."""
+    import torch
+    import torch.distributed as dist
+
+    m = BR * world
+    if pattern == "all_gather":
+        full = torch.empty(m, NC)
+        dist.all_gather_into_tensor(full, x)
+        out = torch.full((m, NC), float("nan"))
+        fused[(world,)](x, out, m, NC=NC, BR=BR)
+        return out, full * 2.0
+    xs = [torch.empty_like(x) for _ in range(world)]
+    dist.all_gather(xs, x)
+    c = torch.full((BR, NC), float("nan"))
+    fused[(world,)](x.repeat(world, 1), c, m, NC=NC, BR=BR)
+    return c, sum(xs) * 2.0  # every rank writes 2 x (its x, repeated): rank r's rows sum 2 x over ranks
+
+
+def run_case(rank: int, world: int, pattern: str, checked: bool) -> dict:
+    """Three launches of the case; per launch the largest error (inf for NaN) or the error's text."""
+    import torch
+    import torch.distributed as dist
+
+    import syncopy
+    from syncopy.runtime.link import Faults, Link
+    from tests.kernels import read_check
+
+    kernel, tensor = (read_check.double_rows, "X") if pattern == "all_gather" else (read_check.double_into, "C")
+    # Every rank's chunk 1 lands well after its chunk 0, even where a rank starts its launch late (a
+    # first launch probes and compiles): the read that misses it comes first.
+    late = {(src, 1): 1.5 for src in range(world)} if pattern == "all_gather" else {}
+    fused = syncopy.overlap(_schedule(pattern, tensor), poison_receive=True, checked=checked, timeout_s=30,
+                            link=Link(latency_s=0.02, jitter_s=0.01), faults=Faults.of(delay=late))(kernel)
+    results = []
+    for epoch in (1, 2, 3):
+        x = torch.randn(BR, NC, generator=torch.Generator().manual_seed(epoch * 101 + rank))
+        dist.barrier()
+        try:
+            got, ref = _launch(fused, pattern, x, rank, world)
+            diff = torch.nan_to_num((got - ref).abs(), nan=float("inf"))
+            results.append(float(diff.max()))
+        except syncopy.SyncopyError as exc:
+            results.append(f"{type(exc).__name__}: {exc}")
+        except Exception:
+            results.append(traceback.format_exc()[-1500:])
+    return {"results": results, "file": read_check.__file__}

@@ -1,0 +1,62 @@
+"""Checked mode (issue 10 item 3): the read checker catches an unsound wait or count on a CPU world.
+
+The schedule's `binding.rows` is too narrow on purpose (tests/world/read_check_workers.py): the
+consumer waits for one chunk of the two each program reads, the producer counts no program against
+the second chunk of each rank. Unchecked, every all-gather launch is silently wrong (the
+precondition: the wait really misses a chunk that arrives late); the producer's mistake is hidden
+by timing here (the early-announced chunk leaves after the link's delay, when the kernel has
+stored it), which is the point of an oracle that does not depend on timing. Checked, every launch
+raises SyncopyReadError naming the kernel's line, the rank, the chunk and the epoch. These tests
+fail with the checker off.
+"""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from syncopy.runtime.world import spawn
+from tests.world import read_check_workers as rw
+from tests.world.workers import once
+
+
+@once
+def _world(pattern: str, checked: bool) -> list[dict]:
+    return spawn(rw.run_case, 2, pattern, checked, timeout_s=300)
+
+
+def _line(pattern: str) -> int:
+    from tests.kernels import read_check
+
+    text = open(read_check.__file__).read().splitlines()
+    name = "def double_rows" if pattern == "all_gather" else "def double_into"
+    start = next(i for i, line in enumerate(text) if line.startswith(name))
+    wanted = "tl.load(X" if pattern == "all_gather" else "tl.store(C"
+    return next(i for i in range(start, len(text)) if wanted in text[i]) + 1
+
+
+@pytest.mark.world
+def test_unchecked_the_unsound_wait_is_silently_wrong():
+    # The precondition of the checked test: the chunk the wait misses really lands after the read.
+    for r in _world("all_gather", False):
+        assert all(isinstance(x, float) and x > 1e-3 for x in r["results"]), r["results"]
+
+
+@pytest.mark.world
+def test_checked_a_read_before_its_chunk_arrived_raises_naming_line_rank_chunk_epoch():
+    for rank, r in enumerate(_world("all_gather", True)):
+        line = f"{r['file']}:{_line('all_gather')}: "
+        for epoch, text in enumerate(r["results"], start=1):
+            assert isinstance(text, str) and text.startswith(f"SyncopyReadError: {line}"), text
+            # Rank r reads the other rank's chunk 1 before it landed (chunk 0 was waited for).
+            assert f": rank {rank} read chunk ({1 - rank}, 1) of X before it arrived (epoch {epoch}); " in text, text
+            assert "\n" not in text
+
+
+@pytest.mark.world
+def test_checked_a_store_after_its_chunk_was_announced_raises():
+    for rank, r in enumerate(_world("reduce_scatter", True)):
+        line = f"{r['file']}:{_line('reduce_scatter')}: "
+        for epoch, text in enumerate(r["results"], start=1):
+            assert isinstance(text, str) and text.startswith(f"SyncopyReadError: {line}"), text
+            assert re.search(rf": rank {rank} wrote chunk \(\d, 1\) of C after it was announced \(epoch {epoch}\); ", text), text
