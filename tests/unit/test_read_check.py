@@ -240,12 +240,12 @@ def test_a_launch_on_another_gpu_gets_its_own_context(monkeypatch):
     import types
 
     import syncopy
-    from syncopy import api
+    from syncopy.runtime import contexts
 
     fused = syncopy.overlap({"pattern": "all_gather", "tensor": "A", "dim": 0, "chunks_per_rank": 1, "order": "ring"})(_check_kernel)
-    monkeypatch.setattr(api.dist, "get_world_size", lambda group=None: 1)
-    monkeypatch.setattr(api.dist, "get_rank", lambda group=None: 0)
-    monkeypatch.setattr(api.control, "group_token", lambda group: 7)
+    monkeypatch.setattr(contexts.dist, "get_world_size", lambda group=None: 1)
+    monkeypatch.setattr(contexts.dist, "get_rank", lambda group=None: 0)
+    monkeypatch.setattr(contexts.control, "group_token", lambda group: 7)
     monkeypatch.setattr(fused, "_make_context", lambda shard, rank, world, choice: types.SimpleNamespace(device=shard.device))
     made = [fused._context(types.SimpleNamespace(shape=(4, 4), dtype=torch.float32, device=torch.device("cuda", i)), None, {})[0]
             for i in (0, 1, 0)]
