@@ -118,7 +118,8 @@ def insert_nested(stmt: cst.BaseStatement, edits: list[tuple[tuple[tuple[str, in
 
     changes = {}
     if any(b == "body" for b, _ in by_step):
-        changes["body"] = stmt.body.with_changes(body=rebuilt(list(stmt.body.body), "body"))
+        body = _indented(stmt.body)
+        changes["body"] = body.with_changes(body=rebuilt(list(body.body), "body"))
     if any(b == "orelse" for b, _ in by_step):
         orelse = stmt.orelse
         if isinstance(orelse, cst.If):
@@ -126,8 +127,16 @@ def insert_nested(stmt: cst.BaseStatement, edits: list[tuple[tuple[tuple[str, in
             block = rebuilt([orelse], "orelse")
             changes["orelse"] = block[0] if len(block) == 1 else cst.Else(body=cst.IndentedBlock(body=block))
         else:
-            changes["orelse"] = orelse.with_changes(body=orelse.body.with_changes(body=rebuilt(list(orelse.body.body), "orelse")))
+            body = _indented(orelse.body)
+            changes["orelse"] = orelse.with_changes(body=body.with_changes(body=rebuilt(list(body.body), "orelse")))
     return stmt.with_changes(**changes)
+
+
+def _indented(block: cst.BaseSuite) -> cst.IndentedBlock:
+    """A block statements can be inserted into: a one-line `if c: x += ...` gets its own lines."""
+    if isinstance(block, cst.SimpleStatementSuite):
+        return cst.IndentedBlock(body=[cst.SimpleStatementLine(body=[small]) for small in block.body])
+    return block
 
 
 def nested_edits(binding: TensorBinding, groups: list[ReadGroup]) -> list:

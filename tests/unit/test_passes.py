@@ -923,3 +923,27 @@ def test_producer_follows_descriptor_stores():
     assert "syncopy_device.desc_chunk_range(C, pid_m * BM, BM, M, N, (N - 1), C, syncopy_ctx)" in body
     assert body.index("notify_chunks(") > body.index("c_desc.store(")
     assert "a_desc.load" not in t.stages["probe"] and "desc_chunk_range" in t.stages["probe"]
+
+
+def test_a_wait_before_a_read_in_a_one_line_if_gets_the_if_its_own_lines():
+    # Rows from loaded data: the wait goes before the read, inside `if i < N:`; the one-line form
+    # has no block to insert into (it crashed the pass with an AttributeError).
+    src = textwrap.dedent('''
+        import triton
+        import triton.language as tl
+
+
+        @triton.jit
+        def k(X, IDX, Y, N, BLOCK: tl.constexpr):
+            pid = tl.program_id(0)
+            acc = tl.zeros([BLOCK], dtype=tl.float32)
+            for i in range(4):
+                row = tl.load(IDX + pid * 4 + i)
+                if i < N: acc += tl.load(X + row * BLOCK + tl.arange(0, BLOCK))
+            tl.store(Y + pid * BLOCK + tl.arange(0, BLOCK), acc)
+    ''')
+    out = _rewrite(src, "k", "X")
+    body = out[out.index("        if i < N:\n"):]
+    lines = body.splitlines()
+    assert lines[0] == "        if i < N:"
+    assert lines[-3].strip().startswith("syncopy_device.wait_chunks(") and lines[-2].strip() == "acc += tl.load(X + row * BLOCK + tl.arange(0, BLOCK))", body
