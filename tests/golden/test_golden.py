@@ -99,8 +99,26 @@ def test_every_case_is_present():
 def test_output_matches_expected(case, tmp_path):
     got = _transform(case, tmp_path)
     if REGEN:
+        # Comparing the file just written with itself would pass whatever the passes do.
         (HERE / case / "expected.py").write_text(got)
+        pytest.skip(f"SYNCOPY_REGEN=1 wrote tests/golden/{case}/expected.py: nothing was compared; "
+                    "review `git diff tests/golden`, then run again without SYNCOPY_REGEN")
     assert got == _expected(case)
+
+
+def test_regen_writes_the_expected_file_and_skips_the_comparison(tmp_path, monkeypatch):
+    import shutil
+    import sys
+
+    module = sys.modules[__name__]
+    case = "two_kernels"
+    shutil.copytree(HERE / case, tmp_path / "golden" / case)
+    (tmp_path / "golden" / case / "expected.py").write_text("stale\n")
+    monkeypatch.setattr(module, "HERE", tmp_path / "golden")
+    monkeypatch.setattr(module, "REGEN", True)
+    with pytest.raises(pytest.skip.Exception, match="nothing was compared"):
+        test_output_matches_expected(case, tmp_path)
+    assert (tmp_path / "golden" / case / "expected.py").read_text() == (Path(__file__).parent / case / "expected.py").read_text()
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from syncopy.runtime.world import spawn
+from tests.world.harness import spawn
 from tests.world import workers
 from tests.world.cases import CHUNKS, DTYPES, KERNELS, ROWS, WORLDS, matrix_cases, order_id, order_names
 from tests.world.workers import once
@@ -71,6 +71,21 @@ def test_fused_matches_all_gather_then_kernel(world, kernel):
     assert [len(e) for e in errors] == [expected] * world, errors
     bad = _failures(errors) + problems
     assert not bad, f"{len(bad)} failing (world {world}, kernel {kernel}):\n" + "\n".join(bad)
+    if world > 1:
+        _assert_most_remote_tiles_waited([[w for w in r["waits"] if w[0].split(" ")[0] in ids] for r in results])
+
+
+def _assert_most_remote_tiles_waited(per_rank_waits: list[list[tuple]]) -> None:
+    """The precondition of the numbers above: the link (tests/world/harness.py) was slow enough that
+    most tiles reading a peer's rows started before those rows were there, in first launches and in
+    later ones alike. Otherwise a tile that read unwaited rows would have passed by luck."""
+    for later in (False, True):
+        launches = [w for waits in per_rank_waits for w in waits if w[0].endswith("epoch1") != later]
+        remote, waited = sum(w[1] for w in launches), sum(w[2] for w in launches)
+        what = "later launches" if later else "first launches"
+        assert remote and waited > remote / 2, (
+            f"{what}: only {waited} of {remote} remote tiles waited for their rows; the link is too fast to test the waits:\n"
+            + "\n".join(f"{label}: {w}/{r}" for label, r, w in launches))
 
 
 def _plan_params():

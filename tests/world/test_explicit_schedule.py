@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from syncopy.runtime.world import spawn
+from tests.world.harness import spawn
 from syncopy.schedule import load_schedule
 from tests.world import workers
 from tests.world.workers import once

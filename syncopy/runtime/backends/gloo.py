@@ -22,6 +22,7 @@ import torch.distributed as dist
 
 from syncopy.runtime.backends.control import control_group, mark_broken, wait_bound
 from syncopy.runtime.context import Context
+from syncopy.runtime import link as links
 from syncopy.runtime.link import Faults, Link
 
 # The gloo group that carries this backend's transfers is the control group itself (a dedicated
@@ -40,6 +41,7 @@ class _Threads:
         self.gone: dict[int, str] = {}  # peer -> why its connection failed (it died, or its host went away)
         self.unreceived: list[tuple[int, int]] = []  # (peer, chunk): sends the peer never took in time
         self.rng = random.Random(seed)
+        self.start_s = link.start_delay(self.rng)  # this launch's sends leave this much late
         self.threads: list[threading.Thread] = []
 
     def _lost_peer(self, peer: int, exc: BaseException) -> None:
@@ -108,6 +110,10 @@ class _Threads:
         except BaseException as exc:  # surfaced by join() on the main thread
             self.errors.append(exc)
 
+    def _start_late(self) -> None:
+        if self.start_s > 0:
+            threading.Event().wait(self.start_s)
+
     def join(self) -> None:
         for t in self.threads:
             t.join(wait_bound(self.timeout_s))
@@ -129,36 +135,80 @@ class Transfer(_Threads):
         pending = []
         for node in ctx.plan.recvs():
             view = ctx.chunk_view(node.chunk)
-            target = view if view.is_contiguous() else torch.empty_like(view, memory_format=torch.contiguous_format)
+            staged = self.link.reorder or not view.is_contiguous()
+            target = torch.empty_like(view, memory_format=torch.contiguous_format) if staged else view
             work = self._post(target, node.peer, self.tag(node.chunk))
             pending.append((node, view, target, work))
         # Chunks are awaited in their planned arrival order and flagged as each lands.
         order = {g: k for k, g in enumerate(ctx.plan.arrival)}
-        for node, view, target, work in sorted(pending, key=lambda p: order.get(p[0].chunk, 0)):
-            if work is None:  # its sender was gone before the launch could post the receive
-                self.lost.append(node.chunk)
+        pending.sort(key=lambda p: order.get(p[0].chunk, 0))
+        if self.link.reorder:
+            self._land_shuffled(pending)
+            return
+        for node, view, target, work in pending:
+            if not self._arrived(node, work):
                 return
+            self._place(node.chunk, view, target)
+
+    def _arrived(self, node, work) -> bool:
+        """Wait for one posted receive; False (the chunk recorded as lost) if it never came."""
+        if work is None:  # its sender was gone before the launch could post the receive
+            self.lost.append(node.chunk)
+            return False
+        try:
+            ok = work.wait(timeout=timedelta(seconds=self.timeout_s))
+        except RuntimeError as exc:  # a timeout, or the sender's connection closed
             try:
-                ok = work.wait(timeout=timedelta(seconds=self.timeout_s))
-            except RuntimeError as exc:  # a timeout, or the sender's connection closed
-                try:
-                    self._lost_peer(node.peer, exc)
-                except RuntimeError:
-                    pass  # a timeout: the chunk is lost below, as before
-                ok = False
-            if ok is False:
-                self.lost.append(node.chunk)
-                mark_broken(self.group, f"chunk {node.chunk} never arrived")  # gloo closed the pair that timed out
-                return
-            if target is not view:
-                view.copy_(target)
-            ctx.land(node.chunk)
-            self.landed[node.chunk].set()
+                self._lost_peer(node.peer, exc)
+            except RuntimeError:
+                pass  # a timeout: the chunk is lost below, as before
+            ok = False
+        if ok is False:
+            self.lost.append(node.chunk)
+            mark_broken(self.group, f"chunk {node.chunk} never arrived")  # gloo closed the pair that timed out
+            return False
+        return True
+
+    def _place(self, chunk: int, view: torch.Tensor, target: torch.Tensor) -> None:
+        if target is not view:
+            view.copy_(target)
+        self.ctx.land(chunk)
+        self.landed[chunk].set()
+
+    REORDER_GAP_S = 1e-3
+
+    def _land_shuffled(self, pending: list) -> None:
+        """Link.reorder: chunks that have arrived are held (out of the buffer) until the next one
+        arrives or a short while passes, then one of them, picked at random, lands; one at a time,
+        a pause between flags so that tiles run in between. A hold is bounded, so a relay that
+        waits on a held chunk is late, never stuck."""
+        hold_s = 2 * (self.link.latency_s + self.link.jitter_s) + self.REORDER_GAP_S
+        held: list = []
+        while pending or held:
+            if not held:
+                node, view, target, work = pending.pop(0)
+                if not self._arrived(node, work):
+                    return
+                held.append((node.chunk, view, target))
+            deadline = time.monotonic() + hold_s
+            while pending and time.monotonic() < deadline:
+                came = [p for p in pending if p[3] is not None and p[3].is_completed()]
+                for node, view, target, work in came:
+                    pending.remove((node, view, target, work))
+                    if not self._arrived(node, work):
+                        return
+                    held.append((node.chunk, view, target))
+                if came:
+                    break
+                time.sleep(self.REORDER_GAP_S)
+            self._place(*held.pop(self.rng.randrange(len(held))))
+            time.sleep(self.REORDER_GAP_S)
 
     def _send(self, nodes):
         ctx = self.ctx
         c = ctx.plan.chunks_per_rank
         works = []
+        self._start_late()
         for node in nodes:
             for dep in node.after:
                 if not self.landed[dep].wait(self.timeout_s):
@@ -290,6 +340,7 @@ class ReduceTransfer(_Threads):
     def _send(self, steps):
         ctx = self.ctx
         works = []
+        self._start_late()
         for step in steps:
             g = step.chunk
             if step.value == "partial":
@@ -327,7 +378,7 @@ class GlooBackend:
     def __init__(self, group, timeout_s: float, link: Link | None, faults: Faults | None):
         self.group = comm_group(group, timeout_s)
         self.timeout_s = timeout_s
-        self.link = link or Link()
+        self.link = link or links.default
         self.faults = faults or Faults()
         # A spinning interpreter thread holds the GIL between switches; switch often so the
         # receive thread raises flags promptly.
