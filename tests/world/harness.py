@@ -1,7 +1,7 @@
 """How the CPU-world tests start their ranks: syncopy's `spawn`, with a slow link made the default of
 every rank process, so that a launch that names no link is tested the way users deploy.
 
-The default link costs a few milliseconds per chunk with jitter, starts each launch's sends on each
+The default link costs 4 to 8 ms per chunk (latency and jitter), starts each launch's sends on each
 rank up to 10 ms late (ranks never launch together), and lets chunks land one at a time in random
 order, each kept out of the receive buffer until its flag rises: with `poison_receive=True` a tile
 that reads rows it did not wait for reads NaN, whatever the runtime believes it waited for. A test

@@ -77,15 +77,17 @@ def test_fused_matches_all_gather_then_kernel(world, kernel):
 
 def _assert_most_remote_tiles_waited(per_rank_waits: list[list[tuple]]) -> None:
     """The precondition of the numbers above: the link (tests/world/harness.py) was slow enough that
-    most tiles reading a peer's rows started before those rows were there, in first launches and in
-    later ones alike. Otherwise a tile that read unwaited rows would have passed by luck."""
+    the rows most remote tiles read were not there yet when the kernel started, in first launches
+    and in later ones alike, and some tiles ran while later chunks were still in flight (NaN in the
+    poisoned buffer). Otherwise a tile that read rows it did not wait for could pass by luck."""
     for later in (False, True):
         launches = [w for waits in per_rank_waits for w in waits if w[0].endswith("epoch1") != later]
-        remote, waited = sum(w[1] for w in launches), sum(w[2] for w in launches)
+        remote, late, in_flight = (sum(w[i] for w in launches) for i in (1, 2, 3))
         what = "later launches" if later else "first launches"
-        assert remote and waited > remote / 2, (
-            f"{what}: only {waited} of {remote} remote tiles waited for their rows; the link is too fast to test the waits:\n"
-            + "\n".join(f"{label}: {w}/{r}" for label, r, w in launches))
+        assert remote and late > remote / 2 and in_flight, (
+            f"{what}: of {remote} remote tiles, the rows of {late} landed after the kernel started and {in_flight} started "
+            "while later chunks were in flight; the link is too fast to test the waits:\n"
+            + "\n".join(f"{label}: {r} remote, {l} landed late, {f} in flight" for label, r, l, f in launches))
 
 
 def _plan_params():
@@ -265,3 +267,21 @@ def test_every_tile_runs_exactly_once(world):
             assert [t for t, _, _ in sorted(tr.tile_starts, key=lambda x: x[1])] == tr.tile_order, where
             seen += 1
     assert seen == world * len(orders) * 3 * 2
+
+
+@pytest.mark.world
+def test_reordering_link_keeps_rows_nan_until_their_flag_and_shuffles_flags():
+    """The tests' oracle for reads that were not waited for (Link(reorder=True), the default link of
+    tests/world/harness.py): a chunk's rows stay NaN in the poisoned buffer until its own flag
+    rises, flags rise one at a time, and not in the planned order every time."""
+    launches = 4
+    results = spawn(workers.run_reorder_oracle, 3, launches, timeout_s=180)
+    shuffled = 0
+    for rank, log in enumerate(results):
+        assert len(log) == launches, log
+        for rec in log:
+            assert not rec["bad"], f"rank {rank} epoch {rec['epoch']}: " + "; ".join(rec["bad"])
+            assert sorted(rec["landed"]) == sorted(rec["planned"]), rec
+            assert rec["err"] <= workers.TOL["float32"], rec
+            shuffled += rec["landed"] != rec["planned"]
+    assert shuffled, "every chunk landed in the planned order: the link does not reorder"

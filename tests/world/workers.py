@@ -204,24 +204,22 @@ def run_matrix(rank: int, world: int, cases: list[dict], timeout_s: float = 60.0
     return {"errors": errors, "problems": problems, "waits": waits}
 
 
-def remote_tiles_waited(trace, rank: int, chunks_per_rank: int) -> tuple[int, int]:
-    """(tiles that read a peer's chunk, those of them that really waited for it) in one traced
-    all-gather launch. A tile waited when the last chunk it reads landed after the kernel started
-    (the rows were not there when tiles began to run) and the tile started while some chunk of the
-    launch was still in flight, or reads the chunk that landed last (no tile reading it can start
-    earlier). With an instant link every chunk lands before the kernel starts: none waited."""
+def remote_tiles_waited(trace, rank: int, chunks_per_rank: int) -> tuple[int, int, int]:
+    """In one traced all-gather launch: (tiles that read a peer's chunk, those of them whose rows
+    landed only after the kernel had started, those that started while a later chunk was still in
+    flight). A tile of the second kind could not have had its rows without its wait; of the third,
+    read rows it did not wait for would have been NaN. With an instant link both are 0."""
     mine = range(rank * chunks_per_rank, (rank + 1) * chunks_per_rank)
-    last = max(trace.arrivals, key=trace.arrivals.__getitem__)
-    remote = waited = 0
+    remote = landed_late = in_flight = 0
     for tile, _, arrived in trace.tile_starts:
         lo, hi = trace.tile_ranges[tile]
         reads = range(lo, hi + 1)
         if all(g in mine for g in reads):
             continue
         remote += 1
-        landed_late = max(trace.arrivals[g] for g in reads) > trace.kernel_s[0]
-        waited += landed_late and (arrived < trace.total_chunks or last in reads)
-    return remote, waited
+        landed_late += max(trace.arrivals[g] for g in reads) > trace.kernel_s[0]
+        in_flight += arrived < trace.total_chunks
+    return remote, landed_late, in_flight
 
 
 # --------------------------------------------------------------------------------------------------
@@ -706,3 +704,43 @@ def run_shapes_diverge_then_retry(rank: int, world: int, timeout_s: float) -> di
     got = t.module.launch(t.fused(chunks_per_rank=2, timeout_s=timeout_s), **inp, group=pg)
     out["new_group_err"] = float((got - t.module.reference(**inp, group=pg)).abs().max())
     return out
+
+
+# --------------------------------------------------------------------------------------------------
+# The reordering link of the tests (tests/world/harness.py): the oracle for unwaited reads
+# --------------------------------------------------------------------------------------------------
+def run_reorder_oracle(rank: int, world: int, launches: int) -> list[dict]:
+    """Watch every flag this rank raises under Link(reorder=True) with poisoned receive buffers: the
+    chunk's rows must be in place when its flag rises and every chunk not landed yet must still be
+    all NaN. Returns per launch the order remote chunks landed in, the planned one and the violations."""
+    import torch
+
+    import syncopy
+    from syncopy.runtime.context import Context
+    from syncopy.runtime.link import Link
+
+    log: list[dict] = []
+    land = Context.land
+
+    def watched(ctx, chunk):
+        if not log or log[-1]["epoch"] != ctx.epoch:
+            log.append({"epoch": ctx.epoch, "landed": [], "planned": list(ctx.plan.arrival), "bad": []})
+        rec = log[-1]
+        local = chunk // ctx.plan.chunks_per_rank == ctx.plan.rank
+        if not local:
+            rec["landed"].append(chunk)
+            if torch.isnan(ctx.chunk_view(chunk)).any():
+                rec["bad"].append(f"chunk {chunk}: flag raised before its rows were in place")
+            for g in set(ctx.plan.arrival) - set(rec["landed"]):
+                if not torch.isnan(ctx.chunk_view(g)).all():
+                    rec["bad"].append(f"chunk {g}: rows visible before its flag rose (while landing {chunk})")
+        land(ctx, chunk)
+
+    Context.land = watched
+    fused = syncopy.overlap(schedule("rms", 2, "ring"), poison_receive=True,
+                            link=Link(latency_s=0.004, jitter_s=0.004, reorder=True))(_kernel("rms"))
+    for epoch in range(launches):
+        p = Problem("rms", rank, world, 6, "float32", seed=90 + epoch)
+        p.launch(fused)
+        log[-1]["err"] = p.error()
+    return log
