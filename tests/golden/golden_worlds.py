@@ -7,7 +7,8 @@ user's unfused kernel (kernel.py) on the gathered tensor. Each recipe below says
 launched: (rows per rank, columns of the communicated tensor or None for 1-D, make(x, m, gen)).
 `make` returns (grid, args, kwargs, output) for the communicated tensor `x` (the shard for the fused
 kernel, the gathered tensor for the reference); tensors other than `x` come from `gen`, so that both
-calls get the same ones.
+calls get the same ones. The producer goldens (reduce_scatter, all_reduce) are not run here yet:
+their meaning is the kernel on zeros (or on C) followed by a reduce, which needs recipes of its own.
 """
 from __future__ import annotations
 
@@ -123,6 +124,32 @@ def _ring_rows(x, m, gen):
     return (nb,), [x, out, m], dict(NC=8, BR=4, NB=nb), out
 
 
+def _gemm_persistent(x, m, gen):
+    rhs, res = _t(16, 32, gen=gen), _nan(m, 32)
+    return (3,), [x, rhs, res, m, 32, 16], dict(TR=16, TC=16, TD=16, SWZ=2, CORES=3), res
+
+
+def _flat_k_desc(x, m, gen):
+    b, c = _t(32, 32, gen=gen), _nan(m, 32)
+    return (3,), [x, b, c, m, 32, 32], dict(BM=16, BN=16, BK=16, SMS=3), c
+
+
+def _matmul_kernel_persistent(x, m, gen):
+    b, c = _t(24, 32, gen=gen), _nan(m, 32)
+    return (3,), [x, b, c, m, 32, 24, *x.stride(), *b.stride(), *c.stride()], \
+        dict(BLOCK_SIZE_M=16, BLOCK_SIZE_N=16, BLOCK_SIZE_K=16, GROUP_SIZE_M=2, NUM_SMS=3), c
+
+
+def _matmul_kernel_descriptor_persistent(x, m, gen):
+    b, c = _t(32, 32, gen=gen), _nan(m, 32)  # b is [N, K]: the kernel multiplies by its transpose
+    return (3,), [x, b, c, m, 32, 32], dict(BLOCK_SIZE_M=16, BLOCK_SIZE_N=16, BLOCK_SIZE_K=16, GROUP_SIZE_M=2, NUM_SMS=3), c
+
+
+def _rolling_tiles(x, m, gen):
+    q, r = _t(24, 32, gen=gen), _nan(m, 32)
+    return (3,), [x, q, r, m, 32, 24, *x.stride(), *q.stride(), *r.stride()], dict(BM=16, BN=16, BK=16, LANES=3), r
+
+
 #: case -> (rows per rank, columns of the communicated tensor (None: 1-D), make)
 RECIPES = {
     "defaulted_constexpr": (7, None, _act_rows),
@@ -141,6 +168,11 @@ RECIPES = {
     "waits_nested_step": (6, 8, _nested_steps),
     "waits_persistent_index": (8, 8, _persistent_blocks),
     "waits_wrapped_rows": (6, 8, _ring_rows),
+    "persistent_desc_helper": (13, 16, _gemm_persistent),
+    "persistent_flat_desc": (16, 32, _flat_k_desc),
+    "persistent_flat_pointers": (13, 24, _matmul_kernel_persistent),
+    "persistent_tutorial_two_counters": (16, 32, _matmul_kernel_descriptor_persistent),
+    "persistent_while_pointers": (11, 24, _rolling_tiles),
 }
 
 
@@ -160,6 +192,10 @@ def run_expected_kernels(rank: int, world: int, cases: list[str]) -> list[tuple[
     from syncopy.schedule import load_schedule
     from tests.golden.spans import inside
 
+    import triton
+
+    # Tensor descriptors made in a kernel need scratch memory; the fused launch sets this itself.
+    triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8))
     out = []
     for ci, case in enumerate(cases):
         sched = load_schedule(HERE / case / "schedule.yaml")

@@ -340,13 +340,15 @@ def test_persistent_flat_loop_with_pointer_reads_waits_before_each_read():
 
 
 # --- the expected kernels run: every all-gather golden on a CPU world, against its meaning --------
+# (The four producer goldens are not run here: their kernels' meaning needs a reduce; see the note
+# in golden_worlds.py.)
 
 @pytest.mark.world
 def test_recipes_cover_every_all_gather_golden():
     from tests.golden.golden_worlds import RECIPES
 
     gather = [c for c in CASES if load_schedule(HERE / c / "schedule.yaml").pattern == "all_gather"]
-    assert sorted(RECIPES) == [c for c in gather if c not in PERSISTENT or c == "waits_persistent_index"]
+    assert sorted(RECIPES) == gather
 
 
 @pytest.mark.world
