@@ -11,8 +11,9 @@ class Link:
 
     start_s: each launch's sends on a rank start up to start_s late (one uniform draw per launch), as
     the ranks of a real job never launch together. reorder: the receiving rank lets chunks land one
-    at a time in random order, each kept out of the receive buffer until its flag rises, so a tile
-    that reads rows it did not wait for finds them as they were before (NaN with poison_receive)."""
+    at a time, a link delay apart on its own clock, each picked at random among those that have
+    arrived and kept out of the receive buffer until its flag rises: a tile that reads rows it did
+    not wait for finds them as they were before (NaN with poison_receive), on every rank."""
 
     latency_s: float = 0.0
     bandwidth_Bps: float = float("inf")

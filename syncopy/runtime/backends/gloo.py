@@ -175,14 +175,11 @@ class Transfer(_Threads):
         self.ctx.land(chunk)
         self.landed[chunk].set()
 
-    REORDER_GAP_S = 1e-3
-
     def _land_shuffled(self, pending: list) -> None:
-        """Link.reorder: chunks that have arrived are held (out of the buffer) until the next one
-        arrives or a short while passes, then one of them, picked at random, lands; one at a time,
-        a pause between flags so that tiles run in between. A hold is bounded, so a relay that
-        waits on a held chunk is late, never stuck."""
-        hold_s = 2 * (self.link.latency_s + self.link.jitter_s) + self.REORDER_GAP_S
+        """Link.reorder: chunks land one at a time, each a link delay after the one before on this
+        rank's own clock (so even a rank that launches late finds its chunks arriving, not there),
+        and each one picked at random among those that have arrived. A chunk is only held while
+        others arrive, so a relay that waits on it is late, never stuck."""
         held: list = []
         while pending or held:
             if not held:
@@ -190,19 +187,13 @@ class Transfer(_Threads):
                 if not self._arrived(node, work):
                     return
                 held.append((node.chunk, view, target))
-            deadline = time.monotonic() + hold_s
-            while pending and time.monotonic() < deadline:
-                came = [p for p in pending if p[3] is not None and p[3].is_completed()]
-                for node, view, target, work in came:
-                    pending.remove((node, view, target, work))
-                    if not self._arrived(node, work):
-                        return
-                    held.append((node.chunk, view, target))
-                if came:
-                    break
-                time.sleep(self.REORDER_GAP_S)
+            threading.Event().wait(self.link.delay(held[0][2].numel() * held[0][2].element_size(), self.rng))
+            for node, view, target, work in [p for p in pending if p[3] is not None and p[3].is_completed()]:
+                pending.remove((node, view, target, work))
+                if not self._arrived(node, work):
+                    return
+                held.append((node.chunk, view, target))
             self._place(*held.pop(self.rng.randrange(len(held))))
-            time.sleep(self.REORDER_GAP_S)
 
     def _send(self, nodes):
         ctx = self.ctx
