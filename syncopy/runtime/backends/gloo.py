@@ -10,6 +10,7 @@ spinning program sees a flag the receive thread writes while the kernel runs.
 """
 from __future__ import annotations
 
+import queue
 import random
 import re
 import sys
@@ -178,19 +179,29 @@ class Transfer(_Threads):
     def _land_shuffled(self, pending: list) -> None:
         """Link.reorder: chunks land one at a time, each a link delay after the one before on this
         rank's own clock (so even a rank that launches late finds its chunks arriving, not there),
-        and each one picked at random among those that have arrived. A chunk is only held while
-        others arrive, so a relay that waits on it is late, never stuck."""
+        each picked at random among those that have arrived. A chunk is only held while others
+        arrive, so a relay that waits on it is late, never stuck. (gloo's receive works say they
+        are complete only once waited on: one waiter thread each tells when its chunk came.)"""
+        came: queue.Queue = queue.Queue()
+        for p in pending:
+            threading.Thread(target=lambda p=p: came.put((p, self._arrived(p[0], p[3]))), daemon=True).start()
         held: list = []
-        while pending or held:
+        left = len(pending)
+        while left or held:
             if not held:
-                node, view, target, work = pending.pop(0)
-                if not self._arrived(node, work):
+                (node, view, target, _), ok = came.get()
+                left -= 1
+                if not ok:
                     return
                 held.append((node.chunk, view, target))
             threading.Event().wait(self.link.delay(held[0][2].numel() * held[0][2].element_size(), self.rng))
-            for node, view, target, work in [p for p in pending if p[3] is not None and p[3].is_completed()]:
-                pending.remove((node, view, target, work))
-                if not self._arrived(node, work):
+            while left:
+                try:
+                    (node, view, target, _), ok = came.get_nowait()
+                except queue.Empty:
+                    break
+                left -= 1
+                if not ok:
                     return
                 held.append((node.chunk, view, target))
             self._place(*held.pop(self.rng.randrange(len(held))))
