@@ -76,17 +76,20 @@ def test_fused_matches_all_gather_then_kernel(world, kernel):
 
 
 def _assert_most_remote_tiles_waited(per_rank_waits: list[list[tuple]]) -> None:
-    """The precondition of the numbers above: the link (tests/world/harness.py) was slow enough that
-    the rows most remote tiles read were not there yet when the kernel started, in first launches
-    and in later ones alike, and some tiles ran while later chunks were still in flight (NaN in the
-    poisoned buffer). Otherwise a tile that read rows it did not wait for could pass by luck."""
+    """The precondition of the numbers above: the rows most remote tiles read were not there yet when
+    the kernel started (the link of tests/world/harness.py paces arrivals on each rank's own clock),
+    in first launches and in later ones alike: those tiles could not have had their rows without
+    their waits, and rows read without one were NaN. Otherwise a tile that read rows it did not
+    wait for could pass by luck. (Tiles that started while later chunks were still in flight are
+    counted too, for the message: under the interpreter tiles are slow against a fast link, so
+    few do; test_overlap_trace checks that overlap with a slower link.)"""
     for later in (False, True):
         launches = [w for waits in per_rank_waits for w in waits if w[0].endswith("epoch1") != later]
         remote, late, in_flight = (sum(w[i] for w in launches) for i in (1, 2, 3))
         what = "later launches" if later else "first launches"
-        assert remote and late > remote / 2 and in_flight, (
-            f"{what}: of {remote} remote tiles, the rows of {late} landed after the kernel started and {in_flight} started "
-            "while later chunks were in flight; the link is too fast to test the waits:\n"
+        assert remote and late > remote / 2, (
+            f"{what}: of {remote} remote tiles, the rows of only {late} landed after the kernel started ({in_flight} started "
+            "while later chunks were in flight); the link is too fast to test the waits:\n"
             + "\n".join(f"{label}: {r} remote, {l} landed late, {f} in flight" for label, r, l, f in launches))
 
 
