@@ -7,15 +7,31 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class Link:
-    """An emulated link: each chunk costs latency + bytes/bandwidth (+ uniform jitter) before it is sent."""
+    """An emulated link: each chunk costs latency + bytes/bandwidth (+ uniform jitter) before it is sent.
+
+    start_s: each launch's sends on a rank start up to start_s late (one uniform draw per launch), as
+    the ranks of a real job never launch together. reorder: the receiving rank lets chunks land one
+    at a time, a link delay apart on its own clock, each picked at random among those that have
+    arrived and kept out of the receive buffer until its flag rises: a tile that reads rows it did
+    not wait for finds them as they were before (NaN with poison_receive), on every rank."""
 
     latency_s: float = 0.0
     bandwidth_Bps: float = float("inf")
     jitter_s: float = 0.0
+    start_s: float = 0.0
+    reorder: bool = False
 
     def delay(self, nbytes: int, rng: random.Random) -> float:
         t = self.latency_s + (nbytes / self.bandwidth_Bps if self.bandwidth_Bps != float("inf") else 0.0)
         return t + (rng.uniform(0, self.jitter_s) if self.jitter_s else 0.0)
+
+    def start_delay(self, rng: random.Random) -> float:
+        return rng.uniform(0, self.start_s) if self.start_s else 0.0
+
+
+#: The link of a CPU launch that names none: instant. The CPU-world tests make a slow one the default
+#: of their rank processes (tests/world/harness.py), so that chunks land after tiles start.
+default = Link()
 
 
 @dataclass(frozen=True)

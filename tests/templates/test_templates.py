@@ -9,6 +9,9 @@ import pytest
 
 from syncopy import templates
 from syncopy.cli import main
+from tests.templates import template_workers
+from tests.world.harness import spawn
+from tests.world.workers import once
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -42,8 +45,9 @@ def test_bad_shape_is_a_one_line_error(capsys):
     assert "M,N,K" in capsys.readouterr().err
 
 
-@pytest.mark.world
-@pytest.mark.parametrize("name,world,extra", [
+# (name, world, `syncopy run` options): each runs in a CPU world with the numbers recomputed by the
+# test (template_workers.meaning); two of them also run through the command line.
+RUNS = [
     ("ag_gemm", 2, ["--chunks", "3", "--shape", "45,32,32"]),
     ("ag_gemm", 3, ["--order", "bidirectional_ring", "--dtype", "fp16"]),
     ("ag_rmsnorm", 4, ["--chunks", "2", "--order", "local_first", "--shape", "37,48,0"]),
@@ -56,10 +60,45 @@ def test_bad_shape_is_a_one_line_error(capsys):
     ("ag_gemm_persistent", 4, ["--chunks", "2", "--order", "local_first"]),
     ("a2a_gemm", 2, ["--chunks", "1", "--order", "ring"]),
     ("ag_rmsnorm", 2, ["--chunks", "3", "--order", "ring"]),
-], ids=["ag_gemm-w2-ragged", "ag_gemm-w3-bidir-fp16", "ag_rmsnorm-w4-direct", "gemm_rs-w3-ring", "gemm_ar-w4-direct-fp16",
-        "a2a_gemm-w3-fp16", "a2a_gemm-w4-explicit", "ag_gemm_persistent-w3", "ag_gemm_persistent-w2-ragged-fp16",
-        "ag_gemm_persistent-w4-direct", "a2a_gemm-w2-ring", "ag_rmsnorm-w2-ring"])
-def test_syncopy_run_verifies_against_torch(name, world, extra):
+]
+RUN_IDS = ["ag_gemm-w2-ragged", "ag_gemm-w3-bidir-fp16", "ag_rmsnorm-w4-direct", "gemm_rs-w3-ring", "gemm_ar-w4-direct-fp16",
+           "a2a_gemm-w3-fp16", "a2a_gemm-w4-explicit", "ag_gemm_persistent-w3", "ag_gemm_persistent-w2-ragged-fp16",
+           "ag_gemm_persistent-w4-direct", "a2a_gemm-w2-ring", "ag_rmsnorm-w2-ring"]
+
+
+def _case(run_id: str, name: str, extra: list[str]) -> dict:
+    """The `syncopy run` options as the template's Python arguments."""
+    opts = dict(zip(extra[::2], extra[1::2]))
+    order = opts.get("--order")
+    if order and order[0].isdigit():
+        order = [int(o) for o in order.split(",")]
+    shape = tuple(int(v) for v in opts["--shape"].split(",")) if "--shape" in opts else None
+    return {"id": run_id, "name": name, "chunks": int(opts["--chunks"]) if "--chunks" in opts else None, "order": order,
+            "shape": shape, "dtype": opts.get("--dtype", "fp32")}
+
+
+@once
+def _template_world(world: int) -> list:
+    cases = [_case(i, name, extra) for i, (name, w, extra) in zip(RUN_IDS, RUNS) if w == world]
+    return spawn(template_workers.run_templates, world, cases, timeout_s=300)
+
+
+@pytest.mark.world
+@pytest.mark.parametrize("world", [2, 3, 4], ids=["world2", "world3", "world4"])
+def test_templates_equal_torch_on_every_rank(world):
+    """The error is recomputed here against torch on every rank's gathered inputs: neither the
+    template's `reference` nor `syncopy run`'s verdict decides."""
+    results = _template_world(world)
+    expected = 2 * sum(w == world for _, w, _ in RUNS)
+    assert [len(r) for r in results] == [expected] * world
+    bad = [f"rank {rank}: {label}: error {err:.3g} > {tol:g}" for rank, r in enumerate(results) for label, err, tol in r
+           if not err <= tol]
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.world
+@pytest.mark.parametrize("name,world,extra", [RUNS[0], RUNS[3]], ids=[RUN_IDS[0], RUN_IDS[3]])
+def test_syncopy_run_reports_each_rank(name, world, extra):
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT))
     proc = subprocess.run([sys.executable, "-m", "syncopy.cli", "run", name, "--world", str(world), *extra],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from syncopy.runtime.world import spawn
+from tests.world.harness import spawn
 from tests.world import workers
 from tests.world.cases import CHUNKS, DTYPES, KERNELS, ROWS, WORLDS, matrix_cases, order_id, order_names
 from tests.world.workers import once
@@ -71,6 +71,26 @@ def test_fused_matches_all_gather_then_kernel(world, kernel):
     assert [len(e) for e in errors] == [expected] * world, errors
     bad = _failures(errors) + problems
     assert not bad, f"{len(bad)} failing (world {world}, kernel {kernel}):\n" + "\n".join(bad)
+    if world > 1:
+        _assert_most_remote_tiles_waited([[w for w in r["waits"] if w[0].split(" ")[0] in ids] for r in results])
+
+
+def _assert_most_remote_tiles_waited(per_rank_waits: list[list[tuple]]) -> None:
+    """The precondition of the numbers above: the rows most remote tiles read were not there yet when
+    the kernel started (the link of tests/world/harness.py paces arrivals on each rank's own clock),
+    in first launches and in later ones alike: those tiles could not have had their rows without
+    their waits, and rows read without one were NaN. Otherwise a tile that read rows it did not
+    wait for could pass by luck. (Tiles that started while later chunks were still in flight are
+    counted too, for the message: under the interpreter tiles are slow against a fast link, so
+    few do; test_overlap_trace checks that overlap with a slower link.)"""
+    for later in (False, True):
+        launches = [w for waits in per_rank_waits for w in waits if w[0].endswith("epoch1") != later]
+        remote, late, in_flight = (sum(w[i] for w in launches) for i in (1, 2, 3))
+        what = "later launches" if later else "first launches"
+        assert remote and late > remote / 2, (
+            f"{what}: of {remote} remote tiles, the rows of only {late} landed after the kernel started ({in_flight} started "
+            "while later chunks were in flight); the link is too fast to test the waits:\n"
+            + "\n".join(f"{label}: {r} remote, {l} landed late, {f} in flight" for label, r, l, f in launches))
 
 
 def _plan_params():
@@ -250,3 +270,21 @@ def test_every_tile_runs_exactly_once(world):
             assert [t for t, _, _ in sorted(tr.tile_starts, key=lambda x: x[1])] == tr.tile_order, where
             seen += 1
     assert seen == world * len(orders) * 3 * 2
+
+
+@pytest.mark.world
+def test_reordering_link_keeps_rows_nan_until_their_flag_and_shuffles_flags():
+    """The tests' oracle for reads that were not waited for (Link(reorder=True), the default link of
+    tests/world/harness.py): a chunk's rows stay NaN in the poisoned buffer until its own flag
+    rises, flags rise one at a time, and not in the planned order every time."""
+    launches = 4
+    results = spawn(workers.run_reorder_oracle, 3, launches, timeout_s=180)
+    shuffled = 0
+    for rank, log in enumerate(results):
+        assert len(log) == launches, log
+        for rec in log:
+            assert not rec["bad"], f"rank {rank} epoch {rec['epoch']}: " + "; ".join(rec["bad"])
+            assert sorted(rec["landed"]) == sorted(rec["planned"]), rec
+            assert rec["err"] <= workers.TOL["float32"], rec
+            shuffled += rec["landed"] != rec["planned"]
+    assert shuffled, "every chunk landed in the planned order: the link does not reorder"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from syncopy.runtime.world import spawn
+from tests.world.harness import IN_ORDER, spawn
 from syncopy.schedule import load_schedule
 from tests.world import workers
 from tests.world.workers import once
@@ -20,7 +20,8 @@ WORLD, ROWS, CHUNKS = 3, 21, 2  # 21 rows: ragged against the 16-row tiles and t
 
 @once
 def _results() -> list[dict]:
-    return spawn(workers.run_explicit, WORLD, str(EXAMPLE), ROWS, timeout_s=300)
+    # The test checks that chunks land in the listed order: a link that keeps it.
+    return spawn(workers.run_explicit, WORLD, str(EXAMPLE), ROWS, timeout_s=300, link=IN_ORDER)
 
 
 def _listed_arrivals(rank: int) -> list[int]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from syncopy.runtime.world import spawn
+from tests.world.harness import spawn
 from tests.world import host_backend_workers as workers
 from tests.world.workers import once
 

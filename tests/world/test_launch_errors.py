@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from syncopy.runtime.world import spawn
+from tests.world.harness import spawn
 from tests.world import launch_error_workers as workers
 from tests.world.workers import TOL, once
 

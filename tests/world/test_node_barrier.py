@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from syncopy.runtime.world import spawn
+from tests.world.harness import spawn
 
 WORLD = 3
 
@@ -85,7 +85,7 @@ def test_a_rank_that_never_comes_is_named_after_the_deadline():
     for rank in (0, 1):
         assert results[rank]["error"] == (f"LaunchError: rank {rank}: rank(s) 2 did not reach the handshake of launch 2 within 0.5s "
                                           f"(stopped or stuck); re-create the process group"), results[rank]
-        assert 0.5 <= results[rank]["waited"] < 5
+        assert results[rank]["waited"] >= 0.5  # not before the deadline; the spawn deadline bounds it above
     assert results[2]["error"] is None
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from syncopy.runtime.world import spawn
+from tests.world.harness import spawn
 from tests.world import persistent_workers as pw
 from tests.world.workers import once
 

@@ -10,6 +10,7 @@ spinning program sees a flag the receive thread writes while the kernel runs.
 """
 from __future__ import annotations
 
+import queue
 import random
 import re
 import sys
@@ -22,6 +23,7 @@ import torch.distributed as dist
 
 from syncopy.runtime.backends.control import control_group, mark_broken, wait_bound
 from syncopy.runtime.context import Context
+from syncopy.runtime import link as links
 from syncopy.runtime.link import Faults, Link
 
 # The gloo group that carries this backend's transfers is the control group itself (a dedicated
@@ -40,6 +42,7 @@ class _Threads:
         self.gone: dict[int, str] = {}  # peer -> why its connection failed (it died, or its host went away)
         self.unreceived: list[tuple[int, int]] = []  # (peer, chunk): sends the peer never took in time
         self.rng = random.Random(seed)
+        self.start_s = link.start_delay(self.rng)  # this launch's sends leave this much late
         self.threads: list[threading.Thread] = []
 
     def _lost_peer(self, peer: int, exc: BaseException) -> None:
@@ -108,6 +111,10 @@ class _Threads:
         except BaseException as exc:  # surfaced by join() on the main thread
             self.errors.append(exc)
 
+    def _start_late(self) -> None:
+        if self.start_s > 0:
+            threading.Event().wait(self.start_s)
+
     def join(self) -> None:
         for t in self.threads:
             t.join(wait_bound(self.timeout_s))
@@ -129,36 +136,81 @@ class Transfer(_Threads):
         pending = []
         for node in ctx.plan.recvs():
             view = ctx.chunk_view(node.chunk)
-            target = view if view.is_contiguous() else torch.empty_like(view, memory_format=torch.contiguous_format)
+            staged = self.link.reorder or not view.is_contiguous()
+            target = torch.empty_like(view, memory_format=torch.contiguous_format) if staged else view
             work = self._post(target, node.peer, self.tag(node.chunk))
             pending.append((node, view, target, work))
         # Chunks are awaited in their planned arrival order and flagged as each lands.
         order = {g: k for k, g in enumerate(ctx.plan.arrival)}
-        for node, view, target, work in sorted(pending, key=lambda p: order.get(p[0].chunk, 0)):
-            if work is None:  # its sender was gone before the launch could post the receive
-                self.lost.append(node.chunk)
+        pending.sort(key=lambda p: order.get(p[0].chunk, 0))
+        if self.link.reorder:
+            self._land_shuffled(pending)
+            return
+        for node, view, target, work in pending:
+            if not self._arrived(node, work):
                 return
+            self._place(node.chunk, view, target)
+
+    def _arrived(self, node, work) -> bool:
+        """Wait for one posted receive; False (the chunk recorded as lost) if it never came."""
+        if work is None:  # its sender was gone before the launch could post the receive
+            self.lost.append(node.chunk)
+            return False
+        try:
+            ok = work.wait(timeout=timedelta(seconds=self.timeout_s))
+        except RuntimeError as exc:  # a timeout, or the sender's connection closed
             try:
-                ok = work.wait(timeout=timedelta(seconds=self.timeout_s))
-            except RuntimeError as exc:  # a timeout, or the sender's connection closed
+                self._lost_peer(node.peer, exc)
+            except RuntimeError:
+                pass  # a timeout: the chunk is lost below, as before
+            ok = False
+        if ok is False:
+            self.lost.append(node.chunk)
+            mark_broken(self.group, f"chunk {node.chunk} never arrived")  # gloo closed the pair that timed out
+            return False
+        return True
+
+    def _place(self, chunk: int, view: torch.Tensor, target: torch.Tensor) -> None:
+        if target is not view:
+            view.copy_(target)
+        self.ctx.land(chunk)
+        self.landed[chunk].set()
+
+    def _land_shuffled(self, pending: list) -> None:
+        """Link.reorder: chunks land one at a time, each a link delay after the one before on this
+        rank's own clock (so even a rank that launches late finds its chunks arriving, not there),
+        each picked at random among those that have arrived. A chunk is only held while others
+        arrive, so a relay that waits on it is late, never stuck. (gloo's receive works say they
+        are complete only once waited on: one waiter thread each tells when its chunk came.)"""
+        came: queue.Queue = queue.Queue()
+        for p in pending:
+            threading.Thread(target=lambda p=p: came.put((p, self._arrived(p[0], p[3]))), daemon=True).start()
+        held: list = []
+        left = len(pending)
+        while left or held:
+            if not held:
+                (node, view, target, _), ok = came.get()
+                left -= 1
+                if not ok:
+                    return
+                held.append((node.chunk, view, target))
+            threading.Event().wait(self.link.delay(held[0][2].numel() * held[0][2].element_size(), self.rng))
+            while left:
                 try:
-                    self._lost_peer(node.peer, exc)
-                except RuntimeError:
-                    pass  # a timeout: the chunk is lost below, as before
-                ok = False
-            if ok is False:
-                self.lost.append(node.chunk)
-                mark_broken(self.group, f"chunk {node.chunk} never arrived")  # gloo closed the pair that timed out
-                return
-            if target is not view:
-                view.copy_(target)
-            ctx.land(node.chunk)
-            self.landed[node.chunk].set()
+                    (node, view, target, _), ok = came.get_nowait()
+                except queue.Empty:
+                    break
+                left -= 1
+                if not ok:
+                    return
+                held.append((node.chunk, view, target))
+            self._place(*held.pop(self.rng.randrange(len(held))))
 
     def _send(self, nodes):
         ctx = self.ctx
         c = ctx.plan.chunks_per_rank
         works = []
+        self._start_late()
         for node in nodes:
             for dep in node.after:
                 if not self.landed[dep].wait(self.timeout_s):
@@ -290,6 +342,7 @@ class ReduceTransfer(_Threads):
     def _send(self, steps):
         ctx = self.ctx
         works = []
+        self._start_late()
         for step in steps:
             g = step.chunk
             if step.value == "partial":
@@ -327,7 +380,7 @@ class GlooBackend:
     def __init__(self, group, timeout_s: float, link: Link | None, faults: Faults | None):
         self.group = comm_group(group, timeout_s)
         self.timeout_s = timeout_s
-        self.link = link or Link()
+        self.link = link or links.default
         self.faults = faults or Faults()
         # A spinning interpreter thread holds the GIL between switches; switch often so the
         # receive thread raises flags promptly.

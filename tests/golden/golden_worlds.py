@@ -1,0 +1,224 @@
+"""Rank function of test_golden.py::test_expected_kernel_runs_in_a_world (spawned: module level).
+
+Every all-gather golden's kernel.py is fused with its schedule.yaml through the decorator, the
+kernel the runtime runs is checked to be expected.py's, and it is launched on a CPU world (three
+launches, new data each) against its meaning: all_gather_into_tensor of the shards, then the
+user's unfused kernel (kernel.py) on the gathered tensor. Each recipe below says how the kernel is
+launched: (rows per rank, columns of the communicated tensor or None for 1-D, make(x, m, gen)).
+`make` returns (grid, args, kwargs, output) for the communicated tensor `x` (the shard for the fused
+kernel, the gathered tensor for the reference); tensors other than `x` come from `gen`, so that both
+calls get the same ones. The producer goldens (reduce_scatter, all_reduce) are not run here yet:
+their meaning is the kernel on zeros (or on C) followed by a reduce, which needs recipes of its own.
+"""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+HERE = Path(__file__).parent
+NAN = float("nan")
+
+
+def _t(*shape, gen):
+    import torch
+
+    return torch.randn(*shape, generator=gen)
+
+
+def _nan(*shape):
+    import torch
+
+    return torch.full(shape, NAN)
+
+
+def _cdiv(a, b):
+    return -(-a // b)
+
+
+def _act_rows(x, m, gen):
+    out = _nan(m)
+    return (_cdiv(m, 4),), [x, out, m, 1, 1], dict(BLOCK=4), out
+
+
+def _gather_sum(x, m, gen):
+    out = _nan(_cdiv(m, 4))
+    return (_cdiv(m, 4),), [x, out, m, 1], dict(BLOCK=4), out
+
+
+def _tiled_product(x, m, gen):
+    q, r = _t(16, 16, gen=gen), _nan(m, 16)
+    return (m // 16, 1), [x, q, r, m, 16, 16, *x.stride(), *q.stride(), *r.stride()], dict(TILE_A=16, TILE_B=16, TILE_K=16), r
+
+
+def _swizzled_mm(x, m, gen):
+    right, dst = _t(24, 32, gen=gen), _nan(m, 32)
+    return ((_cdiv(m, 16) * 2),), [x, right, dst, m, 32, 24, *x.stride(), *right.stride(), *dst.stride()], \
+        dict(BR=16, BC=16, BD=16, SWZ=2), dst
+
+
+def _scaled_rows(x, m, gen):
+    scale, dst = _t(6, gen=gen), _nan(m, 6)
+    return (_cdiv(m, 4),), [x, scale, dst, m, 6, x.stride(0), dst.stride(0)], dict(ROWS=4, COLS=8), dst
+
+
+def _col_major_grid(x, m, gen):
+    wt, res = _t(16, 32, gen=gen), _nan(m, 32)
+    return (2, _cdiv(m, 16)), [x, wt, res, m, 32, 16, *x.stride(), *wt.stride(), *res.stride()], dict(BF=16, BH=16, BD=16), res
+
+
+def _mm_rebuild(x, m, gen):
+    ws, ys = _t(24, 16, gen=gen), _nan(m, 16)
+    return (_cdiv(m, 16), 1), [x, ws, ys, m, 16, 24, *x.stride(), *ws.stride(), *ys.stride()], dict(BM=16, BN=16, BK=16), ys
+
+
+def _layer_norm_rows(x, m, gen):
+    gamma, out = _t(10, gen=gen), _nan(m, 10)
+    return (m,), [x, gamma, out, x.stride(0), 10, 1e-5], dict(BLK=8), out
+
+
+def _second_kernel(x, m, gen):
+    out = _nan(m)
+    return (_cdiv(m, 4),), [x, out, m], dict(BLOCK=4), out
+
+
+def _gather_rows(x, m, gen):
+    import torch
+
+    idx = torch.randint(0, m, (m + 3,), generator=gen, dtype=torch.int32)
+    out = _nan(m + 3, 8)
+    return (m + 3,), [x, idx, out], dict(NC=8), out
+
+
+def _helper_pid(x, m, gen):
+    out = _nan(_cdiv(m, 4), 8)
+    return (_cdiv(m, 4),), [x, out, m], dict(NC=8, BR=4), out
+
+
+def _two_helpers(x, m, gen):
+    out = _nan(m, 8)
+    return (_cdiv(m, 4),), [x, out, m], dict(NC=8, BR=4), out
+
+
+def _masked_quad(x, m, gen):
+    out = _nan(m, 8)
+    return (_cdiv(m, 8),), [x, out, m], dict(NC=8, BM=2), out
+
+
+def _nested_steps(x, m, gen):
+    out = _nan(m // 6, 8)
+    return (m // 6,), [x, out], dict(NC=8, OUTER=2, INNER=3), out
+
+
+def _persistent_blocks(x, m, gen):
+    import torch
+
+    nb = _cdiv(m, 4)
+    blocks = torch.randperm(nb, generator=gen).to(torch.int32)
+    out = _nan(nb * 4, 8)
+    return (2,), [x, blocks, out, nb, m], dict(NC=8, BR=4, NP=2), out
+
+
+def _ring_rows(x, m, gen):
+    nb = _cdiv(m, 4)
+    out = _nan(nb * 4, 8)
+    return (nb,), [x, out, m], dict(NC=8, BR=4, NB=nb), out
+
+
+def _gemm_persistent(x, m, gen):
+    rhs, res = _t(16, 32, gen=gen), _nan(m, 32)
+    return (3,), [x, rhs, res, m, 32, 16], dict(TR=16, TC=16, TD=16, SWZ=2, CORES=3), res
+
+
+def _flat_k_desc(x, m, gen):
+    b, c = _t(32, 32, gen=gen), _nan(m, 32)
+    return (3,), [x, b, c, m, 32, 32], dict(BM=16, BN=16, BK=16, SMS=3), c
+
+
+def _matmul_kernel_persistent(x, m, gen):
+    b, c = _t(24, 32, gen=gen), _nan(m, 32)
+    return (3,), [x, b, c, m, 32, 24, *x.stride(), *b.stride(), *c.stride()], \
+        dict(BLOCK_SIZE_M=16, BLOCK_SIZE_N=16, BLOCK_SIZE_K=16, GROUP_SIZE_M=2, NUM_SMS=3), c
+
+
+def _matmul_kernel_descriptor_persistent(x, m, gen):
+    b, c = _t(32, 32, gen=gen), _nan(m, 32)  # b is [N, K]: the kernel multiplies by its transpose
+    return (3,), [x, b, c, m, 32, 32], dict(BLOCK_SIZE_M=16, BLOCK_SIZE_N=16, BLOCK_SIZE_K=16, GROUP_SIZE_M=2, NUM_SMS=3), c
+
+
+def _rolling_tiles(x, m, gen):
+    q, r = _t(24, 32, gen=gen), _nan(m, 32)
+    return (3,), [x, q, r, m, 32, 24, *x.stride(), *q.stride(), *r.stride()], dict(BM=16, BN=16, BK=16, LANES=3), r
+
+
+#: case -> (rows per rank, columns of the communicated tensor (None: 1-D), make)
+RECIPES = {
+    "defaulted_constexpr": (7, None, _act_rows),
+    "docstring_comments": (7, None, _gather_sum),
+    "gemm_2d_launch": (16, 16, _tiled_product),
+    "grouped_gemm_1d": (13, 24, _swizzled_mm),
+    "masked_loads": (9, 6, _scaled_rows),
+    "program_id_axis_kw": (11, 16, _col_major_grid),
+    "ptr_in_loop": (10, 24, _mm_rebuild),
+    "rownorm_reassign": (5, 10, _layer_norm_rows),
+    "two_kernels": (6, None, _second_kernel),
+    "waits_data_rows": (6, 8, _gather_rows),
+    "waits_helper_pid": (7, 8, _helper_pid),
+    "waits_helper_rows": (8, 8, _two_helpers),
+    "waits_masked_last": (7, 8, _masked_quad),
+    "waits_nested_step": (6, 8, _nested_steps),
+    "waits_persistent_index": (8, 8, _persistent_blocks),
+    "waits_wrapped_rows": (6, 8, _ring_rows),
+    "persistent_desc_helper": (13, 16, _gemm_persistent),
+    "persistent_flat_desc": (16, 32, _flat_k_desc),
+    "persistent_flat_pointers": (13, 24, _matmul_kernel_persistent),
+    "persistent_tutorial_two_counters": (16, 32, _matmul_kernel_descriptor_persistent),
+    "persistent_while_pointers": (11, 24, _rolling_tiles),
+}
+
+
+def _local_kernel(case: str, name: str):
+    spec = importlib.util.spec_from_file_location(f"golden_kernel_{case}", HERE / case / "kernel.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, name)
+
+
+def run_expected_kernels(rank: int, world: int, cases: list[str]) -> list[tuple[str, float, str]]:
+    """(case and launch, error, problem) for every case: three launches each, new data every time."""
+    import torch
+    import torch.distributed as dist
+
+    import syncopy
+    from syncopy.schedule import load_schedule
+    from tests.golden.spans import inside
+
+    import triton
+
+    # Tensor descriptors made in a kernel need scratch memory; the fused launch sets this itself.
+    triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8))
+    out = []
+    for ci, case in enumerate(cases):
+        sched = load_schedule(HERE / case / "schedule.yaml")
+        local = _local_kernel(case, sched.kernel)
+        # An explicit order is written for its own world; the kernel's text does not depend on it.
+        order = "ring" if isinstance(sched.order, list) and len(sched.order) != world - 1 else None
+        fused = syncopy.overlap(sched, order=order, poison_receive=True)(local)
+        want = inside((HERE / case / "expected.py").read_text(), sched.kernel)
+        if inside(fused.source, sched.kernel) != want:
+            out.append((case, float("inf"), "the kernel the runtime runs is not expected.py's"))
+            continue
+        rows, cols, make = RECIPES[case]
+        for launch in (1, 2, 3):
+            seed = (ci * 10 + launch) * 1009
+            shape = (rows,) if cols is None else (rows, cols)
+            x = torch.randn(*shape, generator=torch.Generator().manual_seed(seed + rank))
+            full = torch.empty((world * rows,) + shape[1:])
+            dist.all_gather_into_tensor(full, x)
+            m = world * rows
+            grid, args, kwargs, want_out = make(full, m, torch.Generator().manual_seed(seed))
+            local[grid](*args, **kwargs)
+            grid, args, kwargs, got = make(x, m, torch.Generator().manual_seed(seed))
+            fused[grid](*args, **kwargs)
+            diff = torch.nan_to_num((got - want_out).abs(), nan=float("inf"))
+            out.append((f"{case} launch {launch}", float(diff.max()) / max(1.0, float(want_out.abs().max())), ""))
+    return out
