@@ -15,7 +15,7 @@ import re
 
 import pytest
 
-from syncopy.runtime.world import spawn
+from tests.world.harness import spawn
 from tests.world import read_check_workers as rw
 from tests.world.workers import once
 
