@@ -21,13 +21,21 @@ IN_ORDER = dataclasses.replace(SLOW, reorder=False)  # as slow, flags in the pla
 INSTANT = Link()
 
 
-def spawn(fn, world: int, *args, link: Link = SLOW, **options) -> list:
-    """`syncopy.runtime.world.spawn(fn, world, *args, **options)` with `link` the default link of every rank."""
-    return _world.spawn(_on_link, world, fn, link, *args, **options)
+def spawn(fn, world: int, *args, link: Link = SLOW, checked: bool = False, **options) -> list:
+    """`syncopy.runtime.world.spawn(fn, world, *args, **options)` with `link` the default link of every
+    rank; `checked`: the ranks' operators run in checked mode (SYNCOPY_CHECKED=1, passes/read_check.py),
+    so a read of rows a tile did not wait for raises SyncopyReadError naming the kernel's line. On for
+    the worlds of the read-coverage cases (consumer waits, producer semantics); the rest of the suite
+    would take +30% to +55% longer with it ($SYNCOPY_CHECKED=1 make test runs everything checked)."""
+    return _world.spawn(_on_link, world, fn, link, checked, *args, **options)
 
 
-def _on_link(rank: int, world: int, fn, link: Link, *args):
+def _on_link(rank: int, world: int, fn, link: Link, checked: bool, *args):
+    import os
+
     from syncopy.runtime import link as links
 
     links.default = link
+    if checked:
+        os.environ["SYNCOPY_CHECKED"] = "1"
     return fn(rank, world, *args)

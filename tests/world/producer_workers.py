@@ -122,6 +122,7 @@ def run_producer_cases(rank: int, world: int, names: list[str], patterns: list[s
                 sched = {"pattern": pattern, "tensor": "C", "dim": 0, "chunks_per_rank": CHUNKS, "order": "ring"}
                 fused = syncopy.overlap(sched, poison_receive=True, trace=True, timeout_s=30,
                                         link=Link(latency_s=0.01, jitter_s=0.01))(getattr(producer_cases, name))
+                res["checked"] = fused.build().checked  # every store verified by the read checker (harness checked=True)
                 for launch in range(LAUNCHES):
                     a, b, c, extra = _inputs(name, rank, world, m, launch)
                     start = c if pattern == "all_reduce" else torch.zeros_like(c)

@@ -56,7 +56,7 @@ CASES = {
 
 @once
 def _world(world: int) -> list[dict]:
-    return spawn(ww.run_cases, world, CASES[world], timeout_s=500)
+    return spawn(ww.run_cases, world, CASES[world], timeout_s=500, checked=True)
 
 
 @pytest.mark.world
@@ -68,6 +68,7 @@ def test_every_read_is_waited_for_on_every_launch(world):
     bad = [f"rank {rank}: {label}: {err:.3g}" for rank, r in enumerate(results) for label, err in r["errors"] if not err <= TOL]
     assert not bad, "\n".join(bad)
     assert len(results[0]["errors"]) == 3 * len(CASES[world])
+    assert all(all(r["checked"]) and r["checked"] for r in results)  # the read checker was on: an unwaited read raises
 
 
 @pytest.mark.world

@@ -18,7 +18,7 @@ PATTERNS = ["reduce_scatter", "all_reduce"]
 
 @once
 def _world(world: int) -> list:
-    return spawn(producer_workers.run_producer_cases, world, KERNELS[world], PATTERNS, timeout_s=400)
+    return spawn(producer_workers.run_producer_cases, world, KERNELS[world], PATTERNS, timeout_s=400, checked=True)
 
 
 @pytest.mark.world
@@ -31,6 +31,7 @@ def test_fused_producers_equal_their_reference_and_torch(world):
         for c in cases:
             where = f"rank {rank} {c['name']} {c['pattern']}"
             assert len(c["fused"]) == producer_workers.LAUNCHES, where
+            assert c["checked"], f"{where}: the read checker was off"  # every store verified (harness checked=True)
             assert max(c["reference"]) <= producer_workers.TOL, f"{where}: reference {c['reference']}"
             assert max(c["fused"]) <= producer_workers.TOL, f"{where}: fused {c['fused']}"
 

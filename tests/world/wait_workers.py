@@ -131,7 +131,7 @@ def run_cases(rank: int, world: int, cases: list[dict]) -> dict:
     from syncopy.runtime.link import Link
     from tests.kernels import waits
 
-    out = {"errors": [], "problems": [], "binding": {}}
+    out = {"errors": [], "problems": [], "binding": {}, "checked": []}
     for ci, case in enumerate(cases):
         try:
             name = case["kernel"]
@@ -139,6 +139,7 @@ def run_cases(rank: int, world: int, cases: list[dict]) -> dict:
                                      "order": "ring"}, poison_receive=True,
                                     link=Link(latency_s=case["latency_s"], jitter_s=case["latency_s"] / 2))(getattr(waits, name))
             out["binding"][case["id"]] = fused.build().stages["binding"]
+            out["checked"].append(fused.build().checked)  # every read verified by the read checker (harness checked=True)
             for epoch in (1, 2, 3):
                 seed = (ci * 10 + epoch) * 1009
                 x = torch.randn(case["rows"], NC, generator=torch.Generator().manual_seed(seed + rank * 7 + 1))
