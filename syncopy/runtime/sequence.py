@@ -102,13 +102,7 @@ class LaunchSequence:
                 ctx.source = shard
             backend.local(ctx, shard)
             transfer = backend.start(ctx, epoch)
-        k0 = time.perf_counter() - ctx.t0
-        try:
-            fused[grid](**call_args, **self._extra(ctx, order, trace_buf), **options)
-        finally:
-            k1 = time.perf_counter() - ctx.t0
-            if transfer is not None:
-                transfer.join()
+        k0, k1 = self._run_kernel(fused, grid, call_args, ctx, order, trace_buf, options, transfer)
         if getattr(transfer, "deferred", False):
             # Enqueued, like any CUDA op: the error words are read once the kernel is done (the
             # next launch, synchronize(), or now if it already is; a traced launch waits for it).
@@ -170,13 +164,7 @@ class LaunchSequence:
             out.fill_(float("nan"))  # after _init_partial read it: only the reduction may write `out` now
         _announce_unwritten(ctx, need)
         transfer = backend.start_reduce(ctx, out, epoch) if backend is not None else None
-        k0 = time.perf_counter() - ctx.t0
-        try:
-            fused[grid](**call_args, **self._extra(ctx, order, trace_buf), **options)
-        finally:
-            k1 = time.perf_counter() - ctx.t0
-            if transfer is not None:
-                transfer.join()
+        k0, k1 = self._run_kernel(fused, grid, call_args, ctx, order, trace_buf, options, transfer)
         if getattr(transfer, "deferred", False):
             # Enqueued (p2p reduce_scatter, one rank per GPU): the sends follow the kernel's flags and
             # the reduction follows the sends on the device; errors surface at the next launch or
@@ -219,3 +207,15 @@ class LaunchSequence:
             ctx.buffer.copy_(out)
         else:
             ctx.buffer.zero_()
+
+    def _run_kernel(self, fused, grid, call_args: dict, ctx: Context, order, trace_buf, options: dict, transfer) -> tuple[float, float]:
+        """The fused kernel, then the transfer's join (whatever the kernel raised); (start, end) in
+        seconds from the launch's start, for the trace."""
+        k0 = time.perf_counter() - ctx.t0
+        try:
+            fused[grid](**call_args, **self._extra(ctx, order, trace_buf), **options)
+        finally:
+            k1 = time.perf_counter() - ctx.t0
+            if transfer is not None:
+                transfer.join()
+        return k0, k1

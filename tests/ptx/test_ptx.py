@@ -4,26 +4,14 @@ persistent tensor-descriptor template (both branches of its tile-start wait, and
 other persistent loop shapes (tutorial `tl.range(..., flatten=True)` with a second counter, a
 while loop, a flat K x tiles loop). Triton 3.9 lowers tensor descriptors to TMA copies on sm_90 and
 to ordinary loads on sm_80, so both targets are checked."""
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.ptx import subprocess_compile
 
 
 @pytest.fixture(scope="module", params=[80, 90], ids=["sm_80", "sm_90"])
 def compiled(request, tmp_path_factory):
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["SYNCOPY_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    proc = subprocess.run([sys.executable, "-m", "tests.ptx.compile_fused", str(request.param)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return subprocess_compile.compiled("compile_fused", request.param, tmp_path_factory.mktemp("cache"))
 
 
 def _kernels(compiled):

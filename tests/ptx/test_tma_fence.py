@@ -3,26 +3,14 @@ not order. Compiled for sm_90, a kernel that reads the communicated tensor throu
 descriptors fences the async proxy between its wait's acquire and its first TMA load, and one that
 stores through them completes its TMA stores and fences them before the release that announces
 the chunk. sm_80 has no TMA and no such fence, and compiles without it."""
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.ptx import subprocess_compile
 
 
 @pytest.fixture(scope="module", params=[80, 90], ids=["sm_80", "sm_90"])
 def compiled(request, tmp_path_factory):
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["SYNCOPY_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    proc = subprocess.run([sys.executable, "-m", "tests.ptx.compile_tma", str(request.param)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return request.param, json.loads(proc.stdout.strip().splitlines()[-1])
+    return request.param, subprocess_compile.compiled("compile_tma", request.param, tmp_path_factory.mktemp("cache"))
 
 
 def test_consumer_fences_between_the_acquire_and_the_first_tma_load(compiled):
