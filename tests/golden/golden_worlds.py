@@ -1,4 +1,4 @@
-"""Rank function of test_golden.py::test_expected_kernel_runs_in_a_world (spawned: module level).
+"""Rank functions of test_golden.py's world tests of the expected kernels (spawned: module level).
 
 Every all-gather golden's kernel.py is fused with its schedule.yaml through the decorator, the
 kernel the runtime runs is checked to be expected.py's, and it is launched on a CPU world (three
@@ -7,8 +7,8 @@ user's unfused kernel (kernel.py) on the gathered tensor. Each recipe below says
 launched: (rows per rank, columns of the communicated tensor or None for 1-D, make(x, m, gen)).
 `make` returns (grid, args, kwargs, output) for the communicated tensor `x` (the shard for the fused
 kernel, the gathered tensor for the reference); tensors other than `x` come from `gen`, so that both
-calls get the same ones. The producer goldens (reduce_scatter, all_reduce) are not run here yet:
-their meaning is the kernel on zeros (or on C) followed by a reduce, which needs recipes of its own.
+calls get the same ones. The producer goldens (reduce_scatter, all_reduce) have recipes of their
+own below: their meaning is the user's kernel on zeros (or on the rank's C) followed by a reduce.
 """
 from __future__ import annotations
 
@@ -221,4 +221,86 @@ def run_expected_kernels(rank: int, world: int, cases: list[str]) -> list[tuple[
             fused[grid](*args, **kwargs)
             diff = torch.nan_to_num((got - want_out).abs(), nan=float("inf"))
             out.append((f"{case} launch {launch}", float(diff.max()) / max(1.0, float(want_out.abs().max())), ""))
+    return out
+
+
+# --- producer goldens: the kernel on zeros (reduce_scatter) or on each rank's C (all_reduce), then a
+# reduce over the ranks (torch.distributed.all_reduce), against the fused kernel's result. `make`
+# returns (grid, args, kwargs) for the communicated tensor `c` (the rank's shard for the fused
+# reduce_scatter, the full tensor otherwise); its other tensors come from `gen`, seeded per rank.
+
+def _row_parallel_linear(c, m, gen):
+    x, w = _t(m, 16, gen=gen), _t(16, 16, gen=gen)
+    return (_cdiv(m, 16),), [x, w, c, m, 16, 16, *x.stride(), *w.stride(), 16, 1], dict(BR=16, BC=16, BI=16)
+
+
+def _gemm_desc_out(c, m, gen):
+    a, b = _t(m, 16, gen=gen), _t(16, 16, gen=gen)
+    return (_cdiv(m, 16), 2), [a, b, c, m, 16, 16], dict(BM=16, BN=16, BK=16)  # the second column block returns early
+
+
+def _causal_scores(c, m, gen):
+    q, k = _t(m, 16, gen=gen), _t(m, 16, gen=gen)
+    return (_cdiv(m, 16), _cdiv(m, 16)), [q, k, c, m, 16], dict(BT=16, BD=16)
+
+
+def _layer_norm_out(c, m, gen):
+    inp, gamma = _t(m, 10, gen=gen), _t(10, gen=gen)
+    return (m,), [inp, gamma, c, 10, 10, 1e-5], dict(BLK=8)
+
+
+def _combine(c, m, gen):
+    import torch
+
+    n_rows = 12
+    expert_out = _t(n_rows, 8, gen=gen)
+    token_of = torch.randint(0, m, (n_rows,), generator=gen, dtype=torch.int32)
+    return (_cdiv(n_rows, 4),), [expert_out, token_of, c, n_rows, 8], dict(BR=4, BH=8)
+
+
+#: case -> (rows of the full output, its columns, make)
+PRODUCER_RECIPES = {
+    "producer_gemm_rs": (32, 16, _row_parallel_linear),
+    "producer_desc_store": (32, 16, _gemm_desc_out),
+    "producer_early_return": (32, 32, _causal_scores),
+    "producer_rownorm_allreduce": (10, 10, _layer_norm_out),
+    "producer_rows_from_data": (16, 8, _combine),
+}
+
+
+def run_expected_producers(rank: int, world: int, cases: list[str]) -> list[tuple[str, float, str]]:
+    """(case and launch, error, problem) for every producer golden: three launches, new data each."""
+    import torch
+    import torch.distributed as dist
+
+    import syncopy
+    from syncopy.schedule import load_schedule
+    from tests.golden.spans import inside
+
+    import triton
+
+    triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8))
+    out = []
+    for ci, case in enumerate(cases):
+        sched = load_schedule(HERE / case / "schedule.yaml")
+        local = _local_kernel(case, sched.kernel)
+        fused = syncopy.overlap(sched, poison_receive=True)(local)
+        if inside(fused.source, sched.kernel) != inside((HERE / case / "expected.py").read_text(), sched.kernel):
+            out.append((case, float("inf"), "the kernel the runtime runs is not expected.py's"))
+            continue
+        m, cols, make = PRODUCER_RECIPES[case]
+        rows = m // world
+        for launch in (1, 2, 3):
+            seed = (ci * 10 + launch) * 1013 + rank * 7
+            start = torch.randn(m, cols, generator=torch.Generator().manual_seed(seed + 1))  # all_reduce: the user's C
+            full = start.clone() if sched.pattern == "all_reduce" else torch.zeros(m, cols)
+            grid, args, kwargs = make(full, m, torch.Generator().manual_seed(seed))
+            local[grid](*args, **kwargs)
+            dist.all_reduce(full)
+            want = full if sched.pattern == "all_reduce" else full[rank * rows:(rank + 1) * rows]
+            got = start.clone() if sched.pattern == "all_reduce" else torch.full((rows, cols), NAN)
+            grid, args, kwargs = make(got, m, torch.Generator().manual_seed(seed))
+            fused[grid](*args, **kwargs)
+            diff = torch.nan_to_num((got - want).abs(), nan=float("inf"))
+            out.append((f"{case} launch {launch}", float(diff.max()) / max(1.0, float(want.abs().max())), ""))
     return out

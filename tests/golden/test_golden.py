@@ -351,8 +351,7 @@ def test_persistent_flat_loop_with_pointer_reads_waits_before_each_read():
 
 
 # --- the expected kernels run: every all-gather golden on a CPU world, against its meaning --------
-# (The four producer goldens are not run here: their kernels' meaning needs a reduce; see the note
-# in golden_worlds.py.)
+# (The producer goldens run too: their kernel on zeros or on C, then a reduce over the ranks.)
 
 @pytest.mark.world
 def test_recipes_cover_every_all_gather_golden():
@@ -360,6 +359,10 @@ def test_recipes_cover_every_all_gather_golden():
 
     gather = [c for c in CASES if load_schedule(HERE / c / "schedule.yaml").pattern == "all_gather"]
     assert sorted(RECIPES) == gather
+    from tests.golden.golden_worlds import PRODUCER_RECIPES
+
+    producers = [c for c in CASES if load_schedule(HERE / c / "schedule.yaml").pattern in ("reduce_scatter", "all_reduce")]
+    assert sorted(PRODUCER_RECIPES) == producers
 
 
 @pytest.mark.world
@@ -373,5 +376,20 @@ def test_expected_kernels_equal_all_gather_then_the_users_kernel():
     results = spawn(run_expected_kernels, 2, sorted(RECIPES), timeout_s=400)
     for rank, r in enumerate(results):
         assert len(r) == 3 * len(RECIPES), r
+        bad = [f"{label}: {problem or f'error {err:.3g}'}" for label, err, problem in r if problem or not err <= 1e-4]
+        assert not bad, f"rank {rank}:\n" + "\n".join(bad)
+
+
+@pytest.mark.world
+def test_expected_producer_kernels_equal_the_users_kernel_then_a_reduce():
+    """Each producer golden's expected kernel on a world of 2, three launches with new data each,
+    equals the user's kernel.py on zeros (reduce_scatter) or on the rank's C (all_reduce), then an
+    all_reduce over the ranks (this rank's rows for reduce_scatter)."""
+    from tests.golden.golden_worlds import PRODUCER_RECIPES, run_expected_producers
+    from tests.world.harness import spawn
+
+    results = spawn(run_expected_producers, 2, sorted(PRODUCER_RECIPES), timeout_s=400)
+    for rank, r in enumerate(results):
+        assert len(r) == 3 * len(PRODUCER_RECIPES), r
         bad = [f"{label}: {problem or f'error {err:.3g}'}" for label, err, problem in r if problem or not err <= 1e-4]
         assert not bad, f"rank {rank}:\n" + "\n".join(bad)
