@@ -112,30 +112,27 @@ def test_paced_chunks_land_while_the_kernel_runs():
 
 def test_gemm_rs_sends_chunks_while_the_kernel_still_runs():
     # Rank 0's kernel runs first under the interpreter: its chunks for ranks 1 and 2 leave as their
-    # flags rise, before the kernel ends; every rank's rows are the sum over ranks.
-    name, world = "gemm_rs", 3
+    # flags rise, before the kernel ends (12 row tiles of 16 rows, local_first: the peers' chunks are
+    # finished first and rank 0's own 4 tiles still compute); every rank's rows are the sum over ranks.
+    name, world, m = "gemm_rs", 3, 192
     tw = ThreadWorld(templates.get(name).fused(timeout_s=30.0, chunks_per_rank=2, order="local_first"), world, device="cpu")
     mod = templates.get(name).module
-    inputs = [mod.inputs(r, world, (96, 32, 32), torch.float32, seed=1) for r in range(world)]
-    first = tw.run(lambda fused, group, r: mod.launch(fused, **inputs[r], group=group))
-    tw.synchronize()
-    for out, ref in zip(first, reference(name, inputs, world)):
-        assert torch.allclose(out, ref, atol=1e-4)
-    ctxs = tw.worlds[next(iter(tw.worlds))]
-    assert all(ctx.epoch == 1 for ctx in (rk.ctx for rk in ctxs))
-    outs = [torch.empty_like(o) for o in first]
-    calls = []  # the template's call, made by hand, timed this time
-    for r in range(world):
-        a, b = inputs[r]["a"], inputs[r]["b"]
-        (m, k), n = a.shape, b.shape[1]
-        calls.append((a, b, outs[r], m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), n, 1))
-    grid = (triton.cdiv(96, mod.META["BLOCK_M"]), triton.cdiv(32, mod.META["BLOCK_N"]))
-    tw.launch(grid, calls, dict(mod.META), timeline=True, sync=True)
-    t = tw.timeline_ms()[0]
-    sent = {name[1]: v for name, v in t.items() if isinstance(name, tuple)}
-    assert sent and min(sent.values()) < t["end"], t
-    for out, ref in zip(outs, reference(name, inputs, world)):
-        assert torch.allclose(out, ref, atol=1e-4)
+    meta = dict(mod.META, BLOCK_M=16)
+    for seed in (1, 2):
+        inputs = [mod.inputs(r, world, (m, 32, 32), torch.float32, seed=seed) for r in range(world)]
+        outs = [torch.full((m // world, 32), float("nan")) for _ in range(world)]
+        calls = []
+        for r in range(world):
+            a, b = inputs[r]["a"], inputs[r]["b"]
+            (rows, k), n = a.shape, b.shape[1]
+            calls.append((a, b, outs[r], rows, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), n, 1))
+        grid = (triton.cdiv(m, 16), triton.cdiv(32, meta["BLOCK_N"]))
+        tw.launch(grid, calls, meta, timeline=True, sync=True)
+        t = tw.timeline_ms()[0]
+        sent = {key[1]: v for key, v in t.items() if isinstance(key, tuple)}
+        assert len(sent) == 4 and min(sent.values()) < t["end"], t
+        for out, ref in zip(outs, reference(name, inputs, world)):
+            assert torch.allclose(out, ref, atol=1e-4)
 
 
 def test_withheld_chunk_is_a_timeout_naming_rank_chunk_and_epoch():

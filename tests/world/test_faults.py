@@ -144,6 +144,11 @@ def test_a_rank_that_dies_mid_launch_is_named_by_its_peers_never_a_hang(order, p
     r = results[0]
     assert r["type"] == "SyncopyTimeout" and r["rank"] == 0 and r["epoch"] == 1 and named.search(r["str"]), r
     r = results[1]
+    if producer and r["type"] == "LaunchError":
+        # Rank 1 had all it needed for the first launch; its second one starts after the connection
+        # to rank 2 closed (the slow link makes that the likelier order) and is refused, naming it.
+        assert r["str"].startswith("rank 1: rank 2 dropped out (") and "restart the job" in r["str"], r
+        return
     assert r["type"] == "SyncopyTimeout" and r["rank"] == 1 and r["epoch"] in ((1, 2) if producer else (1,)), r
     assert named.search(r["str"]) or r["str"].endswith("check that every rank launched the kernel with the same shapes, or raise timeout_s"), r
     if order == "local_first":  # rank 1 receives from rank 2 itself
