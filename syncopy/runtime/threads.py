@@ -195,7 +195,6 @@ class ThreadWorld:
         self.ops = self.engine.ops
         self.worlds: dict[tuple, list[_Rank]] = {}
         self.epochs: dict[tuple, int] = {}
-        self.launches = 0
         self.delay_s = 0.0
         self.timelines: list[_Timeline] = [_Timeline.OFF] * world
 
@@ -267,9 +266,8 @@ class ThreadWorld:
                 order = fk._order(rk.ctx, g, call, None)[0]
                 calls.append((g, call, fk._extra(rk.ctx, order, rk.ctx.no_trace), options))
             else:
-                calls.append((g, call, *launch_args(fk, rk, g, call)[1:], options))
+                calls.append((g, call, launch_args(fk, rk, g, call)[1], options))
         epoch = self.epochs[key] = self.epochs.get(key, 0) + 1
-        self.launches += 1
         eng, ops = self.engine, self.ops
         caller = ops.handle(eng.current(shards[0].device))
         start = ops.event()

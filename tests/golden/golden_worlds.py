@@ -183,28 +183,40 @@ def _local_kernel(case: str, name: str):
     return getattr(module, name)
 
 
+def _set_allocator() -> None:
+    """Tensor descriptors made in a kernel need scratch memory (the fused launch sets this itself)."""
+    import torch
+    import triton
+
+    triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8))
+
+
+def _fused_case(case: str, world: int):
+    """(schedule, the user's local kernel, the fused operator -- None unless the kernel the runtime
+    runs is expected.py's) of golden `case`, NaN-poisoning its receive buffers."""
+    import syncopy
+    from syncopy.schedule import load_schedule
+    from tests.golden.spans import inside
+
+    sched = load_schedule(HERE / case / "schedule.yaml")
+    local = _local_kernel(case, sched.kernel)
+    # An explicit order is written for its own world; the kernel's text does not depend on it.
+    order = "ring" if isinstance(sched.order, list) and len(sched.order) != world - 1 else None
+    fused = syncopy.overlap(sched, order=order, poison_receive=True)(local)
+    same = inside(fused.source, sched.kernel) == inside((HERE / case / "expected.py").read_text(), sched.kernel)
+    return sched, local, fused if same else None
+
+
 def run_expected_kernels(rank: int, world: int, cases: list[str]) -> list[tuple[str, float, str]]:
     """(case and launch, error, problem) for every case: three launches each, new data every time."""
     import torch
     import torch.distributed as dist
 
-    import syncopy
-    from syncopy.schedule import load_schedule
-    from tests.golden.spans import inside
-
-    import triton
-
-    # Tensor descriptors made in a kernel need scratch memory; the fused launch sets this itself.
-    triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8))
+    _set_allocator()
     out = []
     for ci, case in enumerate(cases):
-        sched = load_schedule(HERE / case / "schedule.yaml")
-        local = _local_kernel(case, sched.kernel)
-        # An explicit order is written for its own world; the kernel's text does not depend on it.
-        order = "ring" if isinstance(sched.order, list) and len(sched.order) != world - 1 else None
-        fused = syncopy.overlap(sched, order=order, poison_receive=True)(local)
-        want = inside((HERE / case / "expected.py").read_text(), sched.kernel)
-        if inside(fused.source, sched.kernel) != want:
+        sched, local, fused = _fused_case(case, world)
+        if fused is None:
             out.append((case, float("inf"), "the kernel the runtime runs is not expected.py's"))
             continue
         rows, cols, make = RECIPES[case]
@@ -273,19 +285,11 @@ def run_expected_producers(rank: int, world: int, cases: list[str]) -> list[tupl
     import torch
     import torch.distributed as dist
 
-    import syncopy
-    from syncopy.schedule import load_schedule
-    from tests.golden.spans import inside
-
-    import triton
-
-    triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8))
+    _set_allocator()
     out = []
     for ci, case in enumerate(cases):
-        sched = load_schedule(HERE / case / "schedule.yaml")
-        local = _local_kernel(case, sched.kernel)
-        fused = syncopy.overlap(sched, poison_receive=True)(local)
-        if inside(fused.source, sched.kernel) != inside((HERE / case / "expected.py").read_text(), sched.kernel):
+        sched, local, fused = _fused_case(case, world)
+        if fused is None:
             out.append((case, float("inf"), "the kernel the runtime runs is not expected.py's"))
             continue
         m, cols, make = PRODUCER_RECIPES[case]
