@@ -4,6 +4,7 @@ from syncopy.errors import (
     KernelError,
     LaunchError,
     ScheduleError,
+    SyncopyCorruptChunk,
     SyncopyError,
     SyncopyReadError,
     SyncopyTimeout,
@@ -38,5 +39,6 @@ __all__ = [
     "InferenceError",
     "LaunchError",
     "SyncopyTimeout",
+    "SyncopyCorruptChunk",
     "SyncopyReadError",
 ]

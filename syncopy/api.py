@@ -83,7 +83,7 @@ class FusedKernel(Binding, Contexts, TileOrder, Tracing, LaunchSequence):
                  link: Link | None = None, faults: Faults | None = None, trace: bool = False,
                  poison_receive: bool = False, dump_dir: str | Path | None = None,
                  one_shot_max_bytes: int = planning.ONE_SHOT_MAX_BYTES, hardware: str | None = None, workload=None,
-                 checked: bool | None = None):
+                 checked: bool | None = None, verify_chunks: bool = False):
         _require_jit(jit_fn)
         _check_timeout(timeout_s)
         self.local = jit_fn
@@ -96,6 +96,7 @@ class FusedKernel(Binding, Contexts, TileOrder, Tracing, LaunchSequence):
         self.link, self.faults = link, faults
         self.trace = trace
         self.poison_receive = poison_receive
+        self.verify_chunks = verify_chunks  # chunks travel with a checksum, checked as they land (gloo)
         self.dump_dir = dump_dir
         self.checked = checked  # None: $SYNCOPY_CHECKED decides, at the first launch (passes/read_check.py)
         self.signature = inspect.signature(jit_fn.fn)
@@ -232,7 +233,7 @@ def overlap(schedule, *, chunks_per_rank: int | str | None = None, order: str | 
             hardware: str | None = None, workload=None, backend: str = "auto", timeout_s: float = 60.0,
             link: Link | None = None, faults: Faults | None = None, trace: bool = False, poison_receive: bool = False,
             dump_dir: str | Path | None = None, one_shot_max_bytes: int = planning.ONE_SHOT_MAX_BYTES,
-            checked: bool | None = None):
+            checked: bool | None = None, verify_chunks: bool = False):
     """Decorator factory: `overlap(schedule)(jit_fn) -> FusedKernel`.
 
     schedule: a path to a YAML/JSON file, a dict, or a `Schedule`.
@@ -250,6 +251,8 @@ def overlap(schedule, *, chunks_per_rank: int | str | None = None, order: str | 
     checked: every read of the communicated tensor checks that its chunks arrived, every producer
     store that its chunk was not announced yet; a violation raises SyncopyReadError naming the
     kernel's line, rank, chunk and epoch (default: $SYNCOPY_CHECKED=1 turns it on).
+    verify_chunks: each chunk travels with a CRC-32 of its bytes, checked as it lands; a mismatch raises
+    SyncopyCorruptChunk naming the chunk, its source rank and the epoch (gloo backend, CPU worlds).
 
     all_gather: pass the communicated argument as this rank's shard; the kernel sees the gathered
     tensor. reduce_scatter: pass it as this rank's shard of the result (rows / world); the kernel
@@ -265,7 +268,8 @@ def overlap(schedule, *, chunks_per_rank: int | str | None = None, order: str | 
     def wrap(jit_fn) -> FusedKernel:
         return FusedKernel(jit_fn, sched, backend=backend, timeout_s=timeout_s, link=link, faults=faults,
                            trace=trace, poison_receive=poison_receive, dump_dir=dump_dir, hardware=hardware,
-                           workload=workload, one_shot_max_bytes=one_shot_max_bytes, checked=checked)
+                           workload=workload, one_shot_max_bytes=one_shot_max_bytes, checked=checked,
+                           verify_chunks=verify_chunks)
 
     return wrap
 

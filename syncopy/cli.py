@@ -157,21 +157,69 @@ def _chunks(text: str):
 
 
 def _run(args) -> int:
-    from syncopy.run import run
+    from syncopy.run import parse_inject, run
 
-    results = run(args.name, args.world, _shape(args.shape), args.dtype, args.chunks, args.order, args.iters, args.backend)
-    first = results[0]
-    sizes = ", ".join(f"{k} {'x'.join(map(str, v))}" for k, v in first["inputs"].items())
-    out = f"; output {'x'.join(map(str, first['output']))} per rank" if first["output"] else ""
-    print(f"{args.name} on {len(results)} CPU rank(s), {args.dtype}: inputs per rank {sizes}{out}")
-    if first["planner"]:
-        print(first["planner"])
-    for r in results:
+    soak = dict(random_shapes=args.random_shapes, seed=args.seed, timeout_s=args.timeout, verify_chunks=args.verify_chunks,
+                faults=parse_inject(args.inject) if args.inject else None, progress=sys.stdout.isatty())
+    result = run(args.name, args.world, _shape(args.shape), args.dtype, args.chunks, args.order, args.iters, args.backend, **soak)
+    _print_run(args, result)
+    ok = _run_ok(result)
+    if args.json:
+        _write_run_json(args, result, ok)
+    return 0 if ok else 1
+
+
+def _run_ok(result) -> bool:
+    """Every launch on every rank gave torch's result (a shard too small to cut: once refused, on the fallback)."""
+    return not result.died and all(r["ok"] for r in result.ranks)
+
+
+def _print_run(args, result) -> None:
+    from syncopy.run import summarize
+
+    name, ranks = args.name, result.ranks
+    if ranks:
+        first = ranks[0]
+        if args.random_shapes:
+            sizes = f"M drawn per launch (seed {args.seed}), last {', '.join(f'{k} {_x(v)}' for k, v in first['inputs'].items())}"
+        else:
+            sizes = ", ".join(f"{k} {_x(v)}" for k, v in first["inputs"].items())
+        out = f"; output {_x(first['output'])} per rank" if first["output"] else ""
+        print(f"{name} on {len(ranks)} CPU rank(s), {args.dtype}: inputs per rank {sizes}{out}")
+        if first["planner"]:
+            print(first["planner"])
+    for r in ranks:
         print(f"rank {r['rank']}: max relative error {r['max_err']:.2e} {'OK' if r['ok'] else 'WRONG'}; "
               f"median launch {r['median_s'] * 1e3:.0f} ms")
-    ok = all(r["ok"] for r in results)
-    print(f"{args.name} on {len(results)} rank(s): {'correct' if ok else 'WRONG'}")
-    return 0 if ok else 1
+        failed = next((x for x in r["launches"] if x["outcome"] != "ok"), None)
+        if failed is not None:
+            what = failed.get("error") or f"{failed.get('wrong_elements', 0)} elements differ from torch"
+            print(f"rank {r['rank']} launch {failed['it'] + 1} {failed['outcome']}: {what}", file=sys.stderr)
+    for rank, code in sorted(result.died.items()):
+        print(f"rank {rank} died (exit code {code}: --inject {args.inject})", file=sys.stderr)
+    s = summarize(result)
+    extra = "".join(f", {s[k]} {k}" for k in ("refused", "corrupt", "errors") if s[k])
+    p = "n/a" if s["p50_ms"] is None else f"p50 {s['p50_ms']:g} ms, p99 {s['p99_ms']:g} ms"
+    print(f"{s['launches']} launches, {s['wrong']} wrong ({s['wrong_elements']} elements), {s['timeouts']} timeouts{extra}, "
+          f"launch time {p}")
+    verdict = "correct" if _run_ok(result) else "FAILED (a rank died)" if result.died else "WRONG"
+    print(f"{name} on {len(ranks) or args.world} rank(s): {verdict}")
+
+
+def _x(shape) -> str:
+    return "x".join(map(str, shape))
+
+
+def _write_run_json(args, result, ok: bool) -> None:
+    import json
+
+    from syncopy.run import first_failure, summarize
+
+    data = {"template": args.name, "world": args.world, "iters": args.iters, "random_shapes": args.random_shapes,
+            "seed": args.seed, "inject": args.inject, "verify_chunks": args.verify_chunks, "timeout_s": args.timeout,
+            "ok": ok, **summarize(result), "first_failure": first_failure(result),
+            "died_exit_codes": {str(k): v for k, v in result.died.items()}}
+    _write(lambda: Path(args.json).write_text(json.dumps(data, indent=1) + "\n"), f"--json {args.json}")
 
 
 # Element types `--signature` accepts (triton's names); a leading * makes a pointer to one.
@@ -371,6 +419,17 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--iters", type=int, default=2, metavar="N", help="launches per rank, each checked against torch")
     r.add_argument("--backend", default="auto", metavar="{" + ",".join(BACKENDS) + "}",
                    help="how chunks move: auto or gloo (p2p and nccl move CUDA tensors; `syncopy run` uses CPU ranks)")
+    r.add_argument("--random-shapes", action="store_true", help="soak: a fresh random M (rows) for every launch, from one "
+                   "row up to the template's default, shards smaller than the chunk count included (refused in one line)")
+    r.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the drawn shapes and of every launch's inputs")
+    r.add_argument("--inject", metavar="FAULTS", help="faults, comma-separated: drop=SRC:CHUNK (never sent), delay=SRC:CHUNK:MS, "
+                   "kill=SRC:CHUNK (rank SRC dies there), corrupt=SRC:CHUNK (bytes flipped in flight); SRC a rank, CHUNK "
+                   "its chunk index (global chunk id for gemm_rs, gemm_ar)")
+    r.add_argument("--timeout", type=float, metavar="S", help="seconds a launch waits for a chunk before SyncopyTimeout "
+                   "(default: the operator's, 60)")
+    r.add_argument("--verify-chunks", action="store_true", help="each chunk travels with a CRC-32, checked as it lands; a "
+                   "mismatch names the chunk, its source rank and epoch")
+    r.add_argument("--json", metavar="OUT", help="also write the run's figures (launches, wrong, timeouts, p50/p99, ...) as JSON")
     r.set_defaults(run=_run)
 
     cp = command("compile", "lower a fused kernel to PTX with triton.compile (no GPU needed)")

@@ -80,6 +80,21 @@ class SyncopyTimeout(SyncopyError):
         super().__init__(message)
 
 
+class SyncopyCorruptChunk(SyncopyError):
+    """verify_chunks: a chunk landed whose bytes do not match the checksum its sender computed.
+    Names the rank that received it, the chunk (source rank, index), the epoch and the peer it came from."""
+
+    def __init__(self, rank: int, chunk: tuple[int, int], epoch: int, peer: int, upstream: bool = False):
+        self.rank, self.chunk, self.epoch, self.peer, self.upstream = rank, chunk, epoch, peer, upstream
+        src, index = chunk
+        if upstream:  # the peer passed on a value it had built from a corrupt part (a partial sum)
+            what = f"was built by rank {peer} from a part that reached rank {peer} corrupt"
+        else:
+            what = f"arrived from rank {peer} with bytes that do not match its checksum"
+        super().__init__(f"rank {rank}: chunk {index} of rank {src} (epoch {epoch}) {what}; the data changed in flight "
+                         "(check the link and the hosts' memory, or the injected faults), then relaunch")
+
+
 class SyncopyReadError(SyncopyError):
     """Checked mode: a read of the communicated tensor touched a chunk before it arrived, or a
     producer stored into a chunk after it was announced. Names the kernel's line, rank, chunk, epoch."""
@@ -108,5 +123,6 @@ __all__ = [
     "InferenceError",
     "LaunchError",
     "SyncopyTimeout",
+    "SyncopyCorruptChunk",
     "SyncopyReadError",
 ]

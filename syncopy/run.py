@@ -7,15 +7,33 @@ User mistakes are found in the parent before any rank starts where they can be (
 What only a launch can find (a chunk count larger than a shard, say) is a SyncopyError in the ranks:
 each writes its one line to a report folder and exits with USER_ERROR_EXIT, the launcher stops the
 others, and the parent raises one SyncopyError naming the rank, instead of the launcher's traceback.
+
+A soak (`--random-shapes`, `--iters`) and injected faults (`--inject`) are what a run survives: every
+launch gets fresh inputs (and with --random-shapes a fresh row count), a NaN-poisoned receive buffer,
+and a check of every element against torch. Its outcome is one of
+
+    ok        every element matches torch
+    wrong     the launch returned, but some element does not (a silent wrong result: never acceptable)
+    refused   the drawn shard has fewer rows than the schedule has chunks: a one-line LaunchError (soak);
+              the same inputs then run on an operator of one chunk per rank, the user's fallback, and
+              that launch's outcome is the record's (it carries `refused`)
+    timeout   SyncopyTimeout (a chunk never came); the group is broken, the run stops
+    corrupt   SyncopyCorruptChunk (--verify-chunks found a chunk changed in flight)
+    error     another SyncopyError (a peer dropped out, a transfer failed); the run stops
+
+and after each launch the ranks agree on what happened (a collective on the default group, bounded)
+before they compute the reference, so that one rank's failure never leaves the others in a collective.
 """
 from __future__ import annotations
 
 import contextlib
 import logging
 import os
+import random
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from syncopy.errors import SyncopyError
@@ -25,12 +43,41 @@ DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 BACKENDS = ("auto", "gloo")
 #: The exit status of a rank that stopped on a SyncopyError (its message is in the report folder).
 USER_ERROR_EXIT = 3
+#: Outcomes after which the operator's group is broken: the run stops there.
+FATAL = ("timeout", "error")
 
 
-def _rank_main(name, shape, dtype_name, chunks, order, iters, backend, report_dir=None):
+@dataclass(frozen=True)
+class RunOptions:
+    """What `syncopy run` runs: the template, its problem and schedule overrides, the soak, the faults."""
+
+    name: str
+    shape: tuple[int, int, int] | None = None
+    dtype: str = "fp32"
+    chunks: int | str | None = None
+    order: str | list[int] | None = None
+    iters: int = 2
+    backend: str = "auto"
+    random_shapes: bool = False  # a fresh row count per launch (the soak)
+    seed: int = 0
+    faults: object = None  # syncopy.runtime.link.Faults
+    timeout_s: float | None = None  # None: the operator's default
+    verify_chunks: bool = False
+    progress: bool = False  # rank 0 draws a progress bar (a terminal)
+
+
+@dataclass
+class RunResult:
+    """Every rank's report (`ranks`, by rank) and the ranks that died without one (rank -> exit code)."""
+
+    ranks: list[dict]
+    died: dict[int, int] = field(default_factory=dict)
+
+
+def _rank_main(opts: RunOptions, report_dir=None):
     os.environ.setdefault("TRITON_INTERPRET", "1")
     try:
-        return _rank_body(name, shape, dtype_name, chunks, order, iters, backend)
+        return _rank_body(opts)
     except SyncopyError as exc:
         rank = os.environ.get("RANK", "?")
         if report_dir is None:  # a torchrun world: each process's own CLI prints its line
@@ -41,36 +88,217 @@ def _rank_main(name, shape, dtype_name, chunks, order, iters, backend, report_di
         os._exit(USER_ERROR_EXIT)  # no traceback, no process-group teardown: the launcher stops the peers
 
 
-def _rank_body(name, shape, dtype_name, chunks, order, iters, backend) -> dict:
+def _collective_bound_s(timeout_s: float | None) -> float:
+    """How long the run's own collectives (outcomes, references) may wait for a peer: a peer may be
+    in a launch that waits for its chunks (bounded by the transfers' join), plus slack for a loaded host."""
+    from syncopy.runtime.backends.control import wait_bound
+
+    return wait_bound(timeout_s if timeout_s is not None else 60.0) + 60.0
+
+
+def _rank_body(opts: RunOptions) -> dict:
     import torch
     import torch.distributed as dist
+    from datetime import timedelta
 
     from syncopy import templates
 
     if not dist.is_initialized():
-        dist.init_process_group("gloo")
+        dist.init_process_group("gloo", timeout=timedelta(seconds=_collective_bound_s(opts.timeout_s)))
     torch.set_num_threads(1)
     rank, world = dist.get_rank(), dist.get_world_size()
-    dtype = getattr(torch, DTYPES[dtype_name])
-    t = templates.get(name)
+    dtype = getattr(torch, DTYPES[opts.dtype])
+    t = templates.get(opts.name)
     mod = t.module
-    fused = t.fused(chunks_per_rank=chunks, order=order, backend=backend, poison_receive=True)
-    shape = tuple(shape) if shape else mod.DEFAULT_SHAPE
-    worst, times, out, inp = 0.0, [], None, {}
-    for it in range(iters):
-        inp = mod.inputs(rank, world, shape, dtype, seed=it)
-        start = time.perf_counter()
-        out = mod.launch(fused, **inp)
-        times.append(time.perf_counter() - start)
-        ref = mod.reference(**inp)
-        scale = max(1.0, ref.float().abs().max().item())
-        err = (out.float() - ref.float()).abs().max().item() / scale
-        worst = max(worst, err if err == err else float("inf"))
+    extra = {"timeout_s": opts.timeout_s} if opts.timeout_s is not None else {}
+    options = dict(order=opts.order, backend=opts.backend, poison_receive=True, faults=opts.faults,
+                   verify_chunks=opts.verify_chunks, **extra)
+    fused = t.fused(chunks_per_rank=opts.chunks, **options)
+    fallback = None  # one chunk per rank, for shards with fewer rows than `chunks` (made at the first refusal)
+    chunks = t.schedule(chunks_per_rank=opts.chunks).chunks_per_rank
+    shapes = random.Random(opts.seed)  # the same draws on every rank
+    launches, out, inp = [], None, {}
+    with _progress(opts.progress and rank == 0, opts.name, opts.iters) as advance:
+        for it in range(opts.iters):
+            shape = _draw_shape(shapes, mod, t.schedule().pattern, world) if opts.random_shapes else (
+                tuple(opts.shape) if opts.shape else mod.DEFAULT_SHAPE)
+            inp = mod.inputs(rank, world, shape, dtype, seed=opts.seed * 100_003 + it)
+            record, out = _one_launch(fused, mod, inp, opts, chunks, world)
+            if record["outcome"] == "refused":
+                fallback = fallback or t.fused(chunks_per_rank=1, **options)
+                refusal = record["error"]
+                record, out = _one_launch(fallback, mod, inp, opts, 1, world)
+                record["refused"] = refusal
+            record.update(it=it, shape=list(shape))
+            launches.append(record)
+            statuses = _agree(record["outcome"])
+            if statuses is None:  # a peer is gone: no reference can be computed with it
+                record["note"] = "a peer did not report this launch's outcome (it died)"
+                advance(record)
+                break
+            _check_result(record, out, mod.reference(**inp), mod.TOLERANCE[dtype])
+            advance(record)
+            if any(s in FATAL for s in statuses):
+                break
     resolution = fused.last_resolution
-    return {"rank": rank, "max_err": worst, "ok": worst <= mod.TOLERANCE[dtype], "median_s": sorted(times)[len(times) // 2],
+    ok = [r for r in launches if r["outcome"] == "ok"]
+    return {"rank": rank, "launches": launches, "max_err": max((r["max_err"] for r in ok), default=0.0),
+            "ok": all(r["outcome"] == "ok" for r in launches),
+            "median_s": sorted(r["s"] for r in ok)[len(ok) // 2] if ok else 0.0,
             "inputs": {k: tuple(v.shape) for k, v in inp.items() if isinstance(v, torch.Tensor)},
             "output": tuple(out.shape) if isinstance(out, torch.Tensor) else None,
             "planner": resolution.describe() if resolution is not None else None}
+
+
+def _one_launch(fused, mod, inp: dict, opts: RunOptions, chunks, world: int) -> tuple[dict, object]:
+    """Launch once; (its record, its output or None). A SyncopyError is an outcome, except where it is
+    the user's mistake: a fixed shape the schedule cannot cut (raised, one line, as before)."""
+    from syncopy.errors import LaunchError, SyncopyCorruptChunk, SyncopyTimeout
+
+    start = time.perf_counter()
+    try:
+        out = mod.launch(fused, **inp)
+    except SyncopyTimeout as exc:
+        return {"outcome": "timeout", "error": str(exc), "s": time.perf_counter() - start}, None
+    except SyncopyCorruptChunk as exc:
+        return {"outcome": "corrupt", "error": str(exc), "s": time.perf_counter() - start}, None
+    except LaunchError as exc:
+        if opts.random_shapes and _refused_as_expected(exc, inp, fused, chunks, world):
+            return {"outcome": "refused", "error": str(exc), "s": time.perf_counter() - start}, None
+        if not opts.random_shapes and opts.faults is None:
+            raise
+        return {"outcome": "error", "error": str(exc), "s": time.perf_counter() - start}, None
+    return {"outcome": "ok", "s": time.perf_counter() - start}, out
+
+
+def _refused_as_expected(exc, inp: dict, fused, chunks, world: int) -> bool:
+    """A shard with fewer rows than chunks per rank is refused in one line naming chunks_per_rank."""
+    return isinstance(chunks, int) and "chunks_per_rank is" in str(exc) and _shard_rows(inp, fused, world) < chunks
+
+
+def _shard_rows(inp: dict, fused, world: int) -> int:
+    """The rows along the schedule's dim of each rank's part of the communicated tensor."""
+    s = fused.schedule
+    pattern, dim = s.pattern, s.dim
+    first = next(v for v in inp.values() if hasattr(v, "shape"))  # the templates pass the communicated input first
+    rows = first.shape[dim]
+    if pattern in ("reduce_scatter", "all_to_all"):
+        return rows // world
+    if pattern == "all_reduce":
+        return -(-rows // world)
+    return rows
+
+
+def _draw_shape(rng: random.Random, mod, pattern: str, world: int) -> tuple[int, int, int]:
+    """The template's default shape with a fresh row count: one row per rank in about one draw of
+    eight, a shard smaller than most chunk counts in another, else uniform up to the default rows.
+    M counts rows per rank except for reduce_scatter, where it is the output's rows (world shards)."""
+    m, n, k = mod.DEFAULT_SHAPE
+    per_rank = m // world if pattern == "reduce_scatter" else m
+    pick = rng.random()
+    rows = 1 if pick < 0.125 else rng.randint(1, 3) if pick < 0.25 else rng.randint(1, max(1, per_rank))
+    return (rows * world if pattern == "reduce_scatter" else rows, n, k)
+
+
+def _agree(outcome: str) -> list[str] | None:
+    """Every rank's outcome of this launch (a collective: each rank waits for all), None if a peer is gone."""
+    import torch.distributed as dist
+
+    statuses = [None] * dist.get_world_size()
+    try:
+        dist.all_gather_object(statuses, outcome)
+    except RuntimeError:
+        return None
+    return statuses
+
+
+def _check_result(record: dict, out, ref, tolerance: float) -> None:
+    """Count the output's elements that differ from torch's (NaN counts); a returned launch with any is wrong."""
+    if out is None:
+        return
+    diff = (out.float() - ref.float()).abs()
+    scale = max(1.0, ref.float().abs().max().item()) if ref.numel() else 1.0
+    bad = int((~(diff <= tolerance * scale)).sum().item())
+    record["max_err"] = float("inf") if bad and not diff.isfinite().all() else (diff.max().item() / scale if diff.numel() else 0.0)
+    record["wrong_elements"] = bad
+    if bad:
+        record["outcome"] = "wrong"
+
+
+@contextlib.contextmanager
+def _progress(on: bool, name: str, total: int):
+    """A rich progress bar of launches (rank 0, on a terminal); `advance(record)` after each launch."""
+    if not on:
+        yield lambda record: None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    counts = {"wrong": 0, "timeout": 0, "corrupt": 0, "error": 0}
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("{task.fields[status]}"))
+    with Progress(*columns, transient=True) as bar:
+        task = bar.add_task(f"soak {name}", total=total, status="")
+
+        def advance(record):
+            if record["outcome"] in counts:
+                counts[record["outcome"]] += 1
+            bar.update(task, advance=1, status=", ".join(f"{v} {k}" for k, v in counts.items()))
+
+        yield advance
+
+
+def summarize(result: RunResult) -> dict:
+    """The run's figures: launches (collective launches), wrong (launches with a wrong element on some
+    rank) and wrong_elements, timeouts, corrupt, refused, errors, died, and p50/p99 of launch times (ms)."""
+    by_it: dict[int, set[str]] = {}
+    wrong_elements = 0
+    times = []
+    for r in result.ranks:
+        for launch in r["launches"]:
+            by_it.setdefault(launch["it"], set()).update([launch["outcome"], *(["refused"] if "refused" in launch else [])])
+            wrong_elements += launch.get("wrong_elements", 0)
+            if launch["outcome"] in ("ok", "wrong"):
+                times.append(launch["s"])
+    kinds = list(by_it.values())
+    times.sort()
+    ms = (lambda q: round(times[min(len(times) - 1, int(q * len(times)))] * 1e3, 1)) if times else (lambda q: None)
+    return {"launches": len(by_it), "wrong": sum("wrong" in k for k in kinds), "wrong_elements": wrong_elements,
+            "timeouts": sum("timeout" in k for k in kinds), "corrupt": sum("corrupt" in k for k in kinds),
+            "refused": sum("refused" in k for k in kinds), "errors": sum("error" in k for k in kinds),
+            "died": sorted(result.died), "p50_ms": ms(0.5), "p99_ms": ms(0.99)}
+
+
+def first_failure(result: RunResult) -> dict | None:
+    """The first launch that did not end ok or refused on some rank: {it, rank, outcome, s, error}
+    (s: seconds from that launch's start to its error on that rank, the detection time), or None."""
+    found = [(launch["it"], r["rank"], launch) for r in result.ranks for launch in r["launches"]
+             if launch["outcome"] != "ok"]
+    if not found:
+        return None
+    it, rank, launch = min(found, key=lambda f: (f[0], f[2]["outcome"] == "wrong", f[1]))
+    return {"it": it, "rank": rank, "outcome": launch["outcome"], "s": round(launch["s"], 3), "error": launch.get("error", "")}
+
+
+_INJECT_KINDS = {"drop": 2, "delay": 3, "kill": 2, "corrupt": 2}
+_INJECT_HELP = "KIND=SRC:CHUNK, KIND one of drop, kill, corrupt, or delay=SRC:CHUNK:MS; e.g. --inject drop=0:1,delay=1:0:500"
+
+
+def parse_inject(text: str):
+    """`--inject drop=SRC:CHUNK,delay=SRC:CHUNK:MS,kill=SRC:CHUNK,corrupt=SRC:CHUNK` as Faults (one
+    line naming the option for a mistake). Several drops, delays and corrupts may be given, one kill."""
+    from syncopy.runtime.link import Faults
+
+    faults: dict[str, list] = {kind: [] for kind in _INJECT_KINDS}
+    for item in text.split(","):
+        kind, _, where = item.strip().partition("=")
+        parts = where.split(":")
+        if kind not in _INJECT_KINDS or len(parts) != _INJECT_KINDS[kind] or not all(p.strip().isdigit() for p in parts):
+            raise SyncopyError(f"--inject {text}: {item.strip()!r} is not {_INJECT_HELP}")
+        faults[kind].append(tuple(int(p) for p in parts))
+    if len(faults["kill"]) > 1:
+        raise SyncopyError(f"--inject {text}: one kill per run (a killed rank sends nothing more); keep one kill=SRC:CHUNK")
+    return Faults.of(drop=faults["drop"], delay={(s, c): ms / 1e3 for s, c, ms in faults["delay"]},
+                     kill=faults["kill"][0] if faults["kill"] else None, corrupt=faults["corrupt"])
 
 
 def check_arguments(name: str, world: int, shape, dtype: str, chunks, order, iters: int, backend: str) -> None:
@@ -107,16 +335,31 @@ def _check_shape(name: str, shape, default) -> None:
         raise SyncopyError(f"--shape {text}: every dimension must be at least 1 (a zero-size problem checks nothing); give positive M,N,K")
 
 
-def run(name: str, world: int, shape=None, dtype="fp32", chunks=None, order=None, iters=2, backend="auto") -> list[dict]:
+def _check_soak(opts: RunOptions, world: int) -> None:
+    if opts.random_shapes and opts.shape is not None:
+        raise SyncopyError("--random-shapes draws M per launch; drop --shape (or drop --random-shapes to run one shape)")
+    if opts.timeout_s is not None and not 0 < opts.timeout_s <= 1e9:
+        raise SyncopyError(f"--timeout {opts.timeout_s:g}: give a positive number of seconds, e.g. --timeout 10")
+    faults = opts.faults
+    if faults is not None:
+        named = [*faults.drop, *faults.corrupt, *(k for k, _ in faults.delay_s), *([faults.kill] if faults.kill else [])]
+        for src, _ in named:
+            if not 0 <= src < world:
+                raise SyncopyError(f"--inject: rank {src} is not in a world of {world} ranks; name a rank 0..{world - 1}")
+
+
+def run(name: str, world: int, shape=None, dtype="fp32", chunks=None, order=None, iters=2, backend="auto", **soak) -> RunResult:
     """Run template `name` on `world` CPU ranks (or the current torchrun world); per-rank results.
 
+    `soak`: the other fields of RunOptions (random_shapes, seed, faults, timeout_s, verify_chunks, progress).
     Raises SyncopyError (one line) for bad arguments, before any rank starts, and for a rank that
     stopped on a SyncopyError (`rank R: message`).
     """
     check_arguments(name, world, shape, dtype, chunks, order, iters, backend)
-    args = (name, shape, dtype, chunks, order, iters, backend)
+    opts = RunOptions(name, tuple(shape) if shape else None, dtype, chunks, order, iters, backend, **soak)
+    _check_soak(opts, world)
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-        return [_rank_main(*args)]
+        return RunResult([_rank_main(opts)])
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
@@ -126,15 +369,27 @@ def run(name: str, world: int, shape=None, dtype="fp32", chunks=None, order=None
                           start_method="spawn")
     with tempfile.TemporaryDirectory(prefix="syncopy-run-") as report_dir, _launcher_log() as log:
         try:
-            results = elastic_launch(config, _rank_main)(*args, report_dir)
-        except ChildFailedError:
+            results = elastic_launch(config, _rank_main)(opts, report_dir)
+        except ChildFailedError as exc:
             reports = sorted(Path(report_dir).glob("*.txt"), key=lambda p: int(p.stem) if p.stem.isdigit() else -1)
+            killed = _killed(exc, opts)
+            if killed:  # --inject kill: the rank died as told; the launcher stopped the others
+                return RunResult([], killed)
             if not reports:  # not a user mistake: show what the launcher saw
                 log.replay()
                 raise
             rank = reports[0].stem
             raise SyncopyError(f"rank {rank}: {reports[0].read_text()}") from None
-    return [results[r] for r in sorted(results)]
+    return RunResult([results[r] for r in sorted(results)])
+
+
+def _killed(exc, opts: RunOptions) -> dict[int, int]:
+    """The ranks an injected kill stopped (rank -> exit code), from the launcher's failures."""
+    from syncopy.runtime.link import Faults
+
+    if opts.faults is None or opts.faults.kill is None:
+        return {}
+    return {int(f.local_rank): f.exitcode for f in exc.failures.values() if f.exitcode == Faults.KILLED_EXIT}
 
 
 class _Held(logging.Handler):

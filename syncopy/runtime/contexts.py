@@ -74,6 +74,7 @@ class Contexts:
             try:
                 name = self.backend_for(shard.device, group)
                 backend = backends.select(name, shard.device.type)(group, self.timeout_s, self.link, self.faults)
+                backends.verify_chunks(backend, getattr(self, "verify_chunks", False))
                 control.join(group, self.timeout_s, what)
                 theirs = [None] * world
                 dist.all_gather_object(theirs, mine, group=backend.group)

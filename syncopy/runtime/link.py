@@ -38,21 +38,37 @@ default = Link()
 class Faults:
     """Faults injected at the sending rank: drop or delay chunk `index` of rank `src` (every epoch),
     or `kill`: rank `src` dies (the process exits at once, as in a crash) where it would have sent
-    chunk `index` of its first launch; its earlier chunks have left, its peers see the connection close."""
+    chunk `index` of its first launch; its earlier chunks have left, its peers see the connection close.
+    `corrupt`: chunk `index` of rank `src` has bytes flipped in flight (every epoch), after the sender
+    computed its checksum (`verify_chunks=True` finds it; without, only a check of the result can)."""
 
     drop: frozenset[tuple[int, int]] = field(default_factory=frozenset)
     delay_s: tuple[tuple[tuple[int, int], float], ...] = ()
     kill: tuple[int, int] | None = None
+    corrupt: frozenset[tuple[int, int]] = field(default_factory=frozenset)
 
     KILLED_EXIT = 75  # the exit status of a rank that `kill` stopped
 
     @staticmethod
-    def of(drop=(), delay=None, kill=None) -> "Faults":
+    def of(drop=(), delay=None, kill=None, corrupt=()) -> "Faults":
         return Faults(frozenset(tuple(x) for x in drop), tuple(((int(k[0]), int(k[1])), float(v)) for k, v in (delay or {}).items()),
-                      (int(kill[0]), int(kill[1])) if kill is not None else None)
+                      (int(kill[0]), int(kill[1])) if kill is not None else None, frozenset((int(s), int(i)) for s, i in corrupt))
 
     def extra_delay(self, src: int, index: int) -> float:
         return sum(v for k, v in self.delay_s if k == (src, index))
+
+    def corrupted(self, src: int, index: int, payload):
+        """`payload` (a contiguous tensor about to be sent as chunk `index` of rank `src`) as the link
+        delivers it: a copy with the first element's bytes flipped for a `corrupt` chunk (flipping
+        every bit of an element changes its sign, so no value survives it), else itself."""
+        if (src, index) not in self.corrupt or payload.numel() == 0:
+            return payload
+        import torch
+
+        hit = payload.clone()
+        raw = hit.reshape(-1).view(torch.uint8)
+        raw[: hit.element_size()] ^= 0xFF
+        return hit
 
     def die_if_killed(self, src: int, index: int) -> None:
         """Called by rank `src` just before it sends its chunk `index`."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 
 from syncopy import device as dev
-from syncopy.errors import LaunchError, SyncopyTimeout
+from syncopy.errors import LaunchError, SyncopyCorruptChunk, SyncopyTimeout
 from syncopy.runtime.context import Context
 
 
@@ -29,6 +29,15 @@ def _and(detail: str, gone: str) -> str:
 def _advice(gone: str) -> str:
     """What a SyncopyTimeout should tell the user to do: a peer that dropped out is no slow link."""
     return "look for the cause in that rank's own output, then restart the job" if gone else SyncopyTimeout.ADVICE
+
+
+def _raise_if_corrupt(ctx: Context, epoch: int, transfer) -> None:
+    """verify_chunks: a chunk landed whose bytes do not match its sender's checksum (the first one
+    found is named). The transfers completed: the operator and its group may launch again."""
+    corrupt = getattr(transfer, "corrupt", None)
+    if corrupt:
+        chunk, peer, upstream = corrupt[0]
+        raise SyncopyCorruptChunk(ctx.plan.rank, divmod(chunk, ctx.plan.chunks_per_rank), epoch, peer, upstream)
 
 
 def _raise_if_dropped_out(ctx: Context, epoch: int, gone: str, transfer=None) -> None:

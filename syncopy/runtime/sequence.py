@@ -12,7 +12,7 @@ from syncopy.runtime.backends import control
 from syncopy.runtime.context import Context
 from syncopy.runtime.contexts import checked_group
 from syncopy.runtime.launch import _cuda_device, _deferred, _ensure_allocator, _on_device, _spin_limit
-from syncopy.runtime.outcome import _advice, _and, _announce_unwritten, _dropped_out, _raise_if_dropped_out
+from syncopy.runtime.outcome import _advice, _and, _announce_unwritten, _dropped_out, _raise_if_corrupt, _raise_if_dropped_out
 
 
 class LaunchSequence:
@@ -129,6 +129,7 @@ class LaunchSequence:
             raise SyncopyTimeout(ctx.plan.rank, divmod(transfer.lost[0], c), epoch, self.timeout_s, _and("the transfer never completed", gone),
                                  _advice(gone))
         _raise_if_dropped_out(ctx, epoch, gone, transfer)
+        _raise_if_corrupt(ctx, epoch, transfer)
         if trace is not None:
             self._finish_trace(trace, trace_buf, order, ranges, exec_order, (k0, k1), persistent=t.persistent is not None)
         return None
@@ -191,6 +192,7 @@ class LaunchSequence:
                 raise SyncopyTimeout(ctx.plan.rank, divmod(unfinished[0], ctx.plan.chunks_per_rank), epoch, self.timeout_s,
                                      _and("it was never reduced", gone), _advice(gone))
             _raise_if_dropped_out(ctx, epoch, gone, transfer)
+            _raise_if_corrupt(ctx, epoch, transfer)
         if self._built[0].checked:
             read_check.raise_if_violated(ctx, self._built[0].source.path)  # on GPUs a host sync: checked mode only
         if trace is not None:

@@ -62,6 +62,17 @@ def select(name: str, device_type: str, single_node: bool | None = None):
     return NcclBackend
 
 
+def verify_chunks(backend, on: bool) -> None:
+    """Turn on chunk checksums (verify_chunks=True) for `backend`; refused where the backend has none,
+    rather than a check that silently never runs."""
+    if not on:
+        return
+    if not hasattr(type(backend), "verify_chunks"):
+        raise LaunchError(f"verify_chunks=True checks chunks on the gloo backend (CPU tensors) only, not {backend.name}; "
+                          "drop verify_chunks on GPUs")
+    backend.verify_chunks = True
+
+
 def backend_for(name: str, device_type: str, group) -> str:
     """`resolve` for a process group: for 'auto' on CUDA, asks where the ranks run (collective the
     first time for each group, so every rank must call it, as every launch does)."""

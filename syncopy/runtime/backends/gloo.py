@@ -21,6 +21,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from syncopy.runtime.backends import checksum
 from syncopy.runtime.backends.control import control_group, mark_broken, wait_bound
 from syncopy.runtime.context import Context
 from syncopy.runtime import link as links
@@ -35,8 +36,11 @@ class _Threads:
     """One launch's transfer threads: a receive thread and one send thread per peer, errors kept for
     `join()` to surface on the main thread."""
 
-    def __init__(self, ctx: Context, group, timeout_s: float, link: Link, faults: Faults, seed: int):
+    def __init__(self, ctx: Context, group, timeout_s: float, link: Link, faults: Faults, seed: int, verify: bool = False):
         self.ctx, self.group, self.timeout_s, self.link, self.faults = ctx, group, timeout_s, link, faults
+        self.verify = verify  # chunks travel with a checksum (checksum.py), checked as they land
+        self.words: dict[int, int] = {}  # chunk -> the checksum word it arrived with (passed on by relays)
+        self.corrupt: list[tuple[int, int, bool]] = []  # (chunk, peer it came from, upstream: built from a corrupt part)
         self.global_ranks = dist.get_process_group_ranks(group)
         self.errors: list[BaseException] = []
         self.gone: dict[int, str] = {}  # peer -> why its connection failed (it died, or its host went away)
@@ -119,12 +123,39 @@ class _Threads:
         for t in self.threads:
             t.join(wait_bound(self.timeout_s))
 
+    def _receive_target(self, view: torch.Tensor, staged: bool) -> torch.Tensor:
+        """Where a chunk for `view` lands: a message buffer with checksums, a staging copy, or `view`."""
+        if self.verify:
+            return checksum.receive_buffer(view)
+        return torch.empty_like(view, memory_format=torch.contiguous_format) if staged else view
+
+    def _unpack(self, chunk: int, peer: int, target: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+        """The data of a landed chunk (checked and its word kept, with checksums)."""
+        if not self.verify:
+            return target
+        word, ok = checksum.check(target)
+        self.words[chunk] = word
+        if not ok or word & checksum.TAINTED:
+            # Kept for the host to raise; the chunk still lands, so the kernel ends now, not at its timeout.
+            self.corrupt.append((chunk, peer, ok))
+        return checksum.payload(target, like)
+
+    def _message(self, data: torch.Tensor, word: int | None, own: tuple[int, int] | None) -> torch.Tensor:
+        """What goes on the wire for contiguous `data`: its bytes and, with checksums, `word` (None:
+        compute it). `own`: (this rank, chunk) as `Faults` names its sends (None for a relay), whose
+        bytes a `corrupt` fault flips after the checksum was taken, as a link would."""
+        if self.verify and word is None:
+            word = checksum.crc(data)
+        if own is not None:
+            data = self.faults.corrupted(*own, data)
+        return checksum.pack(data, word) if self.verify else data
+
 
 class Transfer(_Threads):
     """The threads moving one launch's chunks; `join()` waits for them and reports lost chunks."""
 
-    def __init__(self, ctx: Context, group, timeout_s: float, link: Link, faults: Faults, seed: int):
-        super().__init__(ctx, group, timeout_s, link, faults, seed)
+    def __init__(self, ctx: Context, group, timeout_s: float, link: Link, faults: Faults, seed: int, verify: bool = False):
+        super().__init__(ctx, group, timeout_s, link, faults, seed, verify)
         self.landed = {g: threading.Event() for g in range(ctx.n_chunks)}
         self.lost: list[int] = []
 
@@ -136,8 +167,7 @@ class Transfer(_Threads):
         pending = []
         for node in ctx.plan.recvs():
             view = ctx.chunk_view(node.chunk)
-            staged = self.link.reorder or not view.is_contiguous()
-            target = torch.empty_like(view, memory_format=torch.contiguous_format) if staged else view
+            target = self._receive_target(view, self.link.reorder or not view.is_contiguous())
             work = self._post(target, node.peer, self.tag(node.chunk))
             pending.append((node, view, target, work))
         # Chunks are awaited in their planned arrival order and flagged as each lands.
@@ -149,7 +179,7 @@ class Transfer(_Threads):
         for node, view, target, work in pending:
             if not self._arrived(node, work):
                 return
-            self._place(node.chunk, view, target)
+            self._place(node.chunk, view, target, node.peer)
 
     def _arrived(self, node, work) -> bool:
         """Wait for one posted receive; False (the chunk recorded as lost) if it never came."""
@@ -170,9 +200,10 @@ class Transfer(_Threads):
             return False
         return True
 
-    def _place(self, chunk: int, view: torch.Tensor, target: torch.Tensor) -> None:
-        if target is not view:
-            view.copy_(target)
+    def _place(self, chunk: int, view: torch.Tensor, target: torch.Tensor, peer: int) -> None:
+        data = self._unpack(chunk, peer, target, view)
+        if data is not view:
+            view.copy_(data)
         self.ctx.land(chunk)
         self.landed[chunk].set()
 
@@ -193,7 +224,7 @@ class Transfer(_Threads):
                 left -= 1
                 if not ok:
                     return
-                held.append((node.chunk, view, target))
+                held.append((node.chunk, view, target, node.peer))
             threading.Event().wait(self.link.delay(held[0][2].numel() * held[0][2].element_size(), self.rng))
             while left:
                 try:
@@ -203,7 +234,7 @@ class Transfer(_Threads):
                 left -= 1
                 if not ok:
                     return
-                held.append((node.chunk, view, target))
+                held.append((node.chunk, view, target, node.peer))
             self._place(*held.pop(self.rng.randrange(len(held))))
 
     def _send(self, nodes):
@@ -222,6 +253,9 @@ class Transfer(_Threads):
                     continue
             view = ctx.send_view(node.chunk, node.peer)
             data = view if view.is_contiguous() else view.contiguous()
+            # A relay passes on the checksum its chunk came with: a first hop's corruption fails every check.
+            own = src == ctx.plan.rank
+            data = self._message(data, None if own else self.words.get(node.chunk), (src, index) if own else None)
             wait = self.link.delay(data.numel() * data.element_size(), self.rng)
             if src == ctx.plan.rank:
                 wait += self.faults.extra_delay(src, index)
@@ -248,8 +282,9 @@ class ReduceTransfer(_Threads):
 
     POLL_S = 2e-4
 
-    def __init__(self, ctx: Context, out: torch.Tensor, group, timeout_s: float, link: Link, faults: Faults, seed: int):
-        super().__init__(ctx, group, timeout_s, link, faults, seed)
+    def __init__(self, ctx: Context, out: torch.Tensor, group, timeout_s: float, link: Link, faults: Faults, seed: int,
+                 verify: bool = False):
+        super().__init__(ctx, group, timeout_s, link, faults, seed, verify)
         self.out = out
         n = ctx.n_chunks
         self.sums: dict[int, torch.Tensor] = {}
@@ -257,6 +292,7 @@ class ReduceTransfer(_Threads):
         self.final = {g: threading.Event() for g in range(n)}
         self.lost: list[tuple[int, int]] = []  # (chunk, peer whose data never came)
         self.reduced_here = set(ctx.plan.reduced_here)
+        self.tainted: set[int] = set()  # chunks with a part that failed its checksum (what we pass on is tainted)
 
     def out_view(self, chunk: int) -> torch.Tensor:
         plan = self.ctx.plan
@@ -282,6 +318,15 @@ class ReduceTransfer(_Threads):
         if ctx.trace is not None and chunk not in ctx.trace.ready:
             ctx.trace.ready[chunk] = time.perf_counter() - ctx.t0
 
+    def _word(self, step, data: torch.Tensor) -> int | None:
+        """The checksum word of a send (None: none is sent). A final value received is passed on with
+        its word; what this rank computed gets a new CRC, tainted if a part of it failed its check."""
+        if not self.verify:
+            return None
+        if step.value == "final" and step.chunk in self.words and step.chunk not in self.reduced_here:
+            return self.words[step.chunk]
+        return checksum.crc(data) | (checksum.TAINTED if step.chunk in self.tainted else 0)
+
     def _receive(self):
         ctx, plan = self.ctx, self.ctx.plan
         pending = []
@@ -289,11 +334,11 @@ class ReduceTransfer(_Threads):
             if step.kind not in ("reduce", "recv"):
                 continue
             view = ctx.chunk_view(step.chunk) if step.kind == "reduce" else self.out_view(step.chunk)
-            target = torch.empty_like(view, memory_format=torch.contiguous_format)
+            target = self._receive_target(view, staged=True)
             work = self._post(target, step.peer, self._tag(step))
-            pending.append((step, target, work))
+            pending.append((step, view, target, work))
         parts: dict[int, list] = {}
-        for step, target, work in pending:
+        for step, view, target, work in pending:
             if work is None:  # its sender was gone before the launch could post the receive
                 self.lost.append((step.chunk, step.peer))
                 return
@@ -309,6 +354,10 @@ class ReduceTransfer(_Threads):
                 self.lost.append((step.chunk, step.peer))
                 mark_broken(self.group, f"chunk {step.chunk} never arrived")
                 return
+            found = len(self.corrupt)
+            target = self._unpack(step.chunk, step.peer, target, view)
+            if len(self.corrupt) > found:
+                self.tainted.add(step.chunk)
             if step.kind == "recv":
                 self.out_view(step.chunk).copy_(target)
                 self._landed(step.chunk)
@@ -357,6 +406,7 @@ class ReduceTransfer(_Threads):
             if (ctx.plan.rank, g) in self.faults.drop:
                 continue
             data = data if data.is_contiguous() else data.contiguous()
+            data = self._message(data, self._word(step, data), (ctx.plan.rank, g))
             wait = self.link.delay(data.numel() * data.element_size(), self.rng)
             if wait > 0:
                 threading.Event().wait(wait)
@@ -376,6 +426,9 @@ class GlooBackend:
     name = "gloo"
     # The interpreter runs programs for x in grid0: for y in grid1: for z in grid2 (z fastest).
     z_fastest = True
+
+    #: Chunks travel with a CRC-32, checked as they land (verify_chunks=True; set by the launch's context).
+    verify_chunks = False
 
     def __init__(self, group, timeout_s: float, link: Link | None, faults: Faults | None):
         self.group = comm_group(group, timeout_s)
@@ -401,7 +454,9 @@ class GlooBackend:
 
     def start_reduce(self, ctx: Context, out: torch.Tensor, epoch: int) -> ReduceTransfer:
         """Producer patterns: reduce the kernel's partials into `out` as chunks are finished."""
-        return ReduceTransfer(ctx, out, self.group, self.timeout_s, self.link, self.faults, seed=epoch * 7919 + ctx.plan.rank).start()
+        return ReduceTransfer(ctx, out, self.group, self.timeout_s, self.link, self.faults, seed=epoch * 7919 + ctx.plan.rank,
+                              verify=self.verify_chunks).start()
 
     def start(self, ctx: Context, epoch: int) -> Transfer:
-        return Transfer(ctx, self.group, self.timeout_s, self.link, self.faults, seed=epoch * 7919 + ctx.plan.rank).start()
+        return Transfer(ctx, self.group, self.timeout_s, self.link, self.faults, seed=epoch * 7919 + ctx.plan.rank,
+                        verify=self.verify_chunks).start()
