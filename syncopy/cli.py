@@ -189,9 +189,9 @@ def _print_run(args, result) -> None:
         if first["planner"]:
             print(first["planner"])
     for r in ranks:
-        print(f"rank {r['rank']}: max relative error {r['max_err']:.2e} {'OK' if r['ok'] else 'WRONG'}; "
-              f"median launch {r['median_s'] * 1e3:.0f} ms")
         failed = next((x for x in r["launches"] if x["outcome"] != "ok"), None)
+        print(f"rank {r['rank']}: max relative error {r['max_err']:.2e} {failed['outcome'].upper() if failed else 'OK'}; "
+              f"median launch {r['median_s'] * 1e3:.0f} ms")
         if failed is not None:
             what = failed.get("error") or f"{failed.get('wrong_elements', 0)} elements differ from torch"
             print(f"rank {r['rank']} launch {failed['it'] + 1} {failed['outcome']}: {what}", file=sys.stderr)
@@ -202,7 +202,7 @@ def _print_run(args, result) -> None:
     p = "n/a" if s["p50_ms"] is None else f"p50 {s['p50_ms']:g} ms, p99 {s['p99_ms']:g} ms"
     print(f"{s['launches']} launches, {s['wrong']} wrong ({s['wrong_elements']} elements), {s['timeouts']} timeouts{extra}, "
           f"launch time {p}")
-    verdict = "correct" if _run_ok(result) else "FAILED (a rank died)" if result.died else "WRONG"
+    verdict = "correct" if _run_ok(result) else "WRONG" if s["wrong"] else "FAILED (a rank died)" if result.died else "FAILED"
     print(f"{name} on {len(ranks) or args.world} rank(s): {verdict}")
 
 
@@ -420,7 +420,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--backend", default="auto", metavar="{" + ",".join(BACKENDS) + "}",
                    help="how chunks move: auto or gloo (p2p and nccl move CUDA tensors; `syncopy run` uses CPU ranks)")
     r.add_argument("--random-shapes", action="store_true", help="soak: a fresh random M (rows) for every launch, from one "
-                   "row up to the template's default, shards smaller than the chunk count included (refused in one line)")
+                   "row up to M of --shape (default: the template's), shards smaller than the chunk count included (refused in "
+                   "one line, then run on one chunk per rank)")
     r.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the drawn shapes and of every launch's inputs")
     r.add_argument("--inject", metavar="FAULTS", help="faults, comma-separated: drop=SRC:CHUNK (never sent), delay=SRC:CHUNK:MS, "
                    "kill=SRC:CHUNK (rank SRC dies there), corrupt=SRC:CHUNK (bytes flipped in flight); SRC a rank, CHUNK "

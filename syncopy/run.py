@@ -120,8 +120,9 @@ def _rank_body(opts: RunOptions) -> dict:
     launches, out, inp = [], None, {}
     with _progress(opts.progress and rank == 0, opts.name, opts.iters) as advance:
         for it in range(opts.iters):
-            shape = _draw_shape(shapes, mod, t.schedule().pattern, world) if opts.random_shapes else (
-                tuple(opts.shape) if opts.shape else mod.DEFAULT_SHAPE)
+            shape = tuple(opts.shape) if opts.shape else mod.DEFAULT_SHAPE
+            if opts.random_shapes:
+                shape = _draw_shape(shapes, shape, t.schedule().pattern, world)
             inp = mod.inputs(rank, world, shape, dtype, seed=opts.seed * 100_003 + it)
             record, out = _one_launch(fused, mod, inp, opts, chunks, world)
             if record["outcome"] == "refused":
@@ -142,7 +143,7 @@ def _rank_body(opts: RunOptions) -> dict:
                 break
     resolution = fused.last_resolution
     ok = [r for r in launches if r["outcome"] == "ok"]
-    return {"rank": rank, "launches": launches, "max_err": max((r["max_err"] for r in ok), default=0.0),
+    return {"rank": rank, "launches": launches, "max_err": max((r.get("max_err", 0.0) for r in launches), default=0.0),
             "ok": all(r["outcome"] == "ok" for r in launches),
             "median_s": sorted(r["s"] for r in ok)[len(ok) // 2] if ok else 0.0,
             "inputs": {k: tuple(v.shape) for k, v in inp.items() if isinstance(v, torch.Tensor)},
@@ -189,11 +190,12 @@ def _shard_rows(inp: dict, fused, world: int) -> int:
     return rows
 
 
-def _draw_shape(rng: random.Random, mod, pattern: str, world: int) -> tuple[int, int, int]:
-    """The template's default shape with a fresh row count: one row per rank in about one draw of
-    eight, a shard smaller than most chunk counts in another, else uniform up to the default rows.
-    M counts rows per rank except for reduce_scatter, where it is the output's rows (world shards)."""
-    m, n, k = mod.DEFAULT_SHAPE
+def _draw_shape(rng: random.Random, limit: tuple[int, int, int], pattern: str, world: int) -> tuple[int, int, int]:
+    """`limit` (the template's default shape, or --shape) with a fresh row count: one row per rank in
+    about one draw of eight, a shard smaller than most chunk counts in another, else uniform up to
+    `limit`'s rows. M counts rows per rank except for reduce_scatter, where it is the output's rows
+    (world shards of the same size)."""
+    m, n, k = limit
     per_rank = m // world if pattern == "reduce_scatter" else m
     pick = rng.random()
     rows = 1 if pick < 0.125 else rng.randint(1, 3) if pick < 0.25 else rng.randint(1, max(1, per_rank))
@@ -249,7 +251,8 @@ def _progress(on: bool, name: str, total: int):
 
 def summarize(result: RunResult) -> dict:
     """The run's figures: launches (collective launches), wrong (launches with a wrong element on some
-    rank) and wrong_elements, timeouts, corrupt, refused, errors, died, and p50/p99 of launch times (ms)."""
+    rank) and wrong_elements, timeouts, corrupt, refused, errors, died, and p50/p99 of launch times (ms)
+    over every rank's returned launches but the first (which also builds the kernel)."""
     by_it: dict[int, set[str]] = {}
     wrong_elements = 0
     times = []
@@ -257,7 +260,7 @@ def summarize(result: RunResult) -> dict:
         for launch in r["launches"]:
             by_it.setdefault(launch["it"], set()).update([launch["outcome"], *(["refused"] if "refused" in launch else [])])
             wrong_elements += launch.get("wrong_elements", 0)
-            if launch["outcome"] in ("ok", "wrong"):
+            if launch["outcome"] in ("ok", "wrong") and launch["it"] > 0:  # the first launch also builds the kernel
                 times.append(launch["s"])
     kinds = list(by_it.values())
     times.sort()
@@ -336,8 +339,6 @@ def _check_shape(name: str, shape, default) -> None:
 
 
 def _check_soak(opts: RunOptions, world: int) -> None:
-    if opts.random_shapes and opts.shape is not None:
-        raise SyncopyError("--random-shapes draws M per launch; drop --shape (or drop --random-shapes to run one shape)")
     if opts.timeout_s is not None and not 0 < opts.timeout_s <= 1e9:
         raise SyncopyError(f"--timeout {opts.timeout_s:g}: give a positive number of seconds, e.g. --timeout 10")
     faults = opts.faults
