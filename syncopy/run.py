@@ -148,7 +148,11 @@ def _rank_body(opts: RunOptions) -> dict:
             "median_s": sorted(r["s"] for r in ok)[len(ok) // 2] if ok else 0.0,
             "inputs": {k: tuple(v.shape) for k, v in inp.items() if isinstance(v, torch.Tensor)},
             "output": tuple(out.shape) if isinstance(out, torch.Tensor) else None,
-            "planner": resolution.describe() if resolution is not None else None}
+            "planner": resolution.describe() if resolution is not None else None,
+            # Per-shape state: one context (buffers, signal pad, plan) per distinct shard shape, made
+            # collectively at its first launch and reused when the shape comes back.
+            "contexts": sum(len(getattr(op, "_contexts", {})) for op in (fused, fallback) if op is not None),
+            "shapes": len({tuple(r["shape"]) for r in launches})}
 
 
 def _one_launch(fused, mod, inp: dict, opts: RunOptions, chunks, world: int) -> tuple[dict, object]:
@@ -268,7 +272,9 @@ def summarize(result: RunResult) -> dict:
     return {"launches": len(by_it), "wrong": sum("wrong" in k for k in kinds), "wrong_elements": wrong_elements,
             "timeouts": sum("timeout" in k for k in kinds), "corrupt": sum("corrupt" in k for k in kinds),
             "refused": sum("refused" in k for k in kinds), "errors": sum("error" in k for k in kinds),
-            "died": sorted(result.died), "p50_ms": ms(0.5), "p99_ms": ms(0.99)}
+            "died": sorted(result.died), "p50_ms": ms(0.5), "p99_ms": ms(0.99),
+            "shapes": max((r.get("shapes", 0) for r in result.ranks), default=0),
+            "contexts_held": max((r.get("contexts", 0) for r in result.ranks), default=0)}
 
 
 def first_failure(result: RunResult) -> dict | None:

@@ -107,3 +107,20 @@ def test_run_help_documents_the_soak_and_fault_options(capsys):
     for option in ("--random-shapes", "--seed S", "--inject FAULTS", "--timeout S", "--verify-chunks", "--json OUT"):
         assert option in text, option
     assert "corrupt=SRC:CHUNK (bytes flipped in flight)" in text
+
+
+def test_verify_chunks_is_refused_on_a_backend_without_checksums():
+    from syncopy.errors import LaunchError
+    from syncopy.runtime import backends
+    from syncopy.runtime.backends.gloo import GlooBackend
+
+    class NoChecks:
+        name = "p2p"
+
+    with pytest.raises(LaunchError) as err:
+        backends.verify_chunks(NoChecks(), True)
+    assert str(err.value) == "verify_chunks=True checks chunks on the gloo backend (CPU tensors) only, not p2p; drop verify_chunks on GPUs"
+    backends.verify_chunks(NoChecks(), False)  # off: nothing to refuse
+    gloo = GlooBackend.__new__(GlooBackend)
+    backends.verify_chunks(gloo, True)
+    assert gloo.verify_chunks is True and GlooBackend.verify_chunks is False

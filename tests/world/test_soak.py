@@ -32,6 +32,8 @@ def test_short_soak_checks_every_launch_and_summarises_it(tmp_path):
     # run on one chunk per rank and checked like the rest.
     assert summary["refused"] >= 1 and summary["ok"] is True
     assert 0 < summary["p50_ms"] <= summary["p99_ms"]
+    # Shapes come back (M is drawn from 1..8): each distinct shard shape holds one context, reused, never two.
+    assert summary["shapes"] < 20 and 0 < summary["contexts_held"] <= summary["shapes"]
     lines = proc.stdout.splitlines()
     assert re.fullmatch(r"20 launches, 0 wrong \(0 elements\), 0 timeouts, \d+ refused, launch time p50 [\d.]+ ms, "
                         r"p99 [\d.]+ ms", lines[-2]), lines[-2]
