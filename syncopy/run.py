@@ -115,14 +115,15 @@ def _rank_body(opts: RunOptions) -> dict:
                    verify_chunks=opts.verify_chunks, **extra)
     fused = t.fused(chunks_per_rank=opts.chunks, **options)
     fallback = None  # one chunk per rank, for shards with fewer rows than `chunks` (made at the first refusal)
-    chunks = t.schedule(chunks_per_rank=opts.chunks).chunks_per_rank
+    schedule = t.schedule(chunks_per_rank=opts.chunks)
+    chunks = schedule.chunks_per_rank
     shapes = random.Random(opts.seed)  # the same draws on every rank
     launches, out, inp = [], None, {}
     with _progress(opts.progress and rank == 0, opts.name, opts.iters) as advance:
         for it in range(opts.iters):
             shape = tuple(opts.shape) if opts.shape else mod.DEFAULT_SHAPE
             if opts.random_shapes:
-                shape = _draw_shape(shapes, shape, t.schedule().pattern, world)
+                shape = _draw_shape(shapes, shape, schedule.pattern, world)
             inp = mod.inputs(rank, world, shape, dtype, seed=opts.seed * 100_003 + it)
             record, out = _one_launch(fused, mod, inp, opts, chunks, world)
             if record["outcome"] == "refused":
@@ -185,7 +186,9 @@ def _shard_rows(inp: dict, fused, world: int) -> int:
     """The rows along the schedule's dim of each rank's part of the communicated tensor."""
     s = fused.schedule
     pattern, dim = s.pattern, s.dim
-    first = next(v for v in inp.values() if hasattr(v, "shape"))  # the templates pass the communicated input first
+    # Every template's first input has the communicated tensor's rows: the gathered or exchanged shard
+    # itself, or (reduce_scatter, all_reduce) A, whose rows are the output's.
+    first = next(v for v in inp.values() if hasattr(v, "shape"))
     rows = first.shape[dim]
     if pattern in ("reduce_scatter", "all_to_all"):
         return rows // world

@@ -124,3 +124,11 @@ def test_verify_chunks_is_refused_on_a_backend_without_checksums():
     gloo = GlooBackend.__new__(GlooBackend)
     backends.verify_chunks(gloo, True)
     assert gloo.verify_chunks is True and GlooBackend.verify_chunks is False
+
+
+def test_gpu_backends_refuse_a_corrupt_fault_they_cannot_inject():
+    from syncopy.errors import LaunchError
+    from syncopy.runtime.backends.p2p import refuse_emulation
+
+    with pytest.raises(LaunchError, match=r"^the p2p backend cannot inject corrupt chunks; use backend='gloo' \(CPU\) for fault injection$"):
+        refuse_emulation("p2p", None, Faults.of(corrupt=[(0, 1)]), drop=True)

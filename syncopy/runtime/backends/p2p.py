@@ -79,8 +79,9 @@ def refuse_emulation(name: str, link: Link | None, faults: Faults | None, drop: 
     """GPU backends use real links: no emulated link; dropping chunks only where it cannot wedge a transport."""
     if link is not None and link != Link():
         raise LaunchError(f"link emulation runs on the gloo backend; the {name} backend moves chunks over the real link, drop link=")
-    if faults is not None and (faults.delay_s or faults.kill or (faults.drop and not drop)):
-        what = "delays" if faults.delay_s else "killed ranks" if faults.kill else "dropped chunks"
+    if faults is not None and (faults.delay_s or faults.kill or faults.corrupt or (faults.drop and not drop)):
+        what = ("delays" if faults.delay_s else "killed ranks" if faults.kill else "corrupt chunks" if faults.corrupt
+                else "dropped chunks")
         raise LaunchError(f"the {name} backend cannot inject {what}; use backend='gloo' (CPU) for fault injection")
 
 
