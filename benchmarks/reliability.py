@@ -8,7 +8,8 @@ Each case is one `syncopy run` in a subprocess of its own session, with a hard w
     delay    one chunk leaves DELAY_MS late (< timeout)    must survive: every element right
     kill     rank 1 dies where it would send a chunk       must be detected: a rank died / dropped out
     corrupt  one chunk's bytes flipped, --verify-chunks    must be detected: SyncopyCorruptChunk
-    soak     --random-shapes, fresh data every launch      must survive: every element right
+    soak     --random-shapes, fresh data every launch,     must survive: every element right
+             a slow link that lands chunks in random order
 
 for every template x world 2 and 4 (the soak once per template and world). Per case: whether the fault
 was detected (or survived), the detection time (from the failing launch's start to its error on the
@@ -58,7 +59,7 @@ def case_argv(template: str, world: int, kind: str, timeout_s: float, out: Path)
     argv = ["run", template, "--world", str(world), "--shape", SHAPES.get(template, SHAPE), "--timeout", f"{timeout_s:g}",
             "--json", str(out)]
     if kind == "soak":
-        return [*argv, "--iters", str(SOAK_ITERS), "--random-shapes", "--seed", str(world)]
+        return [*argv, "--iters", str(SOAK_ITERS), "--random-shapes", "--seed", str(world), "--slow-link", "4"]
     argv += ["--iters", str(ITERS), "--inject", fault_spec(kind)]
     return [*argv, "--verify-chunks"] if kind == "corrupt" else argv
 

@@ -160,6 +160,7 @@ def _run(args) -> int:
     from syncopy.run import parse_inject, run
 
     soak = dict(random_shapes=args.random_shapes, seed=args.seed, timeout_s=args.timeout, verify_chunks=args.verify_chunks,
+                slow_link_ms=args.slow_link,
                 faults=parse_inject(args.inject) if args.inject else None, progress=sys.stdout.isatty())
     result = run(args.name, args.world, _shape(args.shape), args.dtype, args.chunks, args.order, args.iters, args.backend, **soak)
     _print_run(args, result)
@@ -217,6 +218,7 @@ def _write_run_json(args, result, ok: bool) -> None:
 
     data = {"template": args.name, "world": args.world, "iters": args.iters, "random_shapes": args.random_shapes,
             "seed": args.seed, "inject": args.inject, "verify_chunks": args.verify_chunks, "timeout_s": args.timeout,
+            "slow_link_ms": args.slow_link,
             "ok": ok, **summarize(result), "first_failure": first_failure(result),
             "died_exit_codes": {str(k): v for k, v in result.died.items()}}
     _write(lambda: Path(args.json).write_text(json.dumps(data, indent=1) + "\n"), f"--json {args.json}")
@@ -430,6 +432,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default: the operator's, 60)")
     r.add_argument("--verify-chunks", action="store_true", help="each chunk travels with a CRC-32, checked as it lands; a "
                    "mismatch names the chunk, its source rank and epoch")
+    r.add_argument("--slow-link", type=float, default=0.0, metavar="MS", help="an emulated slow link: each chunk MS ms late "
+                   "(plus up to MS ms jitter), landing in random order, so tiles start before their chunks (0: instant)")
     r.add_argument("--json", metavar="OUT", help="also write the run's figures (launches, wrong, timeouts, p50/p99, ...) as JSON")
     r.set_defaults(run=_run)
 

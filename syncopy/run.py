@@ -63,6 +63,7 @@ class RunOptions:
     faults: object = None  # syncopy.runtime.link.Faults
     timeout_s: float | None = None  # None: the operator's default
     verify_chunks: bool = False
+    slow_link_ms: float = 0.0  # > 0: an emulated slow link (see slow_link)
     progress: bool = False  # rank 0 draws a progress bar (a terminal)
 
 
@@ -111,6 +112,8 @@ def _rank_body(opts: RunOptions) -> dict:
     t = templates.get(opts.name)
     mod = t.module
     extra = {"timeout_s": opts.timeout_s} if opts.timeout_s is not None else {}
+    if opts.slow_link_ms > 0:
+        extra["link"] = slow_link(opts.slow_link_ms)
     options = dict(order=opts.order, backend=opts.backend, poison_receive=True, faults=opts.faults,
                    verify_chunks=opts.verify_chunks, **extra)
     fused = t.fused(chunks_per_rank=opts.chunks, **options)
@@ -154,6 +157,15 @@ def _rank_body(opts: RunOptions) -> dict:
             # collectively at its first launch and reused when the shape comes back.
             "contexts": sum(len(getattr(op, "_contexts", {})) for op in (fused, fallback) if op is not None),
             "shapes": len({tuple(r["shape"]) for r in launches})}
+
+
+def slow_link(ms: float):
+    """`--slow-link MS`: each chunk costs MS ms plus up to MS ms of jitter, each rank's sends start up to
+    2.5 MS ms late, and chunks land one at a time in random order (Link.reorder), so tiles start
+    before their chunks are there and a tile that read rows it did not wait for reads NaN."""
+    from syncopy.runtime.link import Link
+
+    return Link(latency_s=ms / 1e3, jitter_s=ms / 1e3, start_s=2.5 * ms / 1e3, reorder=True)
 
 
 def _one_launch(fused, mod, inp: dict, opts: RunOptions, chunks, world: int) -> tuple[dict, object]:
@@ -348,6 +360,8 @@ def _check_shape(name: str, shape, default) -> None:
 
 
 def _check_soak(opts: RunOptions, world: int) -> None:
+    if opts.slow_link_ms < 0:
+        raise SyncopyError(f"--slow-link {opts.slow_link_ms:g}: give a chunk's cost in milliseconds, 0 or more, e.g. --slow-link 4")
     if opts.timeout_s is not None and not 0 < opts.timeout_s <= 1e9:
         raise SyncopyError(f"--timeout {opts.timeout_s:g}: give a positive number of seconds, e.g. --timeout 10")
     faults = opts.faults

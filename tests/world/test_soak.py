@@ -18,7 +18,7 @@ from tests.world.harness import spawn
 from tests.world import soak_workers
 from tests.world.workers import once
 
-SOAK = ["run", "ag_gemm", "--world", "2", "--iters", "20", "--random-shapes", "--shape", "8,32,32", "--seed", "3"]
+SOAK = ["run", "ag_gemm", "--world", "2", "--iters", "20", "--random-shapes", "--shape", "8,32,32", "--seed", "3", "--slow-link", "4"]
 
 
 @pytest.mark.world
