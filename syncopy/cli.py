@@ -159,9 +159,11 @@ def _chunks(text: str):
 def _run(args) -> int:
     from syncopy.run import parse_inject, run
 
+    if args.json:
+        _output_path(args.json, "--json")  # before any rank starts: a typo in the path costs no run
     soak = dict(random_shapes=args.random_shapes, seed=args.seed, timeout_s=args.timeout, verify_chunks=args.verify_chunks,
-                slow_link_ms=args.slow_link,
-                faults=parse_inject(args.inject) if args.inject else None, progress=sys.stdout.isatty())
+                slow_link_ms=args.slow_link, faults=parse_inject(args.inject) if args.inject else None,
+                progress=sys.stdout.isatty())
     result = run(args.name, args.world, _shape(args.shape), args.dtype, args.chunks, args.order, args.iters, args.backend, **soak)
     _print_run(args, result)
     ok = _run_ok(result)
@@ -218,8 +220,7 @@ def _write_run_json(args, result, ok: bool) -> None:
 
     data = {"template": args.name, "world": args.world, "iters": args.iters, "random_shapes": args.random_shapes,
             "seed": args.seed, "inject": args.inject, "verify_chunks": args.verify_chunks, "timeout_s": args.timeout,
-            "slow_link_ms": args.slow_link,
-            "ok": ok, **summarize(result), "first_failure": first_failure(result),
+            "slow_link_ms": args.slow_link, "ok": ok, **summarize(result), "first_failure": first_failure(result),
             "died_exit_codes": {str(k): v for k, v in result.died.items()}}
     _write(lambda: Path(args.json).write_text(json.dumps(data, indent=1) + "\n"), f"--json {args.json}")
 

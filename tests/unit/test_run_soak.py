@@ -36,12 +36,16 @@ def test_bad_inject_is_one_line_naming_the_option_before_any_rank_starts(no_rank
     assert _fails(["run", "ag_gemm", "--inject", text], capsys) == f"--inject {text}: {item!r} is not {INJECT_HELP}"
 
 
-def test_inject_of_a_rank_outside_the_world_two_kills_and_bad_numbers_are_refused(no_ranks, capsys):  # noqa: F811
+def test_inject_of_a_rank_outside_the_world_two_kills_and_bad_numbers_are_refused(no_ranks, capsys, tmp_path,  # noqa: F811
+                                                                                   monkeypatch):
+    monkeypatch.chdir(tmp_path)
     assert _fails(["run", "ag_gemm", "--world", "2", "--inject", "corrupt=2:0"], capsys) == (
         "--inject: rank 2 is not in a world of 2 ranks; name a rank 0..1")
     assert _fails(["run", "ag_gemm", "--inject", "kill=0:0,kill=1:0"], capsys) == (
         "--inject kill=0:0,kill=1:0: one kill per run (a killed rank sends nothing more); keep one kill=SRC:CHUNK")
     assert _fails(["run", "ag_gemm", "--timeout", "0"], capsys) == "--timeout 0: give a positive number of seconds, e.g. --timeout 10"
+    assert _fails(["run", "ag_gemm", "--json", "no-such-dir/x.json"], capsys) == (
+        "--json no-such-dir/x.json: the directory 'no-such-dir' does not exist; create it first or choose another path")
     assert _fails(["run", "ag_gemm", "--slow-link", "-1"], capsys) == (
         "--slow-link -1: give a chunk's cost in milliseconds, 0 or more, e.g. --slow-link 4")
 
