@@ -118,6 +118,11 @@ def _key_line(path: str, key: str) -> int | None:
 
 
 def _schema(args) -> int:
+    if args.markdown:
+        from syncopy.schedule.reference import markdown
+
+        print(markdown(), end="")
+        return 0
     from syncopy.schedule import json_schema
 
     print(json_schema())
@@ -354,6 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.set_defaults(run=_expand)
 
     s = command("schema", "print the JSON Schema of schedules")
+    s.add_argument("--markdown", action="store_true", help="the key reference of docs/schedule.md (tables written from the schema)")
     s.set_defaults(run=_schema)
 
     tp = command("templates", "list the template library")

@@ -394,3 +394,11 @@ def test_a_reader_that_stops_early_gets_no_traceback(work, capsys, monkeypatch, 
         assert main(args) == 141
     assert capsys.readouterr().err == ""
     sink.close()
+
+
+def test_schema_markdown_prints_the_reference_of_docs(capsys):
+    from syncopy.schedule.reference import markdown
+
+    assert main(["schema", "--markdown"]) == 0
+    out = capsys.readouterr().out
+    assert out == markdown() and "| `chunks_per_rank` | int >= 1 \\| `auto` | `1` |" in out
