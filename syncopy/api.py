@@ -27,7 +27,7 @@ from syncopy.errors import LaunchError
 from syncopy.frontend.source import from_jit
 from syncopy.passes import Transformed, read_check, transform
 from syncopy.runtime import plan as planning
-from syncopy.runtime import backends
+from syncopy.runtime import backends, tuning
 from syncopy.runtime.context import Context, Trace
 from syncopy.runtime.link import Faults, Link
 from syncopy.schedule import Schedule, load_schedule
@@ -79,14 +79,18 @@ class FusedKernel(Binding, Contexts, TileOrder, Tracing, LaunchSequence):
     at its per-rank (sharded) size. `fused.reference[grid](...)` runs the unfused equivalent.
     """
 
-    def __init__(self, jit_fn, schedule: Schedule, *, backend: str = "auto", timeout_s: float = 60.0,
+    def __init__(self, kernel, schedule: Schedule, *, backend: str = "auto", timeout_s: float = 60.0,
                  link: Link | None = None, faults: Faults | None = None, trace: bool = False,
                  poison_receive: bool = False, dump_dir: str | Path | None = None,
                  one_shot_max_bytes: int = planning.ONE_SHOT_MAX_BYTES, hardware: str | None = None, workload=None,
                  checked: bool | None = None):
+        # An autotuned or heuristic kernel: fuse the @triton.jit function under the wrappers, and
+        # play their part at each launch (runtime/tuning.py).
+        jit_fn, layers = tuning.unwrap(kernel)
         _require_jit(jit_fn)
         _check_timeout(timeout_s)
         self.local = jit_fn
+        self.tuning = tuning.Tuning(layers, jit_fn.fn.__name__) if layers else None
         self.producer = schedule.pattern in PRODUCER_PATTERNS
         self.one_shot_max_bytes = one_shot_max_bytes
         self.schedule = schedule
@@ -162,7 +166,6 @@ class FusedKernel(Binding, Contexts, TileOrder, Tracing, LaunchSequence):
     def __getitem__(self, grid):
         return lambda *args, group=None, **kwargs: self._serialised_launch(grid, args, kwargs, group)
 
-
     @property
     def reference(self):
         """Unfused equivalent: all_gather_into_tensor of the shards, then the local kernel."""
@@ -192,7 +195,7 @@ class FusedKernel(Binding, Contexts, TileOrder, Tracing, LaunchSequence):
             dist.all_to_all_single(received, shard.contiguous(), group=group)
             call_args = dict(bound)
             call_args[self.schedule.tensor] = received
-            self.local[grid](**call_args, **options)
+            self._run_local(grid, call_args, options, group)
             return
         if self.schedule.dim == 0:
             from syncopy.runtime.reference import all_gather_rows
@@ -204,7 +207,7 @@ class FusedKernel(Binding, Contexts, TileOrder, Tracing, LaunchSequence):
             gathered = torch.cat(parts, dim=self.schedule.dim).contiguous()
         call_args = dict(bound)
         call_args[self.schedule.tensor] = gathered
-        self.local[grid](**call_args, **options)
+        self._run_local(grid, call_args, options, group)
 
 
     def _reference_producer(self, grid, bound: dict, out: torch.Tensor, options: dict, group) -> None:
@@ -214,14 +217,14 @@ class FusedKernel(Binding, Contexts, TileOrder, Tracing, LaunchSequence):
         world = dist.get_world_size(group)
         call_args = dict(bound)
         if self.schedule.pattern == "all_reduce":
-            self.local[grid](**call_args, **options)
+            self._run_local(grid, call_args, options, group)
             dist.all_reduce(out, group=group)
             return
         shape = list(out.shape)
         shape[self.schedule.dim] *= world
         full = torch.zeros(shape, dtype=out.dtype, device=out.device)
         call_args[self.schedule.tensor] = full
-        self.local[grid](**call_args, **options)
+        self._run_local(grid, call_args, options, group)
         # gloo has no reduce_scatter: all_reduce and keep this rank's part (same sums).
         dist.all_reduce(full, group=group)
         rows = out.shape[self.schedule.dim]

@@ -72,6 +72,8 @@ class LaunchSequence:
         bound, shard, options = self._bind(args, dict(kwargs))
         _ensure_allocator(shard.device)
         ctx, backend = self._context(shard, group, bound)
+        # An autotuned kernel's config (timed on the local kernel with a scratch tensor: no wait on a chunk).
+        bound, options = self._tuned(grid, bound, options, group, lambda: torch.empty_like(ctx.buffer))
         self.resolved_chunks_per_rank, self.resolved_order = ctx.schedule.chunks_per_rank, ctx.schedule.order
         self.last_resolution = ctx.resolution
         if ctx.broken:
