@@ -36,6 +36,7 @@ class Binding:
         # as under plain Triton, whose binder takes the kernel's parameters first.
         options = {k: kwargs.pop(k) for k in list(kwargs) if k in _LAUNCH_OPTIONS and k not in self.signature.parameters}
         arguments = self._arguments(args, kwargs)
+        self._refuse_interpreted_bf16(arguments)
         shard = arguments.get(self.schedule.tensor)
         if not isinstance(shard, torch.Tensor):
             raise LaunchError(f"argument '{self.schedule.tensor}' must be this rank's shard as a tensor, got {type(shard).__name__}")
@@ -64,6 +65,20 @@ class Binding:
         params = self.signature.parameters
         return ({**arguments, **{k: v for k, v in added.items() if k in params}},
                 {**options, **{k: v for k, v in added.items() if k not in params}})
+
+    def _refuse_interpreted_bf16(self, arguments: dict) -> None:
+        """The Triton interpreter (CPU worlds) keeps bfloat16 as its bit patterns and computes on those
+        (tl.dot and arithmetic alike: relative errors of 1e9 and more, the local kernel's too), so a
+        bf16 launch there could only be silently wrong: refuse it. Compiled (GPUs), bf16 is as any dtype."""
+        from syncopy.runtime.launch import _interpreting
+
+        if not _interpreting():
+            return
+        for key, value in arguments.items():
+            if isinstance(value, torch.Tensor) and value.dtype == torch.bfloat16:
+                raise LaunchError(f"launch of '{self.local.fn.__name__}': argument '{key}' is bfloat16, which the Triton interpreter "
+                                  "(TRITON_INTERPRET=1) computes on as raw bits, so every result would be wrong; use float32 or "
+                                  "float16 on CPU worlds (bf16 runs on GPUs)")
 
     def _arguments(self, args: tuple, kwargs: dict) -> dict:
         """The launch's arguments by name. How a call's positions map to names is bound (and its
