@@ -28,7 +28,7 @@ def _transform(args) -> int:
         from syncopy.passes import read_check
 
         t = read_check.apply(t)
-    out = emit.rewrite_file(t)
+    out = emit.rewrite_file(t, loadable=args.loadable)
     # Every check before the first byte is written: a mistake leaves nothing behind.
     output = _output_path(args.output, "-o") if args.output else None
     dump_dir = _dump_dir(args.dump_dir) if args.dump_dir else None
@@ -378,6 +378,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--dump-dir", metavar="DIR", help="write each stage's artifact (kernel, binding, fused, probe) into DIR (created if missing)")
     t.add_argument("--checked", action="store_true", help="checked mode: every read of the communicated tensor checks that its "
                    "chunks arrived (every producer store, that its chunk was not announced yet), naming its line if not")
+    t.add_argument("--loadable", action="store_true", help="also write the probe kernel and the manifest that "
+                   "syncopy.load(OUT, schedule) needs to launch the file without the frontend (libcst)")
     t.set_defaults(run=_transform)
 
     c = command("check", "validate a schedule file")

@@ -77,9 +77,10 @@ def tuning_key(tuner, named: dict) -> tuple:
 class Tuning:
     """The wrappers of one fused kernel and the configs chosen so far (per group and key)."""
 
-    def __init__(self, layers: list, name: str):
+    def __init__(self, layers: list, name: str, can_time: bool = True):
         self.layers = layers
         self.name = name
+        self.can_time = can_time  # False: the fixed choice on GPUs too (a loaded file has no local kernel)
         self._chosen: dict[tuple, object] = {}
 
     def supplied(self) -> set[str]:
@@ -118,11 +119,11 @@ class Tuning:
             return tuner.configs[0]
         from syncopy.runtime.launch import _interpreting
 
-        interpreting = _interpreting()
-        where = () if interpreting else (_group_token(group),)
+        fixed = _interpreting() or not self.can_time
+        where = () if fixed else (_group_token(group),)
         key = (index, *where, tuning_key(tuner, named))
         if key not in self._chosen:
-            if interpreting:
+            if fixed:
                 config = tuner.configs[config_index(len(tuner.configs), f"kernel '{self.name}'")]
             else:
                 config = _timed(tuner, named, grid, group, timing, timeout_s)

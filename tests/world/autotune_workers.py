@@ -108,3 +108,42 @@ def run_softmax_num_stages(rank: int, world: int, rows: int) -> dict:
 
 def run_split_k_and_softmax(rank: int, world: int, rows: int) -> dict:
     return {"split_k": run_split_k(rank, world, rows), "softmax": run_softmax_num_stages(rank, world, rows)}
+
+
+class _NoLibcst:
+    """A meta-path finder that makes libcst unimportable: a deployment without the frontend."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "libcst" or name.startswith("libcst."):
+            raise ImportError(f"libcst is not installed here ({name})")
+
+
+def run_loaded_tutorial(rank: int, world: int, path: str, schedule: str, rows: int) -> dict:
+    """`syncopy.load` of the tutorial matmul as `syncopy transform --loadable` wrote it, with libcst unimportable."""
+    import sys
+
+    if "libcst" in sys.modules:
+        return {"errors": [], "failure": "libcst was imported before the rank started"}
+    sys.meta_path.insert(0, _NoLibcst())
+    import torch
+    import triton
+
+    import syncopy
+
+    try:
+        fused = syncopy.load(path, schedule, poison_receive=True)
+        errors = []
+        for launch in range(LAUNCHES):
+            torch.manual_seed(100 * launch + rank)
+            a = torch.randn(rows, 24, dtype=torch.float16)
+            torch.manual_seed(100 * launch)
+            b = torch.randn(24, 20, dtype=torch.float16)
+            M, K, N = world * rows, 24, 20
+            c = torch.full((M, N), float("nan"), dtype=torch.float16)
+            grid = lambda META: (triton.cdiv(M, META["BLOCK_SIZE_M"]) * triton.cdiv(N, META["BLOCK_SIZE_N"]),)  # noqa: E731
+            fused[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
+                        ACTIVATION="")
+            errors.append(_error(c, _gathered(a).float() @ b.float()))
+        return {"errors": errors, "libcst": "libcst" in sys.modules}
+    except Exception:
+        return {"errors": [], "failure": traceback.format_exc()}
