@@ -15,7 +15,7 @@ __version__ = "0.1.0"
 
 def __getattr__(name):
     # The decorator pulls in torch and triton; keep `import syncopy` (and the CLI's check/schema) light.
-    if name in ("overlap", "FusedKernel"):
+    if name in ("overlap", "FusedKernel", "load"):
         from syncopy import api
 
         return getattr(api, name)
@@ -28,6 +28,7 @@ def __getattr__(name):
 
 __all__ = [
     "overlap",
+    "load",
     "FusedKernel",
     "templates",
     "Schedule",

@@ -7,7 +7,6 @@ import time
 import torch
 
 from syncopy.errors import LaunchError, SyncopyTimeout
-from syncopy.passes import read_check
 from syncopy.runtime.backends import control
 from syncopy.runtime.context import Context
 from syncopy.runtime.contexts import checked_group
@@ -72,6 +71,8 @@ class LaunchSequence:
         bound, shard, options = self._bind(args, dict(kwargs))
         _ensure_allocator(shard.device)
         ctx, backend = self._context(shard, group, bound)
+        # An autotuned kernel's config (timed on the local kernel with a scratch tensor: no wait on a chunk).
+        bound, options = self._tuned(grid, bound, options, group, lambda: torch.empty_like(ctx.buffer))
         self.resolved_chunks_per_rank, self.resolved_order = ctx.schedule.chunks_per_rank, ctx.schedule.order
         self.last_resolution = ctx.resolution
         if ctx.broken:
@@ -115,7 +116,7 @@ class LaunchSequence:
             ctx.broken = repr(transfer.errors[0])
             raise LaunchError(f"rank {ctx.plan.rank}: transfer failed: {transfer.errors[0]}")
         if t.checked:
-            read_check.raise_if_violated(ctx, t.source.path)
+            _read_check().raise_if_violated(ctx, t.source.path)
         err = ctx.error()
         c = ctx.plan.chunks_per_rank
         gone = _dropped_out(transfer)
@@ -192,7 +193,7 @@ class LaunchSequence:
                                      _and("it was never reduced", gone), _advice(gone))
             _raise_if_dropped_out(ctx, epoch, gone, transfer)
         if self._built[0].checked:
-            read_check.raise_if_violated(ctx, self._built[0].source.path)  # on GPUs a host sync: checked mode only
+            _read_check().raise_if_violated(ctx, self._built[0].source.path)  # on GPUs a host sync: checked mode only
         if trace is not None:
             self._finish_trace(trace, trace_buf, order, ranges, exec_order, (k0, k1))
         return None
@@ -219,3 +220,10 @@ class LaunchSequence:
             if transfer is not None:
                 transfer.join()
         return k0, k1
+
+
+def _read_check():
+    """Checked mode's reports (passes/read_check.py, which needs libcst), imported only when a checked kernel reports."""
+    from syncopy.passes import read_check
+
+    return read_check

@@ -144,8 +144,7 @@ TRANSFORM_ERRORS = [
     ),
     pytest.param(
         {"kern.py": KERNEL.replace("tl.load(src + at, mask=at < count)", "tl.load(tl.make_block_ptr(src, (count,), (1,), (blk * BLOCK,), (BLOCK,), (0,)))")},
-        "kern.py:10:32: 'src' is read through tl.make_block_ptr, whose rows inference cannot follow yet; "
-        "add `binding: {rows: <expression>}` to the schedule",
+        "kern.py:10:32: 'src' is read through tl.make_block_ptr, but Triton ",
         id="inference-failure-names-the-key",
     ),
     pytest.param(
