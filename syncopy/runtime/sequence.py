@@ -2,6 +2,7 @@
 transfers, kernel, errors; the producer path; the launch's initial partial."""
 from __future__ import annotations
 
+import contextlib
 import time
 
 import torch
@@ -12,6 +13,14 @@ from syncopy.runtime.context import Context
 from syncopy.runtime.contexts import checked_group
 from syncopy.runtime.launch import _cuda_device, _deferred, _ensure_allocator, _on_device, _spin_limit
 from syncopy.runtime.outcome import _advice, _and, _announce_unwritten, _dropped_out, _raise_if_dropped_out
+
+
+def _profiled(kernel: str):
+    """A `syncopy::<kernel>` range in torch.profiler traces around a launch (its transfers, kernel and
+    waits show up inside it); nothing at all when no profiler runs, the warm launch path stays as it was."""
+    if torch.autograd._profiler_enabled():
+        return torch.profiler.record_function(f"syncopy::{kernel}")
+    return contextlib.nullcontext()
 
 
 class LaunchSequence:
@@ -39,7 +48,7 @@ class LaunchSequence:
         self._refuse_grad(args, kwargs)
         group = checked_group(group)
         device = _cuda_device(args, kwargs)
-        with control.group_lock(group), torch.inference_mode(), _on_device(device):
+        with _profiled(self.local.fn.__name__), control.group_lock(group), torch.inference_mode(), _on_device(device):
             self._follow_last_launch(control.group_token(group), device)
             return self._launch(grid, args, kwargs, group)
 
