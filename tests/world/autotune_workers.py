@@ -107,7 +107,10 @@ def run_softmax_num_stages(rank: int, world: int, rows: int) -> dict:
 
 
 def run_split_k_and_softmax(rank: int, world: int, rows: int) -> dict:
-    return {"split_k": run_split_k(rank, world, rows), "softmax": run_softmax_num_stages(rank, world, rows)}
+    out = {"split_k": run_split_k(rank, world, rows), "softmax": run_softmax_num_stages(rank, world, rows)}
+    # Last, as it sets $SYNCOPY_AUTOTUNE_CONFIG for the rest of this rank's life: the tutorial with config 1.
+    out["tutorial_config1"] = run_tutorial_matmul(rank, world, 11, "1")
+    return out
 
 
 class _NoLibcst:

@@ -16,7 +16,7 @@ SCHEDULE = "version: 1\npattern: all_gather\nkernel: matmul_kernel\ntensor: a_pt
 
 
 @pytest.mark.world
-@pytest.mark.parametrize("world, rows", [(2, 20), (3, 11)], ids=["world2", "world3"])
+@pytest.mark.parametrize("world, rows", [(3, 11)], ids=["world3"])  # world 2 is the decorator's own matrix
 def test_a_transformed_file_runs_through_load_without_libcst(tmp_path, world, rows):
     schedule = tmp_path / "s.yaml"
     schedule.write_text(SCHEDULE)
