@@ -17,6 +17,7 @@ run in the order their chunks arrive.
 from __future__ import annotations
 
 import inspect
+import os
 import threading
 from pathlib import Path
 
@@ -83,7 +84,7 @@ class FusedKernel(Binding, Contexts, TileOrder, Tracing, LaunchSequence):
     """
 
     def __init__(self, kernel, schedule: Schedule, *, backend: str = "auto", timeout_s: float = 60.0,
-                 link: Link | None = None, faults: Faults | None = None, trace: bool = False,
+                 link: Link | None = None, faults: Faults | None = None, trace: bool | str | os.PathLike = False,
                  poison_receive: bool = False, dump_dir: str | Path | None = None,
                  one_shot_max_bytes: int = planning.ONE_SHOT_MAX_BYTES, hardware: str | None = None, workload=None,
                  checked: bool | None = None, _loaded: tuple | None = None):
@@ -102,7 +103,10 @@ class FusedKernel(Binding, Contexts, TileOrder, Tracing, LaunchSequence):
         self.backend_name = backend
         self.timeout_s = timeout_s
         self.link, self.faults = link, faults
-        self.trace = trace
+        # trace=True records `last_trace`; a path also writes every rank's trace there (rank 0, each launch).
+        self.trace = bool(trace)
+        self.trace_file = os.fspath(trace) if isinstance(trace, (str, os.PathLike)) else None
+        self.traced_launches: list[list[Trace]] = []
         self.poison_receive = poison_receive
         self.dump_dir = dump_dir
         self.checked = checked  # None: $SYNCOPY_CHECKED decides, at the first launch (passes/read_check.py)
@@ -271,7 +275,7 @@ def load(path: str | Path, schedule, **options) -> FusedKernel:
 
 def overlap(schedule, *, chunks_per_rank: int | str | None = None, order: str | list[int] | None = None,
             hardware: str | None = None, workload=None, backend: str = "auto", timeout_s: float = 60.0,
-            link: Link | None = None, faults: Faults | None = None, trace: bool = False, poison_receive: bool = False,
+            link: Link | None = None, faults: Faults | None = None, trace: bool | str | os.PathLike = False, poison_receive: bool = False,
             dump_dir: str | Path | None = None, one_shot_max_bytes: int = planning.ONE_SHOT_MAX_BYTES,
             checked: bool | None = None):
     """Decorator factory: `overlap(schedule)(jit_fn) -> FusedKernel`.
@@ -285,7 +289,8 @@ def overlap(schedule, *, chunks_per_rank: int | str | None = None, order: str | 
     otherwise), 'gloo', 'p2p' (copy-engine puts through CUDA IPC) or 'nccl' (NCCL send/recv; grids
     are capped to leave SMs to NCCL, see syncopy.runtime.occupancy). timeout_s (seconds, above 0, at most 1e9) bounds every wait
     (SyncopyTimeout). link/faults: emulated link and injected faults (gloo; p2p drops chunks too). trace: record arrivals and tile
-    starts in `fused.last_trace`. poison_receive: fill the receive buffer with NaN before each launch.
+    starts in `fused.last_trace`; a file name also writes a Chrome / Perfetto trace of every rank there after each launch
+    (rank 0 writes it; it keeps the last 32 launches). poison_receive: fill the receive buffer with NaN before each launch.
     one_shot_max_bytes: an all_reduce of at most this many bytes is one-shot (every rank adds all
     partials) instead of reduce-scatter + all-gather.
     checked: every read of the communicated tensor checks that its chunks arrived, every producer

@@ -129,6 +129,19 @@ def _schema(args) -> int:
     return 0
 
 
+def _trace(args) -> int:
+    from syncopy.runtime import timeline
+
+    out = Path(args.output)
+    if not out.parent.is_dir():
+        raise SyncopyError(f"-o {args.output}: the folder {out.parent} does not exist; create it or choose another path")
+    if out.suffix.lower() not in (".png", ".svg", ".pdf"):
+        raise SyncopyError(f"-o {args.output}: write the picture as .png, .svg or .pdf")
+    timeline.draw(timeline.load(args.trace), out)
+    print(f"{out}: timeline of {args.trace}")
+    return 0
+
+
 def _templates(args) -> int:
     from syncopy import templates
 
@@ -402,6 +415,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     tp = command("templates", "list the template library")
     tp.set_defaults(run=_templates)
+
+    tr = command("trace", "draw a trace file (trace='run.json', syncopy run --trace) as a timeline picture")
+    tr.add_argument("trace", metavar="RUN.json", help="a Chrome / Perfetto trace written by syncopy (from any backend, a GPU run too)")
+    tr.add_argument("-o", "--output", required=True, metavar="OUT.png", help="the picture (.png, .svg or .pdf)")
+    tr.set_defaults(run=_trace)
 
     r = command("run", "run a template end to end on a CPU world and verify it against torch")
     r.add_argument("name", metavar="NAME", help="template name (see `syncopy templates`)")

@@ -50,7 +50,10 @@ class LaunchSequence:
         device = _cuda_device(args, kwargs)
         with _profiled(self.local.fn.__name__), control.group_lock(group), torch.inference_mode(), _on_device(device):
             self._follow_last_launch(control.group_token(group), device)
-            return self._launch(grid, args, kwargs, group)
+            result = self._launch(grid, args, kwargs, group)
+            if self.trace_file is not None and self.last_trace is not None:
+                self._write_trace(group)
+            return result
 
     def _refuse_grad(self, args, kwargs) -> None:
         """A launch records no autograd graph: refuse inputs that require grad (with grad enabled),

@@ -55,3 +55,19 @@ def profiled_and_compiled(rank: int, world: int) -> dict:
         fake = torch.ops.syncopy.gemm_rs(mode.from_tensor(torch.empty(32 * world, 16)), mode.from_tensor(down), group_name)
     out["fake_shape"] = tuple(fake.shape)
     return out
+
+
+def traced_to_file(rank: int, world: int, path: str) -> dict:
+    """Two launches of the AG-GEMM template with trace=path (rank 0 writes every rank's trace)."""
+    from syncopy import templates
+    from syncopy.runtime.link import Link
+    from syncopy.templates.ag_gemm import template as ag
+
+    fused = templates.get("ag_gemm").fused(chunks_per_rank=2, trace=path, poison_receive=True,
+                                           link=Link(latency_s=0.03, start_s=0.0))
+    errors = []
+    for step in range(2):
+        inp = ag.inputs(rank, world, (64, 32, 32), torch.float32, seed=step)
+        c = ag.launch(fused, **inp)
+        errors.append((c - ag.reference(**inp)).abs().max().item())
+    return {"errors": errors, "epochs": [fused.last_trace.epoch - 1, fused.last_trace.epoch]}

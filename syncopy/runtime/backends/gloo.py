@@ -222,6 +222,7 @@ class Transfer(_Threads):
                     continue
             view = ctx.send_view(node.chunk, node.peer)
             data = view if view.is_contiguous() else view.contiguous()
+            began = time.perf_counter() - ctx.t0
             wait = self.link.delay(data.numel() * data.element_size(), self.rng)
             if src == ctx.plan.rank:
                 wait += self.faults.extra_delay(src, index)
@@ -233,6 +234,8 @@ class Transfer(_Threads):
             except RuntimeError as exc:
                 self._send_failed(node.peer, node.chunk, exc)
                 return
+            if ctx.trace is not None:
+                ctx.trace.sends[(node.chunk, node.peer)] = (began, time.perf_counter() - ctx.t0)
         self._complete(works)
 
 
@@ -357,6 +360,7 @@ class ReduceTransfer(_Threads):
             if (ctx.plan.rank, g) in self.faults.drop:
                 continue
             data = data if data.is_contiguous() else data.contiguous()
+            began = time.perf_counter() - ctx.t0
             wait = self.link.delay(data.numel() * data.element_size(), self.rng)
             if wait > 0:
                 threading.Event().wait(wait)
@@ -368,7 +372,9 @@ class ReduceTransfer(_Threads):
             if step.value == "partial":
                 ctx.count_sent()
             if ctx.trace is not None:
-                ctx.trace.sent.setdefault(g, time.perf_counter() - ctx.t0)
+                handed = time.perf_counter() - ctx.t0
+                ctx.trace.sent.setdefault(g, handed)
+                ctx.trace.sends[(g, step.peer)] = (began, handed)
         self._complete(works)
 
 
