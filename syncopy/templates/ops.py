@@ -9,7 +9,9 @@ functional collectives pass, so a compiled graph holds no ProcessGroup object), 
 chunk count (0: the template's schedule) and an order ("": the schedule's). Shapes and dtypes come
 from the template's own launch run against a no-op kernel, so fake tensors (torch.compile's shape
 inference) get exactly what the fused launch allocates. A compiled module calls the operator as one
-node, without a graph break; the launch inside it is the template's fused launch.
+node, without a graph break; the launch inside it is the template's fused launch. ag_gemm,
+ag_gemm_persistent and gemm_rs are differentiable, each one's backward running the other fused (see
+the autograd section below); the other templates are not (yet).
 """
 from __future__ import annotations
 
@@ -26,6 +28,45 @@ class _NoKernel:
         return lambda *args, **kwargs: None
 
 
+# -- autograd: Megatron's sequence parallelism, fused both ways ------------------------------------
+# Y = all_gather(X) @ W (W this rank's columns): dX = reduce_scatter(dY @ W^T), a GEMM-RS, and
+# dW = all_gather(X)^T @ dY. Y = reduce_scatter(H @ W) (H this rank's columns, W its rows):
+# dH = all_gather(dY) @ W^T, an AG-GEMM, and dW = H^T @ all_gather(dY). The backward GEMMs that carry
+# the communication are the fused templates; the weight gradients gather with torch's functional
+# all_gather (traceable, so a compiled backward has no graph break either).
+
+
+def _save_inputs(ctx, inputs, output) -> None:
+    x, w, group_name, chunks_per_rank, order = inputs
+    ctx.save_for_backward(x, w)
+    ctx.group_name, ctx.chunks_per_rank, ctx.order = group_name, chunks_per_rank, order
+
+
+def _gathered(t, group_name):
+    from torch.distributed import _functional_collectives as fc
+
+    return fc.wait_tensor(fc.all_gather_tensor(t.contiguous(), 0, group_name))
+
+
+def _ag_gemm_backward(ctx, grad):
+    x, w = ctx.saved_tensors
+    grad = grad.contiguous()
+    dx = torch.ops.syncopy.gemm_rs(grad, w.t().contiguous(), ctx.group_name, ctx.chunks_per_rank, ctx.order)
+    dw = _gathered(x, ctx.group_name).t() @ grad
+    return dx, dw, None, None, None
+
+
+def _gemm_rs_backward(ctx, grad):
+    h, w = ctx.saved_tensors
+    grad = grad.contiguous()
+    dh = torch.ops.syncopy.ag_gemm(grad, w.t().contiguous(), ctx.group_name, ctx.chunks_per_rank, ctx.order)
+    dw = h.t() @ _gathered(grad, ctx.group_name)
+    return dh, dw, None, None, None
+
+
+_BACKWARD = {"ag_gemm": _ag_gemm_backward, "ag_gemm_persistent": _ag_gemm_backward, "gemm_rs": _gemm_rs_backward}
+
+
 def _register(name: str):
     module = templates.get(name).module
 
@@ -33,7 +74,8 @@ def _register(name: str):
     def op(x: torch.Tensor, w: torch.Tensor, group_name: str, chunks_per_rank: int = 0, order: str = "") -> torch.Tensor:
         group = _resolve_process_group(group_name)
         fused = templates._fused(name, chunks_per_rank or None, order or None)
-        return module.launch(fused, x, w, group=group)
+        with torch.no_grad():  # autograd is the operator's (register_autograd below), not the launch's
+            return module.launch(fused, x, w, group=group)
 
     @op.register_fake
     def _(x, w, group_name, chunks_per_rank=0, order=""):
@@ -45,6 +87,8 @@ def _register(name: str):
         group = group if group is not None else dist.group.WORLD
         return op(x, w, group.group_name, chunks_per_rank or 0, order or "")
 
+    if name in _BACKWARD:
+        op.register_autograd(_BACKWARD[name], setup_context=_save_inputs)
     call.__name__ = call.__qualname__ = name
     call.__doc__ = f"torch.ops.syncopy.{name}(x, w, group.group_name, ...): {templates.get(name).description}"
     return call

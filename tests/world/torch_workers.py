@@ -71,3 +71,46 @@ def traced_to_file(rank: int, world: int, path: str) -> dict:
         c = ag.launch(fused, **inp)
         errors.append((c - ag.reference(**inp)).abs().max().item())
     return {"errors": errors, "epochs": [fused.last_trace.epoch - 1, fused.last_trace.epoch]}
+
+
+def differentiable_mlp(rank: int, world: int) -> dict:
+    """The sequence-parallel MLP through the template operators, forward and backward, twice, against
+    the same computation in plain torch autograd on the gathered tensors."""
+    import syncopy.templates.ops as ops
+
+    out = {"errors": []}
+    for step in range(2):
+        g = torch.Generator().manual_seed(200 + step)
+        up, down = torch.randn(16, 24, generator=g), torch.randn(24, 16, generator=g)  # this rank's slices, alike per step
+        up = up + rank  # each rank its own column slice of W_up, its row slice of W_down
+        down = down - rank
+        x = torch.randn(32, 16, generator=torch.Generator().manual_seed(10 * step + rank))
+        dy = torch.randn(32, 16, generator=torch.Generator().manual_seed(50 * step + rank))
+        xs, ups, downs = (t.clone().requires_grad_() for t in (x, up, down))
+        y = ops.gemm_rs(ops.ag_gemm(xs, ups).relu(), downs)
+        y.backward(dy)
+        # Reference: the whole layer on every rank from gathered pieces, autograd by torch.
+        xs_all = [torch.empty_like(x) for _ in range(world)]
+        ups_all = [torch.empty_like(up) for _ in range(world)]
+        downs_all = [torch.empty_like(down) for _ in range(world)]
+        dys = [torch.empty_like(dy) for _ in range(world)]
+        for parts, t in ((xs_all, x), (ups_all, up), (downs_all, down), (dys, dy)):
+            dist.all_gather(parts, t)
+        X = torch.cat(xs_all).requires_grad_()
+        U = torch.cat(ups_all, dim=1).requires_grad_()
+        D = torch.cat(downs_all, dim=0).requires_grad_()
+        Y = (X @ U).relu() @ D
+        Y.backward(torch.cat(dys))
+        rows, cols = slice(32 * rank, 32 * (rank + 1)), slice(24 * rank, 24 * (rank + 1))
+
+        def err(got, want):
+            return (got - want).abs().max().item() / max(1.0, want.abs().max().item())
+
+        out["errors"].append({"y": err(y, Y[rows]), "dx": err(xs.grad, X.grad[rows]), "dup": err(ups.grad, U.grad[:, cols]),
+                              "ddown": err(downs.grad, D.grad[cols])})
+    return out
+
+
+def torch_tools(rank: int, world: int) -> dict:
+    """Both checks above in one world (a spawn costs ~10 s on CI)."""
+    return {"compiled": profiled_and_compiled(rank, world), "autograd": differentiable_mlp(rank, world)}
