@@ -16,7 +16,7 @@ __version__ = "0.1.0"
 
 def __getattr__(name):
     # The decorator pulls in torch and triton; keep `import syncopy` (and the CLI's check/schema) light.
-    if name in ("overlap", "FusedKernel"):
+    if name in ("overlap", "FusedKernel", "load"):
         from syncopy import api
 
         return getattr(api, name)
@@ -29,6 +29,7 @@ def __getattr__(name):
 
 __all__ = [
     "overlap",
+    "load",
     "FusedKernel",
     "templates",
     "Schedule",

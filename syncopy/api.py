@@ -17,17 +17,18 @@ run in the order their chunks arrive.
 from __future__ import annotations
 
 import inspect
+import os
 import threading
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
+from typing import TYPE_CHECKING
+
 from syncopy.errors import LaunchError
-from syncopy.frontend.source import from_jit
-from syncopy.passes import Transformed, read_check, transform
 from syncopy.runtime import plan as planning
-from syncopy.runtime import backends
+from syncopy.runtime import backends, tuning
 from syncopy.runtime.context import Context, Trace
 from syncopy.runtime.link import Faults, Link
 from syncopy.schedule import Schedule, load_schedule
@@ -42,6 +43,9 @@ from syncopy.runtime.order import TileOrder, slot_records, slot_tiles  # noqa: F
 from syncopy.runtime.outcome import _raise_if_dropped_out  # noqa: F401
 from syncopy.runtime.sequence import LaunchSequence
 from syncopy.runtime.tracing import Tracing
+
+if TYPE_CHECKING:
+    from syncopy.passes import Transformed
 
 
 def _require_jit(jit_fn) -> None:
@@ -79,14 +83,19 @@ class FusedKernel(Binding, Contexts, TileOrder, Tracing, LaunchSequence):
     at its per-rank (sharded) size. `fused.reference[grid](...)` runs the unfused equivalent.
     """
 
-    def __init__(self, jit_fn, schedule: Schedule, *, backend: str = "auto", timeout_s: float = 60.0,
-                 link: Link | None = None, faults: Faults | None = None, trace: bool = False,
+    def __init__(self, kernel, schedule: Schedule, *, backend: str = "auto", timeout_s: float = 60.0,
+                 link: Link | None = None, faults: Faults | None = None, trace: bool | str | os.PathLike = False,
                  poison_receive: bool = False, dump_dir: str | Path | None = None,
                  one_shot_max_bytes: int = planning.ONE_SHOT_MAX_BYTES, hardware: str | None = None, workload=None,
-                 checked: bool | None = None, verify_chunks: bool = False):
+                 checked: bool | None = None, _loaded: tuple | None = None, verify_chunks: bool = False):
+        # An autotuned or heuristic kernel: fuse the @triton.jit function under the wrappers, and
+        # play their part at each launch (runtime/tuning.py).
+        jit_fn, layers = tuning.unwrap(kernel)
         _require_jit(jit_fn)
         _check_timeout(timeout_s)
         self.local = jit_fn
+        # A kernel from syncopy.load is the fused one already: no local kernel to time configs on.
+        self.tuning = tuning.Tuning(layers, jit_fn.fn.__name__, can_time=_loaded is None) if layers else None
         self.producer = schedule.pattern in PRODUCER_PATTERNS
         self.one_shot_max_bytes = one_shot_max_bytes
         self.schedule = schedule
@@ -94,12 +103,15 @@ class FusedKernel(Binding, Contexts, TileOrder, Tracing, LaunchSequence):
         self.backend_name = backend
         self.timeout_s = timeout_s
         self.link, self.faults = link, faults
-        self.trace = trace
+        # trace=True records `last_trace`; a path also writes every rank's trace there (rank 0, each launch).
+        self.trace = bool(trace)
+        self.trace_file = os.fspath(trace) if isinstance(trace, (str, os.PathLike)) else None
+        self.traced_launches: list[list[Trace]] = []
         self.poison_receive = poison_receive
         self.verify_chunks = verify_chunks  # chunks travel with a checksum, checked as they land (gloo)
         self.dump_dir = dump_dir
         self.checked = checked  # None: $SYNCOPY_CHECKED decides, at the first launch (passes/read_check.py)
-        self.signature = inspect.signature(jit_fn.fn)
+        self.signature = _user_signature(jit_fn.fn)
         if schedule.kernel is not None and schedule.kernel != jit_fn.fn.__name__:
             raise LaunchError(
                 f"the schedule is for kernel '{schedule.kernel}' but decorates '{jit_fn.fn.__name__}'; "
@@ -111,6 +123,10 @@ class FusedKernel(Binding, Contexts, TileOrder, Tracing, LaunchSequence):
                 f"its arguments are {', '.join(self.signature.parameters)}"
             )
         self._built: tuple[Transformed, object, object, Path] | None = None
+        self.loaded = _loaded is not None
+        if _loaded is not None:  # (probe, what the runtime needs to know): built by `syncopy transform --loadable`
+            probe, t = _loaded
+            self._built = (t, jit_fn, probe, Path(t.source.path))
         self._positions: dict[tuple, list[str]] = {}  # (positions, keywords) of a launch -> the names of its positions
         self._contexts: dict[tuple, tuple[Context, object]] = {}
         # Threads may share an operator (a template op is one operator per process): launches on one
@@ -128,7 +144,10 @@ class FusedKernel(Binding, Contexts, TileOrder, Tracing, LaunchSequence):
         """Run the passes (once) and import the generated module."""
         with self._build_lock:
             if self._built is None:
+                # The frontend (libcst) only here: a kernel from syncopy.load never builds.
                 from syncopy.emit import source as emit
+                from syncopy.frontend.source import from_jit
+                from syncopy.passes import read_check, transform
 
                 t = transform(from_jit(self.local), self.schedule)
                 if self.checked if self.checked is not None else read_check.enabled_by_env():
@@ -163,7 +182,6 @@ class FusedKernel(Binding, Contexts, TileOrder, Tracing, LaunchSequence):
     def __getitem__(self, grid):
         return lambda *args, group=None, **kwargs: self._serialised_launch(grid, args, kwargs, group)
 
-
     @property
     def reference(self):
         """Unfused equivalent: all_gather_into_tensor of the shards, then the local kernel."""
@@ -181,6 +199,9 @@ class FusedKernel(Binding, Contexts, TileOrder, Tracing, LaunchSequence):
 
 
     def _reference(self, grid, args, kwargs, group):
+        if self.loaded:
+            raise LaunchError(f"'{self.local.fn.__name__}' comes from syncopy.load: its file holds the fused kernel only, so there is "
+                              "no local kernel to run unfused; decorate the original kernel with syncopy.overlap for .reference")
         group = checked_group(group)
         bound, shard, options = self._bind(args, dict(kwargs))
         _ensure_allocator(shard.device)
@@ -193,7 +214,7 @@ class FusedKernel(Binding, Contexts, TileOrder, Tracing, LaunchSequence):
             dist.all_to_all_single(received, shard.contiguous(), group=group)
             call_args = dict(bound)
             call_args[self.schedule.tensor] = received
-            self.local[grid](**call_args, **options)
+            self._run_local(grid, call_args, options, group)
             return
         if self.schedule.dim == 0:
             from syncopy.runtime.reference import all_gather_rows
@@ -205,7 +226,7 @@ class FusedKernel(Binding, Contexts, TileOrder, Tracing, LaunchSequence):
             gathered = torch.cat(parts, dim=self.schedule.dim).contiguous()
         call_args = dict(bound)
         call_args[self.schedule.tensor] = gathered
-        self.local[grid](**call_args, **options)
+        self._run_local(grid, call_args, options, group)
 
 
     def _reference_producer(self, grid, bound: dict, out: torch.Tensor, options: dict, group) -> None:
@@ -215,23 +236,47 @@ class FusedKernel(Binding, Contexts, TileOrder, Tracing, LaunchSequence):
         world = dist.get_world_size(group)
         call_args = dict(bound)
         if self.schedule.pattern == "all_reduce":
-            self.local[grid](**call_args, **options)
+            self._run_local(grid, call_args, options, group)
             dist.all_reduce(out, group=group)
             return
         shape = list(out.shape)
         shape[self.schedule.dim] *= world
         full = torch.zeros(shape, dtype=out.dtype, device=out.device)
         call_args[self.schedule.tensor] = full
-        self.local[grid](**call_args, **options)
+        self._run_local(grid, call_args, options, group)
         # gloo has no reduce_scatter: all_reduce and keep this rank's part (same sums).
         dist.all_reduce(full, group=group)
         rows = out.shape[self.schedule.dim]
         out.copy_(full.narrow(self.schedule.dim, dist.get_rank(group) * rows, rows))
 
 
+def _user_signature(fn) -> inspect.Signature:
+    """The kernel's parameters as its launches pass them: a fused kernel's own (syncopy.load) less the
+    ones syncopy adds (names starting with syncopy_ are reserved for those, passes/signature.py)."""
+    sig = inspect.signature(fn)
+    return sig.replace(parameters=[p for p in sig.parameters.values() if not p.name.lower().startswith("syncopy_")])
+
+
+def load(path: str | Path, schedule, **options) -> FusedKernel:
+    """The launchable operator of a file `syncopy transform KERNEL.py --schedule S.yaml --loadable -o
+    path` wrote: the same object `syncopy.overlap(schedule)` makes of the original kernel (launch it
+    the same way), without the frontend (libcst need not be installed). `schedule` must be the one
+    the file was transformed with, and this syncopy the version that wrote it (one-line errors
+    otherwise). `options`: those of syncopy.overlap but chunks_per_rank and order (part of the
+    schedule) and checked (fixed when the file was written). An autotuned kernel takes its config
+    as under the interpreter, also on GPUs ($SYNCOPY_AUTOTUNE_CONFIG, default the first): the
+    file has no local kernel to time configs on. `.reference` needs the original kernel."""
+    from syncopy.runtime import loaded
+
+    _check_timeout(options.get("timeout_s", 60.0))
+    sched = load_schedule(schedule)
+    kernel, probe, t = loaded.open_file(path, sched)
+    return FusedKernel(kernel, sched, _loaded=(probe, t), **options)
+
+
 def overlap(schedule, *, chunks_per_rank: int | str | None = None, order: str | list[int] | None = None,
             hardware: str | None = None, workload=None, backend: str = "auto", timeout_s: float = 60.0,
-            link: Link | None = None, faults: Faults | None = None, trace: bool = False, poison_receive: bool = False,
+            link: Link | None = None, faults: Faults | None = None, trace: bool | str | os.PathLike = False, poison_receive: bool = False,
             dump_dir: str | Path | None = None, one_shot_max_bytes: int = planning.ONE_SHOT_MAX_BYTES,
             checked: bool | None = None, verify_chunks: bool = False):
     """Decorator factory: `overlap(schedule)(jit_fn) -> FusedKernel`.
@@ -245,7 +290,8 @@ def overlap(schedule, *, chunks_per_rank: int | str | None = None, order: str | 
     otherwise), 'gloo', 'p2p' (copy-engine puts through CUDA IPC) or 'nccl' (NCCL send/recv; grids
     are capped to leave SMs to NCCL, see syncopy.runtime.occupancy). timeout_s (seconds, above 0, at most 1e9) bounds every wait
     (SyncopyTimeout). link/faults: emulated link and injected faults (gloo; p2p drops chunks too). trace: record arrivals and tile
-    starts in `fused.last_trace`. poison_receive: fill the receive buffer with NaN before each launch.
+    starts in `fused.last_trace`; a file name also writes a Chrome / Perfetto trace of every rank there after each launch
+    (rank 0 writes it; it keeps the last 32 launches). poison_receive: fill the receive buffer with NaN before each launch.
     one_shot_max_bytes: an all_reduce of at most this many bytes is one-shot (every rank adds all
     partials) instead of reduce-scatter + all-gather.
     checked: every read of the communicated tensor checks that its chunks arrived, every producer

@@ -28,7 +28,7 @@ def _transform(args) -> int:
         from syncopy.passes import read_check
 
         t = read_check.apply(t)
-    out = emit.rewrite_file(t)
+    out = emit.rewrite_file(t, loadable=args.loadable)
     # Every check before the first byte is written: a mistake leaves nothing behind.
     output = _output_path(args.output, "-o") if args.output else None
     dump_dir = _dump_dir(args.dump_dir) if args.dump_dir else None
@@ -118,9 +118,27 @@ def _key_line(path: str, key: str) -> int | None:
 
 
 def _schema(args) -> int:
+    if args.markdown:
+        from syncopy.schedule.reference import markdown
+
+        print(markdown(), end="")
+        return 0
     from syncopy.schedule import json_schema
 
     print(json_schema())
+    return 0
+
+
+def _trace(args) -> int:
+    from syncopy.runtime import timeline
+
+    out = Path(args.output)
+    if not out.parent.is_dir():
+        raise SyncopyError(f"-o {args.output}: the folder {out.parent} does not exist; create it or choose another path")
+    if out.suffix.lower() not in (".png", ".svg", ".pdf"):
+        raise SyncopyError(f"-o {args.output}: write the picture as .png, .svg or .pdf")
+    timeline.draw(timeline.load(args.trace), out)
+    print(f"{out}: timeline of {args.trace}")
     return 0
 
 
@@ -229,8 +247,27 @@ def _write_run_json(args, result, ok: bool) -> None:
 _SCALAR_TYPES = ("i1", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "fp8e4nv", "fp8e5", "fp16", "bf16", "fp32", "fp64")
 
 
-def _kernel_signature(kernel, name: str, signature: str, const: str | None) -> tuple[dict, dict]:
-    """(signature, constexprs) for `kernel` from --signature and --const, every parameter accounted for."""
+def _autotune_config(kernel, name: str, index: int | None):
+    """(the @triton.jit function, the autotune config to compile or None): `--config i`, else the first
+    config (as the interpreter runs it, runtime/tuning.py); heuristics' values come from --const."""
+    from syncopy.runtime import tuning
+
+    jit_fn, layers = tuning.unwrap(kernel)
+    tuners = [x for x in layers if hasattr(x, "configs")]
+    if not tuners:
+        if index is not None:
+            raise SyncopyError(f"--config {index}: kernel {name} has no @triton.autotune configs; drop --config")
+        return jit_fn, None
+    configs = tuners[0].configs
+    index = 0 if index is None else index
+    if not 0 <= index < len(configs):
+        raise SyncopyError(f"--config {index}: kernel {name} has {len(configs)} autotune configs; give an index 0..{len(configs) - 1}")
+    return jit_fn, configs[index]
+
+
+def _kernel_signature(kernel, name: str, signature: str, const: str | None, given: dict | None = None) -> tuple[dict, dict]:
+    """(signature, constexprs) for `kernel` from --signature and --const (and `given`: an autotune
+    config's values), every parameter accounted for."""
     params = kernel.params
     plain = [p.name for p in params if not p.is_constexpr]
     constexprs = [p.name for p in params if p.is_constexpr]
@@ -251,16 +288,15 @@ def _kernel_signature(kernel, name: str, signature: str, const: str | None) -> t
     if missing:
         raise SyncopyError(f"--signature: no type for {', '.join(missing)}; give name:type for every parameter of {name}: "
                            f"{', '.join(plain)}")
-    values: dict[str, int] = {}
+    values: dict = {k: v for k, v in (given or {}).items() if k in constexprs}
     for item in const.split(",") if const else []:
         pname, sep, value = (part.strip() for part in item.partition("="))
         if pname not in constexprs:
             listed = ", ".join(constexprs) or "none"
             raise SyncopyError(f"--const: {name} has no tl.constexpr parameter {pname!r}; its constexpr parameters are {listed}")
-        try:
-            values[pname] = int(value)
-        except ValueError:
-            raise SyncopyError(f"--const: {pname}={value}: not an integer; give NAME=INT, e.g. {pname}=64") from None
+        if pname in (given or {}):
+            raise SyncopyError(f"--const: {pname} is set by the autotune config being compiled; pick another with --config")
+        values[pname] = _const_value(pname, value)
     for p in params:
         if p.is_constexpr and p.name not in values and p.has_default:
             values[p.name] = p.default
@@ -269,6 +305,16 @@ def _kernel_signature(kernel, name: str, signature: str, const: str | None) -> t
         raise SyncopyError(f"--const: no value for {', '.join(missing)}; give NAME=INT for every tl.constexpr parameter of "
                            f"{name}: {', '.join(constexprs)}")
     return sig, values
+
+
+def _const_value(name: str, text: str):
+    """An integer, or a quoted string (a string constexpr, like the tutorial matmul's ACTIVATION="")."""
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        return text[1:-1]
+    try:
+        return int(text)
+    except ValueError:
+        raise SyncopyError(f"--const: {name}={text}: not an integer; give NAME=INT, e.g. {name}=64 (or a quoted string)") from None
 
 
 def _user_kernel(path: str, name: str):
@@ -281,7 +327,9 @@ def _user_kernel(path: str, name: str):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     kernel = getattr(mod, name, None)
-    if not hasattr(kernel, "params"):
+    from syncopy.runtime.tuning import unwrap
+
+    if not hasattr(unwrap(kernel)[0], "params"):
         raise SyncopyError(f"{path}: no @triton.jit function '{name}' (the schedule's `kernel:`); fix `kernel:` or the file")
     return kernel
 
@@ -299,6 +347,9 @@ def _compile(args) -> int:
 
     arch = int(args.arch.removeprefix("sm_"))
     output = _output_path(args.output, "-o") if args.output else None
+    options: dict = {}  # an autotune config's num_warps, num_stages, ...
+    if args.config is not None and not args.target.endswith(".py"):
+        raise SyncopyError(f"--config {args.config}: template {args.target} has no @triton.autotune configs; drop --config")
     if args.target.endswith(".py"):
         import syncopy
         from syncopy.schedule import load_schedule
@@ -309,9 +360,12 @@ def _compile(args) -> int:
         if sched.kernel is None:
             raise ScheduleError("missing required key for the CLI; add `kernel: NAME` (the @triton.jit function to compile)",
                                 ScheduleLocation(args.schedule, "kernel"))
-        kernel = _user_kernel(args.target, sched.kernel)
-        sig, const = _kernel_signature(kernel, sched.kernel, args.signature, args.const)
-        fused = syncopy.overlap(sched)(kernel)
+        wrapped = _user_kernel(args.target, sched.kernel)
+        kernel, config = _autotune_config(wrapped, sched.kernel, args.config)
+        sig, const = _kernel_signature(kernel, sched.kernel, args.signature, args.const, given=config.kwargs if config else {})
+        if config is not None:
+            options = {k: v for k, v in config.all_kwargs().items() if k not in config.kwargs}
+        fused = syncopy.overlap(sched)(wrapped)
     else:
         from syncopy import templates
 
@@ -329,7 +383,7 @@ def _compile(args) -> int:
         const[ASYNC_PROXY_FLAG] = has_async_proxy(arch)
     for k in const:
         sig.setdefault(k, "constexpr")
-    ptx = compile_ptx(fused.fused, {p.name: sig[p.name] for p in fused.fused.params}, const, arch)
+    ptx = compile_ptx(fused.fused, {p.name: sig[p.name] for p in fused.fused.params}, const, arch, options)
     polls, releases = acquire_polls(ptx), release_ops(ptx)
     if output is not None:
         from syncopy.emit.source import write_atomic
@@ -393,6 +447,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--dump-dir", metavar="DIR", help="write each stage's artifact (kernel, binding, fused, probe) into DIR (created if missing)")
     t.add_argument("--checked", action="store_true", help="checked mode: every read of the communicated tensor checks that its "
                    "chunks arrived (every producer store, that its chunk was not announced yet), naming its line if not")
+    t.add_argument("--loadable", action="store_true", help="also write the probe kernel and the manifest that "
+                   "syncopy.load(OUT, schedule) needs to launch the file without the frontend (libcst)")
     t.set_defaults(run=_transform)
 
     c = command("check", "validate a schedule file")
@@ -405,10 +461,16 @@ def build_parser() -> argparse.ArgumentParser:
     e.set_defaults(run=_expand)
 
     s = command("schema", "print the JSON Schema of schedules")
+    s.add_argument("--markdown", action="store_true", help="the key reference of docs/schedule.md (tables written from the schema)")
     s.set_defaults(run=_schema)
 
     tp = command("templates", "list the template library")
     tp.set_defaults(run=_templates)
+
+    tr = command("trace", "draw a trace file (trace='run.json', syncopy run --trace) as a timeline picture")
+    tr.add_argument("trace", metavar="RUN.json", help="a Chrome / Perfetto trace written by syncopy (from any backend, a GPU run too)")
+    tr.add_argument("-o", "--output", required=True, metavar="OUT.png", help="the picture (.png, .svg or .pdf)")
+    tr.set_defaults(run=_trace)
 
     r = command("run", "run a template end to end on a CPU world and verify it against torch")
     r.add_argument("name", metavar="NAME", help="template name (see `syncopy templates`)")
@@ -445,7 +507,10 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--schedule", metavar="S.yaml", help="for a kernel file: its schedule (`kernel:` names the kernel)")
     cp.add_argument("--signature", metavar="NAME:TYPE,...",
                     help="for a kernel file: a type for every non-constexpr parameter (e.g. *fp16, *fp32, i32, fp32)")
-    cp.add_argument("--const", metavar="NAME=INT,...", help="for a kernel file: a value for every tl.constexpr parameter")
+    cp.add_argument("--const", metavar="NAME=INT,...", help="for a kernel file: a value for every tl.constexpr parameter "
+                    "(an integer, or a quoted string: ACTIVATION='')")
+    cp.add_argument("--config", type=int, metavar="I", help="for an autotuned kernel: compile its I-th config "
+                    "(its meta-parameters, num_warps, num_stages) (default: the first)")
     cp.set_defaults(run=_compile, argv=None)
 
     d = command("demo", "all-gather GEMM on a CPU world, checked against the torch reference")

@@ -37,6 +37,8 @@ CTX_SIZE = tl.constexpr(5)
 CTX_SPIN_LIMIT = tl.constexpr(6)
 CTX_WORLD = tl.constexpr(7)
 CTX_LEN = 8
+#: int32 words of a traced tile's record: start sequence + 1, chunks arrived, began waiting, started (us).
+TRACE_WORDS = tl.constexpr(4)
 
 SIG_ERROR = tl.constexpr(0)
 SIG_BASE = tl.constexpr(4)
@@ -242,6 +244,49 @@ def _spin_polls(ptr, epoch, limit):
 # tiles that compute. A bound that is a poll count is looser in time, which a timeout can afford.
 INTERPRETED = type(_spin_polls).__name__ == "InterpretedFunction"
 
+# -- trace clocks ------------------------------------------------------------------------------------
+# A traced tile records when it began waiting and when it started (its wait done), in microseconds
+# modulo 2^31 (an int32 word; the host takes differences, so a launch may last up to ~35 minutes).
+# Compiled: %globaltimer, the GPU's nanosecond clock, when the tile started (a wait's begin would
+# need state shared between two calls, so it stays 0: unknown). Interpreted: the host's
+# perf_counter, the clock the runtime stamps landings with, so CPU traces line up with the transfers;
+# the interpreter runs a rank's programs one after another on one thread, so the begin of the last
+# wait on this thread is the tile's.
+if INTERPRETED:
+    import threading
+    import time
+
+    _waits = threading.local()
+
+    def _host_us() -> int:
+        return (time.perf_counter_ns() // 1000) % (1 << 31)
+
+    def _note_wait_begin() -> int:
+        _waits.begin = _host_us()
+        return 0
+
+    def _wait_began() -> int:
+        return getattr(_waits, "begin", 0)
+
+    @triton.jit
+    def note_wait_begin():
+        _note_wait_begin()
+
+    @triton.jit
+    def trace_clocks():
+        """(began waiting, started) of this program's tile, microseconds modulo 2^31."""
+        return _wait_began(), _host_us()
+else:
+    @triton.jit
+    def note_wait_begin():
+        pass
+
+    @triton.jit
+    def trace_clocks():
+        """(0: not recorded, started) of this program's tile, microseconds modulo 2^31."""
+        ns = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
+        return 0, ((ns // 1000) % 2147483648).to(tl.int32)
+
 
 @triton.jit
 def wait_chunks(signals, ctx, g_lo, g_hi):
@@ -252,6 +297,7 @@ def wait_chunks(signals, ctx, g_lo, g_hi):
     the program records (rank, chunk, epoch) in the error slot and stops waiting; the host raises
     SyncopyTimeout. A program also stops waiting once any program recorded an error.
     """
+    note_wait_begin()
     epoch = tl.load(ctx + CTX_EPOCH).to(tl.int32)
     limit = tl.load(ctx + CTX_SPIN_LIMIT)
     for g in range(g_lo, g_hi + 1):
@@ -342,9 +388,12 @@ def trace_tile_start(signals, trace, ctx, TRACE: tl.constexpr):
         n_sig = (world * chunks).to(tl.int32)
         arrived = tl.atomic_add(signals + SIG_BASE + n_sig, 0, sem="acquire", scope="sys")
         seq = tl.atomic_add(signals + SIG_BASE + n_sig + 1, 1, sem="relaxed", scope="sys")
+        began, started = trace_clocks()
         lin = _linear_program_id()
-        tl.store(trace + 2 * lin, seq + 1)
-        tl.store(trace + 2 * lin + 1, arrived)
+        tl.store(trace + TRACE_WORDS * lin, seq + 1)
+        tl.store(trace + TRACE_WORDS * lin + 1, arrived)
+        tl.store(trace + TRACE_WORDS * lin + 2, began)
+        tl.store(trace + TRACE_WORDS * lin + 3, started)
 
 
 @triton.jit
@@ -424,12 +473,15 @@ def trace_tile_start_at(signals, trace, ctx, order, tile, TRACE: tl.constexpr):
         n_sig = (world * chunks).to(tl.int32)
         arrived = tl.atomic_add(signals + SIG_BASE + n_sig, 0, sem="acquire", scope="sys")
         seq = tl.atomic_add(signals + SIG_BASE + n_sig + 1, 1, sem="relaxed", scope="sys")
+        began, started = trace_clocks()
         tile = _scalar_i32(tile)
         n = tl.load(order)
         inside = (tile >= 0) & (tile < n)
-        at = 2 * tl.where(inside, tile, 0)
+        at = TRACE_WORDS * tl.where(inside, tile, 0)
         tl.store(trace + at, seq + 1, mask=inside)
         tl.store(trace + at + 1, arrived, mask=inside)
+        tl.store(trace + at + 2, began, mask=inside)
+        tl.store(trace + at + 3, started, mask=inside)
 
 
 #: Probe output of a persistent loop: [max tile id + 1 | negative id seen | capacity | per tile:

@@ -39,14 +39,14 @@ def signature_of(jit_fn, args: dict) -> tuple[dict, dict]:
     return sig, const
 
 
-def compile_ptx(jit_fn, signature: dict, constexprs: dict, arch: int = 90) -> str:
-    """PTX of `jit_fn` for sm_<arch> (80, 90, ...)."""
+def compile_ptx(jit_fn, signature: dict, constexprs: dict, arch: int = 90, options: dict | None = None) -> str:
+    """PTX of `jit_fn` for sm_<arch> (80, 90, ...); `options`: num_warps, num_stages, ... (an autotune config's)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     src = ASTSource(fn=jit_fn, signature=signature, constexprs=constexprs)
-    return triton.compile(src, target=GPUTarget("cuda", arch, 32)).asm["ptx"]
+    return triton.compile(src, target=GPUTarget("cuda", arch, 32), options=options or None).asm["ptx"]
 
 
 @dataclass(frozen=True)

@@ -47,11 +47,14 @@ def _has_device_import(module: cst.Module) -> bool:
     return IMPORT_DEVICE in module.code
 
 
-def rewrite_file(t: Transformed) -> str:
-    """The whole kernel file with only the named kernel replaced (and syncopy's device import added)."""
+def rewrite_file(t: Transformed, loadable: bool = False) -> str:
+    """The whole kernel file with only the named kernel replaced (and syncopy's device import added).
+    `loadable`: also the probe kernel and the manifest `syncopy.load` needs, at the end of the file."""
     module = t.source.module
     new = module.deep_replace(t.source.func, t.func)
     assert isinstance(new, cst.Module)
+    if loadable:
+        new = new.with_changes(body=[*new.body, *_loadable_tail(t)])
     if t.checked_helpers:
         # Checked copies of the helpers (read_check.py) go right before the kernel that calls them.
         body = list(new.body)
@@ -77,6 +80,32 @@ def rewrite_file(t: Transformed) -> str:
     else:
         body.insert(last_import + 1, stmt)
     return new.with_changes(body=body).code
+
+
+def manifest(t: Transformed) -> dict:
+    """What the runtime reads of `t` (runtime/loaded.py), and what ties the file to its schedule and syncopy."""
+    from syncopy.runtime.loaded import schedule_digest
+
+    return {"syncopy": _version(), "kernel": t.source.name, "schedule": schedule_digest(t.schedule),
+            "probe": t.probe.name.value if t.probe is not None else None,
+            "persistent": {"remap": bool(t.persistent.remap)} if t.persistent is not None else None,
+            "fresh_probe": t.fresh_probe, "checked": t.checked, "descriptors": bool(t.binding.descriptors),
+            "clamped": any(a.clamped for g in t.binding.groups for a in g.accesses)}
+
+
+def _loadable_tail(t: Transformed) -> list[cst.CSTNode]:
+    """The probe (the runtime probes each program's chunks with it) and the manifest, for syncopy.load."""
+    from syncopy.runtime.loaded import MANIFEST_PREFIX
+
+    two = [cst.EmptyLine(), cst.EmptyLine()]
+    tail: list[cst.CSTNode] = []
+    if t.probe is not None:
+        tail.append(_only_jit_decorator(t.probe).with_changes(leading_lines=two))
+    note = cst.EmptyLine(comment=cst.Comment(f"# syncopy: what syncopy.load needs to launch {t.source.name} "
+                                             "(written by syncopy transform --loadable; do not edit)"))
+    statement = cst.parse_statement(f"{MANIFEST_PREFIX}{t.source.name} = {manifest(t)!r}\n")
+    tail.append(statement.with_changes(leading_lines=[*two, note]))
+    return tail
 
 
 def standalone_module(t: Transformed) -> str:

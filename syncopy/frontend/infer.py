@@ -173,6 +173,27 @@ def _binding_hint(tensor: str, dim: int, writes: bool = False) -> str:
     )
 
 
+def block_pointers_removed() -> bool:
+    """Has the Triton in use removed block pointers (3.9: `tl.make_block_ptr` only raises, fused or not)?"""
+    import triton.language as tl
+
+    make = getattr(tl, "make_block_ptr", None)
+    return make is None or "removed" in (make.__doc__ or "")
+
+
+def _block_pointer_advice(tensor: str, verb: str, name: str, access: str, hint: str) -> str:
+    """What works on the Triton in use for a block pointer into the tensor: a tensor descriptor, whose
+    rows inference follows; an explicit binding only where Triton still runs block pointers."""
+    descriptor = (f"make it a tensor descriptor, desc = tl.make_tensor_descriptor({tensor}, shape=[...], strides=[...], "
+                  f"block_shape=[...]), and use desc.{access}, whose rows syncopy follows")
+    if block_pointers_removed():
+        import triton
+
+        return (f"'{tensor}' is {verb} through {name}, but Triton {triton.__version__} has removed block pointers (the kernel "
+                f"cannot run even unfused); {descriptor}")
+    return f"'{tensor}' is {verb} through {name}, whose rows inference cannot follow; {descriptor}, or {hint}"
+
+
 def _pointer_names(expr: cst.CSTNode) -> set[str]:
     """Names an expression's *pointer* value can come from: what a load returns is data, not a pointer."""
     found: set[str] = set()
@@ -335,13 +356,10 @@ def _reads(ks: KernelSource, stmt: cst.CSTNode, derived: set[str], tensor: str, 
                 out.append((call, ptr, cu.arg(call, 2, "mask")))
             continue
         if leaf == "make_block_ptr" and any(cu.names_in(a.value) & derived for a in call.args):
-            if explicit:
+            if explicit and not block_pointers_removed():
                 out.append((call, call, None))
                 continue
-            raise InferenceError(
-                f"'{tensor}' is {verb} through {name}, whose rows inference cannot follow yet; {hint}",
-                ks.location(call),
-            )
+            raise InferenceError(_block_pointer_advice(tensor, verb, name, access, hint), ks.location(call))
         head = name.split(".", 1)[0]
         if not name or head in ("tl", "triton", "math", "libdevice") or leaf in _PURE_METHODS or leaf in ("range", "min", "max", "len", "int", "float", "static_range"):
             continue

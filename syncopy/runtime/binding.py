@@ -8,15 +8,35 @@ import torch
 from syncopy.errors import LaunchError
 
 
-_LAUNCH_OPTIONS = {"num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion", "warmup"}
+_LAUNCH_OPTIONS = {"num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion", "warmup", "ir_override"}
 
 
 class Binding:
     """How a launch's arguments are bound by name and checked (FusedKernel mixes this in)."""
 
+    # What Triton's wrappers call on the kernel they wrap, so that `@triton.heuristics` may sit above
+    # `@syncopy.overlap` too. (`@triton.autotune` belongs below it: timing a fused launch would
+    # launch collectives a different number of times on each rank.)
+    @property
+    def arg_names(self) -> list[str]:
+        return list(self.signature.parameters)
+
+    def run(self, *args, grid, warmup=False, group=None, **kwargs):
+        if warmup:
+            raise LaunchError(f"'{self.local.fn.__name__}': a fused kernel cannot be warmed up alone; launch it")
+        return self._serialised_launch(grid, args, kwargs, group)
+
+    def _run_local(self, grid, call_args: dict, options: dict, group) -> None:
+        """The local kernel, with the config (and heuristics) a fused launch of these arguments takes."""
+        call_args, options = self._tuned(grid, call_args, options, group, lambda: torch.empty_like(call_args[self.schedule.tensor]))
+        self.local[grid](**call_args, **options)
+
     def _bind(self, args, kwargs):
-        options = {k: kwargs.pop(k) for k in list(kwargs) if k in _LAUNCH_OPTIONS}
+        # A kernel parameter named like a launch option (`num_stages: tl.constexpr`) is that parameter,
+        # as under plain Triton, whose binder takes the kernel's parameters first.
+        options = {k: kwargs.pop(k) for k in list(kwargs) if k in _LAUNCH_OPTIONS and k not in self.signature.parameters}
         arguments = self._arguments(args, kwargs)
+        self._refuse_interpreted_bf16(arguments)
         shard = arguments.get(self.schedule.tensor)
         if not isinstance(shard, torch.Tensor):
             raise LaunchError(f"argument '{self.schedule.tensor}' must be this rank's shard as a tensor, got {type(shard).__name__}")
@@ -32,6 +52,33 @@ class Binding:
         if not shard.is_contiguous():
             raise LaunchError(f"'{self.schedule.tensor}' must be contiguous; pass {self.schedule.tensor}.contiguous()")
         return arguments, shard, options
+
+    def _tuned(self, grid, arguments: dict, options: dict, group, scratch) -> tuple[dict, dict]:
+        """`arguments` and `options` with what an autotune/heuristics wrapper adds (runtime/tuning.py):
+        meta-parameters go with the arguments (a grid function sees them), the rest with the options.
+        `scratch()` makes the tensor that stands for the communicated one while configs are timed."""
+        if self.tuning is None:
+            return arguments, options
+        tensor = self.schedule.tensor
+        added = self.tuning.resolve({**arguments, **options}, grid=grid, group=group, timeout_s=self.timeout_s,
+                                    timing=lambda named: {**named, tensor: scratch()})
+        params = self.signature.parameters
+        return ({**arguments, **{k: v for k, v in added.items() if k in params}},
+                {**options, **{k: v for k, v in added.items() if k not in params}})
+
+    def _refuse_interpreted_bf16(self, arguments: dict) -> None:
+        """The Triton interpreter (CPU worlds) keeps bfloat16 as its bit patterns and computes on those
+        (tl.dot and arithmetic alike: relative errors of 1e9 and more, the local kernel's too), so a
+        bf16 launch there could only be silently wrong: refuse it. Compiled (GPUs), bf16 is as any dtype."""
+        from syncopy.runtime.launch import _interpreting
+
+        if not _interpreting():
+            return
+        for key, value in arguments.items():
+            if isinstance(value, torch.Tensor) and value.dtype == torch.bfloat16:
+                raise LaunchError(f"launch of '{self.local.fn.__name__}': argument '{key}' is bfloat16, which the Triton interpreter "
+                                  "(TRITON_INTERPRET=1) computes on as raw bits, so every result would be wrong; use float32 or "
+                                  "float16 on CPU worlds (bf16 runs on GPUs)")
 
     def _arguments(self, args: tuple, kwargs: dict) -> dict:
         """The launch's arguments by name. How a call's positions map to names is bound (and its
@@ -60,14 +107,14 @@ class Binding:
         """Every argument the local kernel needs is there (constexprs with defaults may be left out),
         and each is something a Triton kernel takes: a tensor, or a hashable scalar (not a list)."""
         name = self.local.fn.__name__
-        if inspect.isfunction(self.local.fn):  # an autotuner's configs supply some arguments: let Triton check those
-            missing = [p.name for p in self.signature.parameters.values()
-                       if p.default is inspect.Parameter.empty and p.name not in arguments
-                       and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
-            if missing:
-                listed = ", ".join(f"'{m}'" for m in missing)
-                raise LaunchError(f"launch of '{name}': missing argument{'s' if len(missing) > 1 else ''} {listed}; "
-                                  "pass every argument the local kernel takes")
+        supplied = self.tuning.supplied() if self.tuning is not None else set()  # by autotune configs, heuristics
+        missing = [p.name for p in self.signature.parameters.values()
+                   if p.default is inspect.Parameter.empty and p.name not in arguments and p.name not in supplied
+                   and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
+        if missing:
+            listed = ", ".join(f"'{m}'" for m in missing)
+            raise LaunchError(f"launch of '{name}': missing argument{'s' if len(missing) > 1 else ''} {listed}; "
+                              "pass every argument the local kernel takes")
         for key, value in arguments.items():
             if not isinstance(value, torch.Tensor):
                 self._check_value(key, value)

@@ -35,6 +35,13 @@ class Trace:
     sent: dict[int, float] = field(default_factory=dict)
     producer: bool = False
     planned: str = ""  # for `auto` schedules: the planner's choice (Resolution.describe())
+    # tile -> (began waiting or None where the backend cannot tell, started): seconds from the launch start
+    tile_times: dict[int, tuple[float | None, float]] = field(default_factory=dict)
+    device_clock: bool = False  # tile times from the GPU's clock, placed at the kernel's enqueue (tracing._tile_times)
+    # (chunk, peer) -> (began, handed to the link's send) on the sending rank: the emulated wire time on CPU worlds
+    sends: dict[tuple[int, int], tuple[float, float]] = field(default_factory=dict)
+    t0_perf: float = 0.0  # the launch start on this process's perf_counter clock
+    kernel: str = ""  # the fused kernel's name
 
     def overlapped_tiles(self) -> int:
         """Tiles that started while some chunk of this launch had not landed yet."""

@@ -20,7 +20,6 @@ import torch
 
 from syncopy import device as dev
 from syncopy.errors import SyncopyTimeout
-from syncopy.passes import read_check
 from syncopy.runtime.streamops import ptr
 
 
@@ -65,8 +64,15 @@ class LaunchErrors:
             if row[0]:
                 flag, rank, unit, at = row.tolist()
                 self.pending.clear()  # later launches of a failed context are not trusted either
-                violation = read_check.violation(self.ctx, [flag, rank, unit, at], self.ctx.kernel_file)
+                violation = _read_check().violation(self.ctx, [flag, rank, unit, at], self.ctx.kernel_file)
                 if violation is not None:
                     raise violation
                 plan = self.ctx.plan
                 raise SyncopyTimeout(rank, divmod(plan.chunk_of_flag(unit), plan.chunks_per_rank), self.ctx.unwrap(at), self.timeout_s)
+
+
+def _read_check():
+    """Checked mode's reports (passes/read_check.py, which needs libcst), imported only when a checked kernel reports."""
+    from syncopy.passes import read_check
+
+    return read_check

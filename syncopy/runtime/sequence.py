@@ -2,17 +2,25 @@
 transfers, kernel, errors; the producer path; the launch's initial partial."""
 from __future__ import annotations
 
+import contextlib
 import time
 
 import torch
 
 from syncopy.errors import LaunchError, SyncopyTimeout
-from syncopy.passes import read_check
 from syncopy.runtime.backends import control
 from syncopy.runtime.context import Context
 from syncopy.runtime.contexts import checked_group
 from syncopy.runtime.launch import _cuda_device, _deferred, _ensure_allocator, _on_device, _spin_limit
 from syncopy.runtime.outcome import _advice, _and, _announce_unwritten, _dropped_out, _raise_if_corrupt, _raise_if_dropped_out
+
+
+def _profiled(kernel: str):
+    """A `syncopy::<kernel>` range in torch.profiler traces around a launch (its transfers, kernel and
+    waits show up inside it); nothing at all when no profiler runs, the warm launch path stays as it was."""
+    if torch.autograd._profiler_enabled():
+        return torch.profiler.record_function(f"syncopy::{kernel}")
+    return contextlib.nullcontext()
 
 
 class LaunchSequence:
@@ -40,9 +48,12 @@ class LaunchSequence:
         self._refuse_grad(args, kwargs)
         group = checked_group(group)
         device = _cuda_device(args, kwargs)
-        with control.group_lock(group), torch.inference_mode(), _on_device(device):
+        with _profiled(self.local.fn.__name__), control.group_lock(group), torch.inference_mode(), _on_device(device):
             self._follow_last_launch(control.group_token(group), device)
-            return self._launch(grid, args, kwargs, group)
+            result = self._launch(grid, args, kwargs, group)
+            if self.trace_file is not None and self.last_trace is not None:
+                self._write_trace(group)
+            return result
 
     def _refuse_grad(self, args, kwargs) -> None:
         """A launch records no autograd graph: refuse inputs that require grad (with grad enabled),
@@ -72,6 +83,8 @@ class LaunchSequence:
         bound, shard, options = self._bind(args, dict(kwargs))
         _ensure_allocator(shard.device)
         ctx, backend = self._context(shard, group, bound)
+        # An autotuned kernel's config (timed on the local kernel with a scratch tensor: no wait on a chunk).
+        bound, options = self._tuned(grid, bound, options, group, lambda: torch.empty_like(ctx.buffer))
         self.resolved_chunks_per_rank, self.resolved_order = ctx.schedule.chunks_per_rank, ctx.schedule.order
         self.last_resolution = ctx.resolution
         if ctx.broken:
@@ -115,7 +128,7 @@ class LaunchSequence:
             ctx.broken = repr(transfer.errors[0])
             raise LaunchError(f"rank {ctx.plan.rank}: transfer failed: {transfer.errors[0]}")
         if t.checked:
-            read_check.raise_if_violated(ctx, t.source.path)
+            _read_check().raise_if_violated(ctx, t.source.path)
         err = ctx.error()
         c = ctx.plan.chunks_per_rank
         gone = _dropped_out(transfer)
@@ -194,7 +207,7 @@ class LaunchSequence:
             _raise_if_dropped_out(ctx, epoch, gone, transfer)
             _raise_if_corrupt(ctx, epoch, transfer)
         if self._built[0].checked:
-            read_check.raise_if_violated(ctx, self._built[0].source.path)  # on GPUs a host sync: checked mode only
+            _read_check().raise_if_violated(ctx, self._built[0].source.path)  # on GPUs a host sync: checked mode only
         if trace is not None:
             self._finish_trace(trace, trace_buf, order, ranges, exec_order, (k0, k1))
         return None
@@ -221,3 +234,10 @@ class LaunchSequence:
             if transfer is not None:
                 transfer.join()
         return k0, k1
+
+
+def _read_check():
+    """Checked mode's reports (passes/read_check.py, which needs libcst), imported only when a checked kernel reports."""
+    from syncopy.passes import read_check
+
+    return read_check

@@ -50,8 +50,12 @@ class Binding(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    rows: str = Field(min_length=1)
-    before_line: int | None = Field(default=None, ge=1)
+    rows: str = Field(min_length=1, description="an expression in the kernel's names giving the indices along `dim` that one "
+                      "program reads, e.g. `pid_m * BLOCK_M + tl.arange(0, BLOCK_M)`; it may use the kernel's parameters "
+                      "and the names it assigns before the wait (checked at transform)")
+    before_line: int | None = Field(default=None, ge=1, description="a line of the kernel's file starting a statement directly "
+                                    "in the kernel's body, at or before the one holding the first read: the wait goes before "
+                                    "it (not for persistent kernels or `reduce_scatter` / `all_reduce`)")
 
     @field_validator("rows")
     @classmethod
@@ -88,16 +92,23 @@ class Transfer(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
-    id: str | None = Field(default=None, min_length=1)
-    chunk: tuple[StrictInt, StrictInt]
-    src: StrictInt = Field(alias="from", ge=0)
-    dst: StrictInt = Field(alias="to", ge=0)
-    step: StrictInt | None = Field(default=None, ge=0)
-    after: tuple[Union[StrictInt, str], ...] = ()
-    mode: Literal["push", "pull"] = "push"
-    into: tuple[StrictInt, StrictInt] | None = None
-    reduce: ReduceOp | None = None
-    signal: StrictBool = True
+    id: str | None = Field(default=None, min_length=1, description="a name other transfers' `after` may use")
+    chunk: tuple[StrictInt, StrictInt] = Field(description="[block, index]: the index-th chunk of block `block` (all_gather: "
+                                               "rank block's shard; all_to_all: what rank block sends; reduce patterns: "
+                                               "rank block's part of the output)")
+    src: StrictInt = Field(alias="from", ge=0, description="the sending rank")
+    dst: StrictInt = Field(alias="to", ge=0, description="the receiving rank")
+    step: StrictInt | None = Field(default=None, ge=0, description="orders arrivals and sends; default: one after the latest "
+                                   "transfer it waits for")
+    after: tuple[Union[StrictInt, str], ...] = Field(default=(), description="transfers (ids or list indices) that must have "
+                                                     "landed on this transfer's sending rank first (not for reduce patterns)")
+    mode: Literal["push", "pull"] = Field(default="push", description="who drives the copy: the sender (push) or the receiver "
+                                          "(pull); gloo moves both the same way")
+    into: tuple[StrictInt, StrictInt] | None = Field(default=None, description="the landing region [block, index] when it "
+                                                     "differs from the source region (all_to_all only)")
+    reduce: ReduceOp | None = Field(default=None, description="`sum` adds into the destination instead of overwriting "
+                                    "(reduce_scatter, all_reduce; the only op lowered)")
+    signal: StrictBool = Field(default=True, description="`false` is refused by every pattern lowered today")
 
 
 class Schedule(BaseModel):
@@ -105,22 +116,32 @@ class Schedule(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    version: Literal[1] = 1
-    pattern: Pattern
-    kernel: str | None = Field(default=None, min_length=1)
-    tensor: str = Field(min_length=1)
-    dim: StrictInt = Field(default=0, ge=0)
+    version: Literal[1] = Field(default=1, description="the schedule format's version")
+    pattern: Pattern = Field(description="`all_gather`, `all_to_all` (the kernel reads `tensor`), `reduce_scatter`, "
+                             "`all_reduce` (it writes `tensor`)")
+    kernel: str | None = Field(default=None, min_length=1, description="the `@triton.jit` function to transform (required by "
+                               "the CLI, checked by the decorator)")
+    tensor: str = Field(min_length=1, description="the kernel argument that is communicated")
+    dim: StrictInt = Field(default=0, ge=0, description="its sharded dimension")
     chunks_per_rank: Union[Annotated[StrictInt, Field(ge=1)], Auto] = Field(
-        default=1, description="chunks each rank's shard is cut into, or auto: the planner chooses at the first launch"
+        default=1, description="each shard is cut into this many chunks (boundaries `floor(i*S/C)`: never empty, ragged is "
+        "fine), or `auto`: the planner chooses at the first launch (`hardware=` / `$SYNCOPY_HARDWARE` pick the profile)"
     )
     order: Union[NamedOrder, Auto, Literal["explicit"], list[int]] = Field(
-        default="ring", description="arrival order: a named order, a list of peer offsets, explicit (with transfers), or auto"
+        default="ring", description="`ring`, `local_first` (direct sends, nearest peer first), `bidirectional_ring`, a list "
+        "of peer offsets `[1, 3, 2]`, `explicit` (the full form, with `world` and `transfers`), or `auto` (the planner chooses)"
     )
-    binding: Binding | None = None
-    units_per_rank: StrictInt | None = Field(default=None, ge=1)
-    chunks: list[tuple[StrictInt, StrictInt]] | None = None
-    world: StrictInt | None = Field(default=None, ge=1)
-    transfers: list[Transfer] | None = None
+    binding: Binding | None = Field(default=None, description="for kernels inference cannot follow: which rows a program "
+                                    "reads (`rows`) and where its wait goes (`before_line`)")
+    units_per_rank: StrictInt | None = Field(default=None, ge=1, description="full form: each shard is cut into this many "
+                                             "equal units, which `chunks` slices")
+    chunks: list[tuple[StrictInt, StrictInt]] | None = Field(default=None, description="full form: chunk i's units "
+                                                             "`[lo, hi)`, in any order; the slices must tile the units exactly "
+                                                             "(no overlap, no gap)")
+    world: StrictInt | None = Field(default=None, ge=1, description="the world the schedule is written for (required with "
+                                     "`order: explicit`; with a named order the launch checks it against the group)")
+    transfers: list[Transfer] | None = Field(default=None, description="full form: every transfer written out for `world` "
+                                             "ranks (see below)")
 
     @model_validator(mode="before")
     @classmethod

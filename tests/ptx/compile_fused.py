@@ -93,6 +93,11 @@ def main(arch: int) -> None:
             "releases": [op.text for op in release_ops(ptx)],
             "has_mma": ("mma" in ptx) or ("wgmma" in ptx),
         }
+    # A traced launch: each tile stamps its start with %globaltimer (device.trace_clocks), a clock read
+    # outside every wait; the waits themselves stay the same bounded acquire polls.
+    sig, const = signature_of(fk.fused, dict(gemm_args(fk, torch.float16, True), SYNCOPY_TRACE=True))
+    ptx = compile_ptx(fk.fused, sig, const, arch)
+    out["traced"] = {"polls": [op.text for op in acquire_polls(ptx)], "globaltimer": ptx.count("%globaltimer")}
     for label, fn, args in [*persistent_kernels(arch), *wait_kernels()]:
         sig, const = signature_of(fn, args)
         ptx = compile_ptx(fn, sig, const, arch)

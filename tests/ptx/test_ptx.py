@@ -15,7 +15,7 @@ def compiled(request, tmp_path_factory):
 
 
 def _kernels(compiled):
-    return {label: info for label, info in compiled.items() if "probe" not in label}
+    return {label: info for label, info in compiled.items() if "probe" not in label and label != "traced"}
 
 
 def test_wait_is_acquire_load_in_a_loop(compiled):
@@ -32,6 +32,12 @@ def test_waits_poll_block_wide_and_never_read_the_global_timer(compiled):
     # syncopy/device.py).
     for label, info in _kernels(compiled).items():
         assert not info["globaltimer"], f"{label}: a wait reads %globaltimer"
+
+
+def test_a_traced_kernel_reads_the_global_timer_once_per_tile_outside_its_waits(compiled):
+    traced = compiled["traced"]
+    assert traced["globaltimer"] == 1, traced  # device.trace_clocks, once per tile start
+    assert traced["polls"] and all("acquire" in op and ".sys" in op for op in traced["polls"])
 
 
 def test_kernel_still_computes_with_tensor_cores(compiled):

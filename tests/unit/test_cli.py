@@ -144,8 +144,7 @@ TRANSFORM_ERRORS = [
     ),
     pytest.param(
         {"kern.py": KERNEL.replace("tl.load(src + at, mask=at < count)", "tl.load(tl.make_block_ptr(src, (count,), (1,), (blk * BLOCK,), (BLOCK,), (0,)))")},
-        "kern.py:10:32: 'src' is read through tl.make_block_ptr, whose rows inference cannot follow yet; "
-        "add `binding: {rows: <expression>}` to the schedule",
+        "kern.py:10:32: 'src' is read through tl.make_block_ptr, but Triton ",
         id="inference-failure-names-the-key",
     ),
     pytest.param(
@@ -394,3 +393,22 @@ def test_a_reader_that_stops_early_gets_no_traceback(work, capsys, monkeypatch, 
         assert main(args) == 141
     assert capsys.readouterr().err == ""
     sink.close()
+
+
+def test_schema_markdown_prints_the_reference_of_docs(capsys):
+    from syncopy.schedule.reference import markdown
+
+    assert main(["schema", "--markdown"]) == 0
+    out = capsys.readouterr().out
+    assert out == markdown() and "| `chunks_per_rank` | int >= 1 \\| `auto` | `1` |" in out
+
+
+def test_trace_of_a_file_that_is_not_a_trace_is_one_line_exit_2(tmp_path, capsys):
+    bad = tmp_path / "run.json"
+    bad.write_text('{"events": []}')
+    assert main(["trace", str(bad), "-o", str(tmp_path / "t.png")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"{bad}: not a Chrome trace (no traceEvents list); write one with trace='run.json' or --trace"
+    assert main(["trace", str(bad), "-o", str(tmp_path / "t.txt")]) == 2
+    assert capsys.readouterr().err.strip() == f"-o {tmp_path / 't.txt'}: write the picture as .png, .svg or .pdf"
+    assert not (tmp_path / "t.png").exists()

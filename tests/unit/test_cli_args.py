@@ -178,7 +178,7 @@ COMPILE_MISTAKES = [
                  "--const: no value for BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M; give NAME=INT for every tl.constexpr parameter of "
                  "ag_gemm_kernel: BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M", id="const-missing"),
     pytest.param(["--signature", SIGNATURE, "--const", "BLOCK_M=x"],
-                 "--const: BLOCK_M=x: not an integer; give NAME=INT, e.g. BLOCK_M=64", id="const-not-an-int"),
+                 "--const: BLOCK_M=x: not an integer; give NAME=INT, e.g. BLOCK_M=64 (or a quoted string)", id="const-not-an-int"),
     pytest.param(["--signature", SIGNATURE, "--const", "BLOCK_Q=1"],
                  "--const: ag_gemm_kernel has no tl.constexpr parameter 'BLOCK_Q'; its constexpr parameters are "
                  "BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M", id="const-unknown"),

@@ -463,8 +463,16 @@ def test_a_read_no_bound_covers_waits_right_before_itself(body, marker, why):
     assert b.no_remap  # its first read waits inside its loop (or a helper it cannot read)
 
 
+@pytest.fixture
+def old_triton(monkeypatch):
+    """A Triton that still runs block pointers (before 3.9; tests/unit/test_block_pointers.py has 3.9's advice)."""
+    from syncopy.frontend import infer as inference
+
+    monkeypatch.setattr(inference, "block_pointers_removed", lambda: False)
+
+
 @pytest.mark.parametrize(("body", "marker", "what"), FAILURES)
-def test_inference_failure_names_the_key_and_the_place(body, marker, what, tmp_path):
+def test_inference_failure_names_the_key_and_the_place(body, marker, what, tmp_path, old_triton):
     path = tmp_path / "mine.py"
     text = HEADER + textwrap.dedent(body)
     path.write_text(text)
@@ -479,19 +487,19 @@ def test_inference_failure_names_the_key_and_the_place(body, marker, what, tmp_p
     assert "\n" not in str(err)
 
 
-def test_the_hint_names_the_tensor_and_dim():
+def test_the_hint_names_the_tensor_and_dim(old_triton):
     with pytest.raises(InferenceError) as info:
         infer(_kernel(FAILURES[0].values[0]), "Q", 1)
     assert "indices along dim 1 of 'Q'" in info.value.message
 
 
-def test_block_pointer_hint_names_the_schedules_dim():
+def test_block_pointer_hint_names_the_schedules_dim(old_triton):
     with pytest.raises(InferenceError) as info:
         infer(_kernel(FAILURES[0].values[0]), "Q", 1)
     assert "along dim 1 of 'Q'" in info.value.message
 
 
-def test_block_pointer_works_once_the_suggested_binding_is_given():
+def test_block_pointer_works_once_the_suggested_binding_is_given(old_triton):
     b = infer(_kernel(FAILURES[0].values[0]), "Q", 0, rows="t * B + tl.arange(0, B)")
     assert b.explicit_rows == "t * B + tl.arange(0, B)"
 

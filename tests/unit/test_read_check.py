@@ -120,7 +120,10 @@ def test_a_helper_from_another_file_is_said_to_be_unchecked():
     assert _checks(code) == []
 
 
-def test_a_block_pointer_is_refused_in_one_line():
+def test_a_block_pointer_is_refused_in_one_line(monkeypatch):
+    from syncopy.frontend import infer
+
+    monkeypatch.setattr(infer, "block_pointers_removed", lambda: False)  # a Triton before 3.9, which still runs them
     with pytest.raises(KernelError) as info:
         _fused('''\
             pid = tl.program_id(0)

@@ -256,6 +256,7 @@ class Transfer(_Threads):
             # A relay passes on the checksum its chunk came with: a first hop's corruption fails every check.
             own = src == ctx.plan.rank
             data = self._message(data, None if own else self.words.get(node.chunk), (src, index) if own else None)
+            began = time.perf_counter() - ctx.t0
             wait = self.link.delay(data.numel() * data.element_size(), self.rng)
             if src == ctx.plan.rank:
                 wait += self.faults.extra_delay(src, index)
@@ -267,6 +268,8 @@ class Transfer(_Threads):
             except RuntimeError as exc:
                 self._send_failed(node.peer, node.chunk, exc)
                 return
+            if ctx.trace is not None:
+                ctx.trace.sends[(node.chunk, node.peer)] = (began, time.perf_counter() - ctx.t0)
         self._complete(works)
 
 
@@ -407,6 +410,7 @@ class ReduceTransfer(_Threads):
                 continue
             data = data if data.is_contiguous() else data.contiguous()
             data = self._message(data, self._word(step, data), (ctx.plan.rank, g))
+            began = time.perf_counter() - ctx.t0
             wait = self.link.delay(data.numel() * data.element_size(), self.rng)
             if wait > 0:
                 threading.Event().wait(wait)
@@ -418,7 +422,9 @@ class ReduceTransfer(_Threads):
             if step.value == "partial":
                 ctx.count_sent()
             if ctx.trace is not None:
-                ctx.trace.sent.setdefault(g, time.perf_counter() - ctx.t0)
+                handed = time.perf_counter() - ctx.t0
+                ctx.trace.sent.setdefault(g, handed)
+                ctx.trace.sends[(g, step.peer)] = (began, handed)
         self._complete(works)
 
 

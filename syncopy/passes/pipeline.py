@@ -1,0 +1,141 @@
+"""The pass pipeline: signature -> consumer wait (all_gather) or producer notify (reduce_scatter,
+all_reduce) -> tile reorder (+ probe kernel). `transform` returns every stage's artifact so `--dump-dir`
+can write them and tests can look at them."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from syncopy.errors import KernelError
+from syncopy.frontend import infer as inference
+from syncopy.frontend import persistent as persistent_flow
+from syncopy.frontend import scope
+from syncopy.frontend.source import KernelSource
+from syncopy.passes import consumer_wait, names, probe, producer_notify, signature, tile_reorder
+from syncopy.schedule.model import IMPLEMENTED_PATTERNS, PRODUCER_PATTERNS, Schedule
+
+
+@dataclass
+class Transformed:
+    """The fused kernel (and its probe) as libcst functions, plus what inference found."""
+
+    source: KernelSource
+    schedule: Schedule
+    binding: inference.TensorBinding
+    func: cst.FunctionDef
+    probe: cst.FunctionDef | None
+    remapped: bool
+    stages: dict[str, str] = field(default_factory=dict)
+    persistent: inference.persistent.PersistentLoop | None = None  # tiles come from a loop, not the grid
+    # Producers whose write ranges depend on loaded data: the runtime probes them at every launch.
+    fresh_probe: bool = False
+    checked: bool = False  # checked mode: every read (or store) of the tensor checks its chunks (read_check.py)
+    checked_helpers: list[cst.FunctionDef] = field(default_factory=list)  # checked copies of helpers it calls
+
+    def code(self, node: cst.CSTNode | None = None) -> str:
+        return self.source.module.code_for_node(node if node is not None else self.func)
+
+
+def transform(ks: KernelSource, schedule: Schedule) -> Transformed:
+    """Run the passes for `schedule` on the kernel in `ks`."""
+    if schedule.pattern not in IMPLEMENTED_PATTERNS:
+        raise KernelError(
+            f"pattern '{schedule.pattern}' is not implemented yet (implemented: {', '.join(IMPLEMENTED_PATTERNS)}); "
+            "use pattern: all_gather",
+            ks.location(ks.func),
+        )
+    signature.check_reserved(ks)
+    rows = schedule.binding.rows if schedule.binding else None
+    before_line = schedule.binding.before_line if schedule.binding else None
+    if schedule.pattern in PRODUCER_PATTERNS:
+        return _producer(ks, schedule, rows, before_line)
+    binding = inference.infer(ks, schedule.tensor, schedule.dim, rows, before_line=before_line)
+    stages = {"kernel": ks.code(ks.func), "binding": _describe(binding)}
+    if binding.persistent is not None:
+        from syncopy.passes import persistent
+
+        return persistent.transform(ks, schedule, binding, stages)
+
+    func = ks.func
+    body = list(func.body.body)
+    start = inference.body_start(func)
+    # Tiles are remapped (and their chunk ranges tabulated by the probe) only if the kernel asks
+    # for its program id; a kernel that never does has nothing to reorder.
+    remaps = tile_reorder.remap_program_ids(ks, body)[1] and not binding.no_remap
+    notes = (f"# syncopy: tiles keep their launch order: {binding.no_remap}",) if binding.no_remap else ()
+    waited = consumer_wait.insert_waits(body, binding, table=remaps, notes=notes)
+    remapped_body, remapped = tile_reorder.remap_program_ids(ks, waited) if remaps else (waited, False)
+    head: list[cst.BaseStatement] = []
+    if binding.copy_base:
+        head.append(cst.parse_statement(f"{inference.BASE_NAME} = {binding.tensor}\n"))
+    if remapped:
+        head.append(tile_reorder.preamble())
+    new_body = remapped_body[:start] + head + remapped_body[start:]
+    fused = signature.add_params(func.with_changes(body=func.body.with_changes(body=new_body)), flags=signature.flags_for(binding))
+
+    first = binding.groups[0]
+    prefix = head[:1] if binding.copy_base else []
+    prefix += body[start:first.stmt_index]
+    probe_fn = probe.build(signature.add_params(func, flags=signature.flags_for(binding)), prefix, consumer_wait.range_statements(binding, first)) if remapped else None
+    t = Transformed(ks, schedule, binding, fused, probe_fn, remapped, stages)
+    stages["fused"] = t.code()
+    if probe_fn is not None:
+        stages["probe"] = t.code(probe_fn)
+    return t
+
+
+def _producer(ks: KernelSource, schedule: Schedule, rows: str | None, before_line: int | None = None) -> Transformed:
+    """reduce_scatter / all_reduce: announce each chunk once every tile writing it has stored.
+
+    Every tile is remapped (tiles finish in the order their chunks are sent) and counted, so the
+    probe is required: it tells the runtime how many tiles write each chunk."""
+    binding = inference.infer(ks, schedule.tensor, schedule.dim, rows, writes=True, before_line=before_line)
+    stages = {"kernel": ks.code(ks.func), "binding": _describe(binding, "notify after")}
+    func = ks.func
+    body = list(func.body.body)
+    start = inference.body_start(func)
+    prefix = [cst.parse_statement(f"{inference.BASE_NAME} = {binding.tensor}\n")] if binding.copy_base else []
+    prefix += producer_notify.probe_body(body, binding, start)
+    pointers = persistent_flow.forward(func, set(scope.pointer_params(ks)))
+    fresh = producer_notify.depends_on_data(prefix, ks.module, pointers)
+    notified = producer_notify.insert_notifies(body, binding, table=True, fresh=fresh)
+    remapped_body, remapped = tile_reorder.remap_program_ids(ks, notified)
+    if not remapped:
+        raise KernelError(
+            f"kernel '{ks.name}' never calls tl.program_id, so every program would write the same rows of "
+            f"'{schedule.tensor}'; a {schedule.pattern} kernel must split its output over programs",
+            ks.location(func),
+        )
+    head: list[cst.BaseStatement] = []
+    if binding.copy_base:
+        head.append(cst.parse_statement(f"{inference.BASE_NAME} = {binding.tensor}\n"))
+    head.append(tile_reorder.preamble("run tiles in chunk-send order"))
+    head.append(cst.parse_statement(f"{names.DEVICE}.trace_tile_start({names.SIGNALS}, {names.TRACE}, {names.CTX}, {names.TRACE_FLAG})\n"))
+    new_body = remapped_body[:start] + head + remapped_body[start:]
+    fused = signature.add_params(func.with_changes(body=func.body.with_changes(body=new_body)), flags=signature.flags_for(binding))
+    probe_fn = probe.build(signature.add_params(func, flags=signature.flags_for(binding)), prefix, [])
+    if probe_fn is None:
+        raise KernelError(
+            f"kernel '{ks.name}' uses the value of an atomic before its stores into '{schedule.tensor}'; syncopy "
+            "cannot run its address arithmetic alone to count the tiles per chunk; compute the addresses first",
+            ks.location(func),
+        )
+    t = Transformed(ks, schedule, binding, fused, probe_fn, True, stages, fresh_probe=fresh)
+    stages["fused"] = t.code()
+    stages["probe"] = t.code(probe_fn)
+    return t
+
+
+def _describe(b: inference.TensorBinding, where: str = "wait before") -> str:
+    lines = [f"tensor {b.tensor} dim {b.dim} base {b.base}"]
+    for g in b.groups:
+        lines.append(f"{where} line {g.line}" + (f" (inside its loop: {g.why})" if g.nested else "") + ":")
+        lines += ["  every chunk" if a.every else f"  rows of {a.pointer}" + (f" where {a.mask}" if a.mask else "")
+                  for a in g.accesses]
+    if b.no_remap:
+        lines.append(f"tiles not remapped ({b.no_remap})")
+    if b.explicit_rows:
+        lines.append(f"explicit rows: {b.explicit_rows}")
+    return "\n".join(lines) + "\n"
+

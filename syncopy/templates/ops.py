@@ -1,0 +1,99 @@
+"""The templates as PyTorch custom operators, for models that torch.compile or trace.
+
+    import syncopy.templates.ops                      # registers torch.ops.syncopy.<template>
+    c = torch.ops.syncopy.ag_gemm(a_shard, b, group.group_name)
+    c = syncopy.templates.ops.ag_gemm(a_shard, b, group=group)   # the same, naming the group itself
+
+Every template takes its two operands, the process group's name (a string: what torch's own
+functional collectives pass, so a compiled graph holds no ProcessGroup object), and optionally a
+chunk count (0: the template's schedule) and an order ("": the schedule's). Shapes and dtypes come
+from the template's own launch run against a no-op kernel, so fake tensors (torch.compile's shape
+inference) get exactly what the fused launch allocates. A compiled module calls the operator as one
+node, without a graph break; the launch inside it is the template's fused launch. ag_gemm,
+ag_gemm_persistent and gemm_rs are differentiable, each one's backward running the other fused (see
+the autograd section below); the other templates are not (yet).
+"""
+from __future__ import annotations
+
+import torch
+from torch.distributed.distributed_c10d import _resolve_process_group
+
+from syncopy import templates
+
+
+class _NoKernel:
+    """Stands in for the fused operator in a fake launch: the template allocates, nothing runs."""
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: None
+
+
+# -- autograd: Megatron's sequence parallelism, fused both ways ------------------------------------
+# Y = all_gather(X) @ W (W this rank's columns): dX = reduce_scatter(dY @ W^T), a GEMM-RS, and
+# dW = all_gather(X)^T @ dY. Y = reduce_scatter(H @ W) (H this rank's columns, W its rows):
+# dH = all_gather(dY) @ W^T, an AG-GEMM, and dW = H^T @ all_gather(dY). The backward GEMMs that carry
+# the communication are the fused templates; the weight gradients gather with torch's functional
+# all_gather (traceable, so a compiled backward has no graph break either).
+
+
+def _save_inputs(ctx, inputs, output) -> None:
+    x, w, group_name, chunks_per_rank, order = inputs
+    ctx.save_for_backward(x, w)
+    ctx.group_name, ctx.chunks_per_rank, ctx.order = group_name, chunks_per_rank, order
+
+
+def _gathered(t, group_name):
+    from torch.distributed import _functional_collectives as fc
+
+    return fc.wait_tensor(fc.all_gather_tensor(t.contiguous(), 0, group_name))
+
+
+def _ag_gemm_backward(ctx, grad):
+    x, w = ctx.saved_tensors
+    grad = grad.contiguous()
+    dx = torch.ops.syncopy.gemm_rs(grad, w.t().contiguous(), ctx.group_name, ctx.chunks_per_rank, ctx.order)
+    dw = _gathered(x, ctx.group_name).t() @ grad
+    return dx, dw, None, None, None
+
+
+def _gemm_rs_backward(ctx, grad):
+    h, w = ctx.saved_tensors
+    grad = grad.contiguous()
+    dh = torch.ops.syncopy.ag_gemm(grad, w.t().contiguous(), ctx.group_name, ctx.chunks_per_rank, ctx.order)
+    dw = h.t() @ _gathered(grad, ctx.group_name)
+    return dh, dw, None, None, None
+
+
+_BACKWARD = {"ag_gemm": _ag_gemm_backward, "ag_gemm_persistent": _ag_gemm_backward, "gemm_rs": _gemm_rs_backward}
+
+
+def _register(name: str):
+    module = templates.get(name).module
+
+    @torch.library.custom_op(f"syncopy::{name}", mutates_args=())
+    def op(x: torch.Tensor, w: torch.Tensor, group_name: str, chunks_per_rank: int = 0, order: str = "") -> torch.Tensor:
+        group = _resolve_process_group(group_name)
+        fused = templates._fused(name, chunks_per_rank or None, order or None)
+        with torch.no_grad():  # autograd is the operator's (register_autograd below), not the launch's
+            return module.launch(fused, x, w, group=group)
+
+    @op.register_fake
+    def _(x, w, group_name, chunks_per_rank=0, order=""):
+        return module.launch(_NoKernel(), x, w, group=_resolve_process_group(group_name))
+
+    def call(x, w, group=None, chunks_per_rank: int | None = None, order: str | None = None):
+        import torch.distributed as dist
+
+        group = group if group is not None else dist.group.WORLD
+        return op(x, w, group.group_name, chunks_per_rank or 0, order or "")
+
+    if name in _BACKWARD:
+        op.register_autograd(_BACKWARD[name], setup_context=_save_inputs)
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = f"torch.ops.syncopy.{name}(x, w, group.group_name, ...): {templates.get(name).description}"
+    return call
+
+
+for _name in templates.available():
+    globals()[_name] = _register(_name)
+del _name

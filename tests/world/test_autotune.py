@@ -1,0 +1,50 @@
+"""Autotuned and heuristic kernels fused on CPU worlds (issue 13, item 1): Triton's tutorial matmul
+with its @triton.autotune configs, and a split-K GEMM with the decorator stacked above
+@triton.autotune (a config pre_hook) above @triton.heuristics; slow link, poisoned receive buffers,
+two launches with new data each, against torch. Under the interpreter the config is the one
+$SYNCOPY_AUTOTUNE_CONFIG names (default: the first), the same on every rank."""
+from __future__ import annotations
+
+import pytest
+
+from tests.world import autotune_workers as aw
+from tests.world.harness import spawn
+
+TOL = {"fp16": 1e-2, "fp32": 1e-4}
+
+
+def _check(results: list[dict], tol: float) -> None:
+    for rank, r in enumerate(results):
+        assert "failure" not in r, f"rank {rank}:\n{r['failure']}"
+        assert len(r["errors"]) == aw.LAUNCHES and max(r["errors"]) <= tol, (rank, r["errors"])
+
+
+@pytest.mark.world
+def test_tutorial_matmul_fuses_with_its_first_autotune_config_by_default():
+    results = spawn(aw.run_tutorial_matmul, 2, 20, None, timeout_s=300)
+    _check(results, TOL["fp16"])
+    assert all(r["config"]["BLOCK_SIZE_M"] == 16 for r in results), results  # tests/kernels/autotuned.py's config 0
+
+
+@pytest.fixture(scope="module")
+def world3_split_k_and_softmax():
+    # One world of 3 for the split-K, softmax and config-1 cases (each spawn costs ~20 s on CI).
+    return spawn(aw.run_split_k_and_softmax, 3, 6, timeout_s=300)
+
+
+@pytest.mark.world
+def test_tutorial_matmul_takes_the_config_syncopy_autotune_config_names(world3_split_k_and_softmax):
+    results = [r["tutorial_config1"] for r in world3_split_k_and_softmax]
+    _check(results, TOL["fp16"])
+    assert all(r["config"]["BLOCK_SIZE_M"] == 32 for r in results), results  # config 1
+
+
+@pytest.mark.world
+def test_overlap_stacked_above_autotune_and_heuristics(world3_split_k_and_softmax):
+    _check([r["split_k"] for r in world3_split_k_and_softmax], TOL["fp32"])
+
+
+@pytest.mark.world
+def test_parameter_named_like_a_launch_option_is_the_parameter(world3_split_k_and_softmax):
+    # The softmax tutorial's `num_stages: tl.constexpr`, passed as num_stages=2: as under plain Triton.
+    _check([r["softmax"] for r in world3_split_k_and_softmax], TOL["fp32"])
