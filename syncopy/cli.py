@@ -5,6 +5,7 @@ import argparse
 import difflib
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 from syncopy.errors import ScheduleError, ScheduleLocation, SyncopyError
@@ -179,10 +180,22 @@ def _run(args) -> int:
 
     if args.json:
         _output_path(args.json, "--json")  # before any rank starts: a typo in the path costs no run
-    soak = dict(random_shapes=args.random_shapes, seed=args.seed, timeout_s=args.timeout, verify_chunks=args.verify_chunks,
-                slow_link_ms=args.slow_link, faults=parse_inject(args.inject) if args.inject else None,
-                progress=sys.stdout.isatty())
-    result = run(args.name, args.world, _shape(args.shape), args.dtype, args.chunks, args.order, args.iters, args.backend, **soak)
+    for path, option in ((args.trace, "--trace"), (args.timeline, "--timeline")):
+        if path:
+            _output_path(path, option)
+    if args.timeline and Path(args.timeline).suffix.lower() not in (".png", ".svg", ".pdf"):
+        raise SyncopyError(f"--timeline {args.timeline}: write the picture as .png, .svg or .pdf")
+    with tempfile.TemporaryDirectory(prefix="syncopy-trace-") as scratch:
+        trace = args.trace or (str(Path(scratch, "run.json")) if args.timeline else None)
+        soak = dict(random_shapes=args.random_shapes, seed=args.seed, timeout_s=args.timeout, verify_chunks=args.verify_chunks,
+                    slow_link_ms=args.slow_link, faults=parse_inject(args.inject) if args.inject else None,
+                    progress=sys.stdout.isatty(), trace=str(Path(trace).resolve()) if trace else None)
+        result = run(args.name, args.world, _shape(args.shape), args.dtype, args.chunks, args.order, args.iters, args.backend,
+                     **soak)
+        if args.timeline and Path(trace).is_file():
+            from syncopy.runtime import timeline
+
+            timeline.draw(timeline.load(trace), args.timeline, title=f"syncopy run {args.name} --world {args.world}")
     _print_run(args, result)
     ok = _run_ok(result)
     if args.json:
@@ -498,6 +511,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--slow-link", type=float, default=0.0, metavar="MS", help="an emulated slow link: each chunk MS ms late "
                    "(plus up to MS ms jitter), landing in random order, so tiles start before their chunks (0: instant)")
     r.add_argument("--json", metavar="OUT", help="also write the run's figures (launches, wrong, timeouts, p50/p99, ...) as JSON")
+    r.add_argument("--trace", metavar="RUN.json", help="write a Chrome / Perfetto trace of every rank's launches (open it at ui.perfetto.dev)")
+    r.add_argument("--timeline", metavar="RUN.png", help="draw the launches as a timeline picture (.png, .svg or .pdf; needs matplotlib)")
     r.set_defaults(run=_run)
 
     cp = command("compile", "lower a fused kernel to PTX with triton.compile (no GPU needed)")

@@ -65,6 +65,7 @@ class RunOptions:
     verify_chunks: bool = False
     slow_link_ms: float = 0.0  # > 0: an emulated slow link (see slow_link)
     progress: bool = False  # rank 0 draws a progress bar (a terminal)
+    trace: str | None = None  # a Chrome / Perfetto trace file of every rank's launches (rank 0 writes it)
 
 
 @dataclass
@@ -116,7 +117,7 @@ def _rank_body(opts: RunOptions) -> dict:
         extra["link"] = slow_link(opts.slow_link_ms)
     options = dict(order=opts.order, backend=opts.backend, poison_receive=True, faults=opts.faults,
                    verify_chunks=opts.verify_chunks, **extra)
-    fused = t.fused(chunks_per_rank=opts.chunks, **options)
+    fused = t.fused(chunks_per_rank=opts.chunks, **options, **({"trace": opts.trace} if opts.trace else {}))
     fallback = None  # one chunk per rank, for shards with fewer rows than `chunks` (made at the first refusal)
     schedule = t.schedule(chunks_per_rank=opts.chunks)
     chunks = schedule.chunks_per_rank
@@ -336,6 +337,9 @@ def check_arguments(name: str, world: int, shape, dtype: str, chunks, order, ite
         raise SyncopyError(f"--iters {iters}: run the kernel at least once; pass --iters N with N >= 1")
     if dtype not in DTYPES:
         raise SyncopyError(f"--dtype {dtype}: unknown element type; use one of {', '.join(DTYPES)}")
+    if dtype == "bf16":
+        raise SyncopyError("--dtype bf16: `syncopy run` runs its ranks' kernels under the Triton interpreter, which computes "
+                           "bfloat16 on raw bits (every result would be wrong); use fp32 or fp16 (bf16 runs on GPUs)")
     if backend not in BACKENDS:
         what = "moves CUDA tensors, but `syncopy run` uses CPU ranks" if backend in ("p2p", "nccl") else "unknown backend"
         raise SyncopyError(f"--backend {backend}: {what}; use {' or '.join(BACKENDS)}")

@@ -412,3 +412,10 @@ def test_trace_of_a_file_that_is_not_a_trace_is_one_line_exit_2(tmp_path, capsys
     assert main(["trace", str(bad), "-o", str(tmp_path / "t.txt")]) == 2
     assert capsys.readouterr().err.strip() == f"-o {tmp_path / 't.txt'}: write the picture as .png, .svg or .pdf"
     assert not (tmp_path / "t.png").exists()
+
+
+def test_run_timeline_with_a_suffix_matplotlib_cannot_write_is_refused_before_any_rank(tmp_path, capsys):
+    assert main(["run", "ag_gemm", "--world", "2", "--timeline", str(tmp_path / "t.txt")]) == 2
+    assert capsys.readouterr().err.strip() == f"--timeline {tmp_path / 't.txt'}: write the picture as .png, .svg or .pdf"
+    assert main(["run", "ag_gemm", "--world", "2", "--trace", str(tmp_path / "missing" / "t.json")]) == 2
+    assert "--trace" in capsys.readouterr().err

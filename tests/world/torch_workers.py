@@ -57,22 +57,6 @@ def profiled_and_compiled(rank: int, world: int) -> dict:
     return out
 
 
-def traced_to_file(rank: int, world: int, path: str) -> dict:
-    """Two launches of the AG-GEMM template with trace=path (rank 0 writes every rank's trace)."""
-    from syncopy import templates
-    from syncopy.runtime.link import Link
-    from syncopy.templates.ag_gemm import template as ag
-
-    fused = templates.get("ag_gemm").fused(chunks_per_rank=2, trace=path, poison_receive=True,
-                                           link=Link(latency_s=0.03, start_s=0.0))
-    errors = []
-    for step in range(2):
-        inp = ag.inputs(rank, world, (64, 32, 32), torch.float32, seed=step)
-        c = ag.launch(fused, **inp)
-        errors.append((c - ag.reference(**inp)).abs().max().item())
-    return {"errors": errors, "epochs": [fused.last_trace.epoch - 1, fused.last_trace.epoch]}
-
-
 def differentiable_mlp(rank: int, world: int) -> dict:
     """The sequence-parallel MLP through the template operators, forward and backward, twice, against
     the same computation in plain torch autograd on the gathered tensors."""
