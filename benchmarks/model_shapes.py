@@ -28,6 +28,7 @@ from pathlib import Path
 # Run from a checkout without installing the package.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from syncopy import progress  # noqa: E402
 from syncopy.planner import choose_for, load_profile, make_workload  # noqa: E402
 
 GPU_PROFILES = ("h100-nvlink", "h200-nvlink", "a100-nvlink", "h100-pcie")
@@ -66,7 +67,7 @@ def predict(tokens: int, hardware: list[str]) -> list[dict]:
     """One record per (layer, profile): the plan's JSON plus where it came from."""
     profiles = [load_profile(h) for h in hardware]
     records = []
-    for row in layers(tokens):
+    for row in progress.steps(layers(tokens), f"planning {len(hardware)} profile(s)"):
         workload = make_workload(row["template"], *row["shape"], dtype="bf16")
         for profile in profiles:
             plan = choose_for(workload, profile, row["tp"]).to_json()

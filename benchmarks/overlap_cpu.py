@@ -115,8 +115,13 @@ def _median_times(fns, reps: int) -> list[float]:
     """Median time of each of `fns`, run in turn `reps` times after one warm-up round."""
     for fn in fns:
         fn()
+    import torch.distributed as dist
+
+    from syncopy import progress
+
     times = [[] for _ in fns]
-    for _ in range(reps):
+    shown = progress.wanted() and dist.is_initialized() and dist.get_rank() == 0  # one bar, rank 0's
+    for _ in progress.steps(range(reps), "reps", on=shown):
         for fn, out in zip(fns, times):
             t = time.perf_counter()
             fn()
