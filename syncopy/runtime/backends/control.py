@@ -31,6 +31,9 @@ _devices: dict[tuple, list] = {}  # (group token, device) -> every rank's (host,
 _broken: dict[int, tuple[object, str]] = {}
 _generations: dict[tuple, int] = {}  # (user group name, purpose) -> internal groups made for it so far
 _locks: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # user group -> lock of its internal state
+# group token -> the internal groups made for it, held by token so that they can be destroyed once
+# their user group is (weak keys would lose them with the group).
+_internal: dict[int, list] = {}
 _table_lock = threading.Lock()  # the tables above, briefly; never held across a wait on other ranks
 _naming = threading.local()  # .name: what torch must call the group this thread creates (member_group)
 
@@ -75,9 +78,13 @@ def member_group(group, purpose: str, backend: str, timeout: timedelta | None, *
     _naming.name = f"syncopy-{purpose}-{key[0]}-{generation}"
     _name_groups_as_told()
     try:
-        return dist.new_group(ranks=ranks, backend=backend, timeout=timeout, use_local_synchronization=True, **options)
+        made = dist.new_group(ranks=ranks, backend=backend, timeout=timeout, use_local_synchronization=True, **options)
     finally:
         _naming.name = None
+    token = group_token(group)
+    with _table_lock:
+        _internal.setdefault(token, []).append(made)
+    return made
 
 
 def _name_of(group) -> str:
@@ -102,6 +109,47 @@ def _name_groups_as_told() -> None:
 
         process_group_name.syncopy_wrapped = True
         c10d._process_group_name = process_group_name
+
+
+def _registered(group) -> bool:
+    """Is `group` a live process group (not destroyed by dist.destroy_process_group)?"""
+    world = getattr(dist.distributed_c10d, "_world", None)
+    if world is None:  # a torch without the registry: assume every group lives (nothing is released)
+        return True
+    return dist.is_initialized() and group in world.pg_map
+
+
+def live_tokens() -> set[int]:
+    """The tokens (`group_token`) of the user groups that still live: caches keyed by any other token
+    belong to a destroyed group and may go (`release_destroyed`)."""
+    with _table_lock:
+        groups = list(_tokens.items())
+    return {token for group, token in groups if _registered(group)}
+
+
+def release_destroyed() -> None:
+    """Let go of what was made for process groups that were destroyed since (elastic jobs and tests
+    destroy and re-create them): their internal groups are destroyed too (torch would otherwise keep
+    their threads and connections), and what was learnt of them is dropped. Called at every first
+    launch of a shape; local to this rank (destroying a gloo group involves no peer)."""
+    alive = live_tokens()
+    with _table_lock:
+        gone = [t for t in _internal if t not in alive]
+        internal = [g for t in gone for g in _internal.pop(t)]
+        for user in [u for u in list(_groups.keys()) if not _registered(u)]:
+            _groups.pop(user, None)
+        for t in [t for t in _hosts if t not in alive]:
+            del _hosts[t]
+        for key in [k for k in _devices if k[0] not in alive]:
+            del _devices[key]
+        for key in [k for k, (g, _) in _broken.items() if not _registered(g) or any(g is i for i in internal)]:
+            del _broken[key]
+    for g in internal:
+        if _registered(g):
+            try:
+                dist.destroy_process_group(g)
+            except Exception:  # already shut down with its transport (a timed-out gloo pair): nothing left to free
+                pass
 
 
 def wait_bound(timeout_s: float | None) -> float:
