@@ -36,6 +36,7 @@ _locks: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # user group ->
 _internal: dict[int, list] = {}
 _table_lock = threading.Lock()  # the tables above, briefly; never held across a wait on other ranks
 _naming = threading.local()  # .name: what torch must call the group this thread creates (member_group)
+_rounds: dict[str, int] = {}  # control group name -> `prepared` rendezvous so far (store keys of each round)
 
 
 def group_token(group) -> int:
@@ -145,6 +146,8 @@ def release_destroyed() -> None:
         for key in [k for k, (g, _) in _broken.items() if not _registered(g) or any(g is i for i in internal)]:
             del _broken[key]
     for g in internal:
+        with _table_lock:
+            _rounds.pop(_name_of(g), None)
         if _registered(g):
             try:
                 dist.destroy_process_group(g)
@@ -205,6 +208,111 @@ def missing(exc: BaseException) -> str:
     if "from rank 0" in text and "imed out" in text:
         return "rank 0"
     return "some rank (rank 0's error names it)"
+
+
+#: How often a rank preparing a first launch (compiling, probing) says it is alive; the longest any
+#: rank may prepare while the others wait for it (a compile that takes longer is stuck).
+HEARTBEAT_S = 0.5
+PREPARE_LIMIT_S = 1800.0
+_READY_POLL_S = 0.02
+
+
+def prepared(group, timeout_s: float | None, what: str, prepare):
+    """`prepare()` (compile and probe the first launch of a shape), then wait until every rank of
+    `group` has prepared too; returns what `prepare` returned. The transfers' and the kernel's
+    waits start after this, so their `timeout_s` never counts a compile.
+
+    A compile may take longer than any timeout (a minute on GPUs), so the wait is not bounded by
+    the clock but by signs of life: a preparing rank beats in the process group's store every
+    HEARTBEAT_S, and the others wait as long as it does (up to PREPARE_LIMIT_S). A rank that stopped
+    beating (it died, or never launched) is named after `wait_bound(timeout_s)` without a sign; one
+    whose preparation failed is named at once."""
+    world, rank = dist.get_world_size(group), dist.get_rank(group)
+    if world == 1:
+        return prepare()
+    name = _name_of(control_group(group, timeout_s))
+    with _table_lock:
+        n = _rounds.get(name, 0)
+        _rounds[name] = n + 1
+    store = dist.distributed_c10d._get_default_store()
+    prefix = f"syncopy-ready/{name}/{n}"
+    try:
+        with _Heartbeat(store, f"{prefix}/beat/{rank}"):
+            result = prepare()
+    except BaseException as exc:
+        _store_op(lambda: store.set(f"{prefix}/ready/{rank}", f"failed: {type(exc).__name__}"), rank, what)
+        raise
+    _store_op(lambda: store.set(f"{prefix}/ready/{rank}", "ok"), rank, what)
+    _await_prepared(store, prefix, rank, world, wait_bound(timeout_s), what)
+    if n:  # every rank has left round n - 1 (they all reached round n): its keys may go
+        _store_op(lambda: [store.delete_key(f"syncopy-ready/{name}/{n - 1}/{k}/{rank}") for k in ("beat", "ready")], rank, what)
+    return result
+
+
+class _Heartbeat:
+    """A thread that adds one to `key` in `store` every HEARTBEAT_S while the `with` block runs."""
+
+    def __init__(self, store, key: str):
+        self.store, self.key = store, key
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._beat, daemon=True, name="syncopy-heartbeat")
+
+    def _beat(self) -> None:
+        while True:
+            try:
+                self.store.add(self.key, 1)
+            except Exception:  # the store went away: the waits below say so
+                return
+            if self.done.wait(HEARTBEAT_S):
+                return
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.done.set()
+        self.thread.join()
+
+
+def _store_op(op, rank: int, what: str):
+    try:
+        return op()
+    except (RuntimeError, dist.DistError) as exc:
+        raise LaunchError(f"rank {rank}: the process group's store stopped answering while the ranks prepared {what} "
+                          f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); the rank that hosts it (rank 0, "
+                          "or the launcher) may have died: look there, then restart the job") from None
+
+
+def _await_prepared(store, prefix: str, rank: int, world: int, bound: float, what: str) -> None:
+    """Wait for every rank's ready word in `store`; see `prepared`."""
+    start = time.monotonic()
+    waiting = {r: (-1, start) for r in range(world) if r != rank}  # rank -> (its beats, when they last moved)
+    while waiting:
+        for r in list(waiting):
+            key = f"{prefix}/ready/{r}"
+            if not _store_op(lambda: store.check([key]), rank, what):
+                continue
+            status = _store_op(lambda: store.get(key), rank, what).decode()
+            if status != "ok":
+                raise LaunchError(f"rank {rank}: rank {r} could not prepare {what} ({status}); its own error says why")
+            del waiting[r]
+        now = time.monotonic()
+        for r, (beats, moved) in list(waiting.items()):
+            count = _store_op(lambda: store.add(f"{prefix}/beat/{r}", 0), rank, what)
+            if count != beats:
+                waiting[r] = (count, now)
+        silent = sorted(r for r, (_, moved) in waiting.items() if now - moved > bound)
+        if silent:
+            ranks = ", ".join(map(str, silent))
+            raise LaunchError(f"rank {rank}: rank(s) {ranks} stopped before {what} (no sign of life for {bound:g}s while "
+                              f"the others had compiled it: it died, or never launched); {JOIN_FIX}")
+        if waiting and now - start > PREPARE_LIMIT_S:
+            ranks = ", ".join(map(str, sorted(waiting)))
+            raise LaunchError(f"rank {rank}: rank(s) {ranks} still compiled {what} after {PREPARE_LIMIT_S:g}s; "
+                              "its compilation is stuck: look at that rank's stack")
+        if waiting:
+            time.sleep(_READY_POLL_S)
 
 
 def hosts(group) -> list[str]:
