@@ -43,3 +43,17 @@ def test_a_rank_that_dies_while_compiling_is_named():
                               "same order"), r
         # Named once its signs of life stopped for `bound` (it beat for SLOW_COMPILE_S first).
         assert tw.SLOW_COMPILE_S <= r["seconds"] <= tw.SLOW_COMPILE_S + bound + 30, r
+
+
+@pytest.mark.world
+def test_a_rank_that_launched_late_does_not_call_the_ranks_that_timed_out_dropped_out():
+    # The peers that timed out waiting for it closed their connections (gloo does on a timeout); they
+    # are alive, and said so: the late rank names them as having given up, not as dropped out.
+    results = spawn(tw.late_rank, WORLD, SLOW, timeout_s=300)
+    for rank in (0, 1):
+        assert results[rank]["error"].startswith(f"SyncopyTimeout: rank {rank} waited {tw.TIMEOUT_S:g}s for chunk "), results[rank]
+        assert "dropped out" not in results[rank]["error"]
+    late = results[SLOW]["error"]
+    assert "dropped out" not in late, late
+    assert "rank 0 gave up waiting and closed its connection (rank 0: " in late, late
+    assert "rank 1 gave up waiting and closed its connection (rank 1: " in late, late

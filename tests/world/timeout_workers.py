@@ -78,3 +78,32 @@ def dies_while_compiling(rank: int, world: int, dying_rank: int) -> dict:
         return {"error": None}
     except Exception as exc:
         return {"error": f"{type(exc).__name__}: {exc}", "seconds": time.monotonic() - t}
+
+
+LATE_S = 6.0  # past wait_bound(TIMEOUT_S) of ranks 0 and 1's second launch: they time out waiting for the late rank
+
+
+def late_rank(rank: int, world: int, late: int) -> dict:
+    """gemm_ar (fp16): a first launch together, then rank `late` launches its second LATE_S late.
+    The others time out (rightly: it never sent) and stay alive, as a job's ranks do after an error;
+    the late rank finds their connections closed and must not call them dropped out."""
+    import torch
+
+    from syncopy.templates import available
+
+    ar = available()["gemm_ar"]
+    fused = ar.fused(timeout_s=TIMEOUT_S, poison_receive=True)
+    mod = ar.module
+    x = mod.inputs(rank, world, (40, 32, 32), torch.float16, seed=0)
+    with torch.no_grad():
+        mod.launch(fused, x["a"], x["b"])
+        if rank == late:
+            time.sleep(LATE_S)
+        try:
+            mod.launch(fused, x["a"], x["b"])
+            error = None
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+    if rank != late:
+        time.sleep(LATE_S + 4 * TIMEOUT_S)  # alive (rank 0 hosts the store) until the late rank has reported
+    return {"error": error}

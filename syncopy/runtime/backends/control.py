@@ -183,6 +183,45 @@ def mark_broken(control, why: str) -> None:
         _broken.setdefault(id(control), (control, why))
 
 
+def gave_up(control, why: str) -> None:
+    """This rank's transfers on `control` timed out: gloo closes the connections of a wait that
+    timed out, so its peers find them closed. Say so in the store, so that they report this rank as
+    having given up (`gave_up_ranks`), not as dropped out: it is alive, and its own error says why."""
+    try:
+        _store().set(f"syncopy-gave-up/{_name_of(control)}/{dist.get_rank(control)}", why)
+    except Exception:  # no store to tell (it went with rank 0): peers say what they saw
+        pass
+
+
+GAVE_UP_GRACE_S = 1.0  # how long a rank that found a connection closed waits for its peer's word
+
+
+def gave_up_ranks(control, ranks: list[int], grace_s: float = GAVE_UP_GRACE_S) -> dict[int, str] | None:
+    """Of `ranks` (ranks of `control` whose connection to this one closed), those that said they gave
+    up (`gave_up`), with their reason; waits up to `grace_s` for a word that may be on its way (a
+    peer writes it just after its wait timed out). The others died, or lost their host. None when
+    the store does not answer (its host, rank 0 or the launcher, exited): then nobody can tell."""
+    found: dict[int, str] = {}
+    try:
+        keys = {r: f"syncopy-gave-up/{_name_of(control)}/{r}" for r in ranks}
+        store = _store()
+        deadline = time.monotonic() + grace_s
+        while True:
+            for r in [r for r in keys if r not in found]:
+                if store.check([keys[r]]):
+                    found[r] = store.get(keys[r]).decode()
+            if len(found) == len(keys) or time.monotonic() > deadline:
+                return found
+            time.sleep(_READY_POLL_S)
+    except Exception:
+        return None
+
+
+def _store():
+    """The store every rank of the job reaches (the default group's)."""
+    return dist.distributed_c10d._get_default_store()
+
+
 JOIN_FIX = "every rank of the group must launch this operator, with the same shapes, in the same order"
 
 
@@ -234,7 +273,7 @@ def prepared(group, timeout_s: float | None, what: str, prepare):
     with _table_lock:
         n = _rounds.get(name, 0)
         _rounds[name] = n + 1
-    store = dist.distributed_c10d._get_default_store()
+    store = _store()
     prefix = f"syncopy-ready/{name}/{n}"
     try:
         with _Heartbeat(store, f"{prefix}/beat/{rank}"):
