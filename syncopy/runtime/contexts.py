@@ -111,6 +111,7 @@ class Contexts:
             dropped = [self._contexts.pop(k) for k in keys]
         for ctx, backend in dropped:
             _retire(ctx, backend)
+        control.release_destroyed()  # and syncopy's internal groups of groups destroyed meanwhile
 
     def _context(self, shard: torch.Tensor, group, args: dict) -> tuple[Context, object]:
         # The group by its token, never by id(): a destroyed group's id may come back with another group.

@@ -152,6 +152,7 @@ class LaunchSequence:
             return self._order(ctx, grid, call_args, backend)
 
         def prepare():
+            _spin_limit(self.timeout_s, ctx.buffer.device.type)  # the interpreter measures a poll once: not on the clock
             ordered = self._order(ctx, grid, call_args, backend)
             extra = self._extra(ctx, ordered[0], ctx.no_trace)
             warmup.compile_kernel(self._built[1], grid, {**call_args, **extra}, options)
