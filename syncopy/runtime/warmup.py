@@ -9,8 +9,11 @@ from syncopy.runtime.launch import _interpreting
 
 def compile_kernel(fused, grid, args: dict, options: dict) -> None:
     """Compile `fused` for a launch with `args` and `options` without running it. The interpreter
-    compiles nothing (it rewrites a kernel's source once, in a blink)."""
+    compiles nothing, but parses and rewrites a kernel's source at its first run: done here."""
     if _interpreting():
+        rewrite = getattr(fused, "rewrite", None)
+        if rewrite is not None:
+            rewrite()
         return
     warmup = getattr(fused, "warmup", None)
     if warmup is None:

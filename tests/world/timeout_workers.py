@@ -7,10 +7,11 @@ import time
 
 TIMEOUT_S = 1.0
 SLOW_COMPILE_S = 9.0  # past wait_bound(TIMEOUT_S) = 7 s, as a GPU compile may be past a 20 s timeout
+DIE_AFTER_S = 2.0  # how long the dying rank compiles (beating) before it dies
 
 
-def _compile_slowly_on(rank: int, slow_rank: int, then=None) -> None:
-    """Make rank `slow_rank`'s kernel compiles take SLOW_COMPILE_S (then call `then`)."""
+def _compile_slowly_on(rank: int, slow_rank: int, then=None, seconds: float = SLOW_COMPILE_S) -> None:
+    """Make rank `slow_rank`'s kernel compiles take `seconds` (then call `then`)."""
     from syncopy.runtime import warmup
 
     if rank != slow_rank:
@@ -18,7 +19,7 @@ def _compile_slowly_on(rank: int, slow_rank: int, then=None) -> None:
     compile_kernel = warmup.compile_kernel
 
     def slow(*args, **kwargs):
-        time.sleep(SLOW_COMPILE_S)
+        time.sleep(seconds)
         if then is not None:
             then()
         compile_kernel(*args, **kwargs)
@@ -69,7 +70,7 @@ def dies_while_compiling(rank: int, world: int, dying_rank: int) -> dict:
     from tests.kernels.rownorm import rms_rows
     from tests.world.resource_workers import launch_and_check
 
-    _compile_slowly_on(rank, dying_rank, then=lambda: os._exit(3))
+    _compile_slowly_on(rank, dying_rank, then=lambda: os._exit(3), seconds=DIE_AFTER_S)
     rows = syncopy.overlap({"pattern": "all_gather", "tensor": "X", "dim": 0, "chunks_per_rank": 2, "order": "ring"},
                            timeout_s=TIMEOUT_S, poison_receive=True)(rms_rows)
     t = time.monotonic()
