@@ -293,25 +293,37 @@ def _layout(rows: int, world: int, chunks: int) -> list[_Block]:
     return blocks
 
 
-def _row_tiles(blocks: list[_Block], rows: int, tile_m: int) -> list[list[_Block]]:
-    """For every row tile, the blocks it reads or writes."""
+def _row_tiles(blocks: list[_Block], rows: int, tile_m: int) -> list[tuple[list[_Block], int]]:
+    """The row tiles as runs of consecutive tiles that read or write the same blocks: (those
+    blocks, how many tiles). Tiles between two block boundaries all touch the same blocks, so there
+    are O(blocks) runs whatever the number of rows: the planner's cost does not grow with M."""
     starts = [b.start for b in blocks]
-    spans = []
-    for t in range(0, rows, tile_m):
-        first = bisect_right(starts, t) - 1
-        last = bisect_right(starts, min(t + tile_m, rows) - 1) - 1
-        spans.append(blocks[first : last + 1])
-    return spans
+    n_tiles = -(-rows // tile_m)
+    runs = []
+    t = 0
+    while t < n_tiles:
+        first = bisect_right(starts, t * tile_m) - 1
+        last = bisect_right(starts, min((t + 1) * tile_m, rows) - 1) - 1
+        # The span changes once a tile starts in the next block, or ends in the block after `last`.
+        end = n_tiles
+        if first + 1 < len(starts):
+            end = min(end, -(-starts[first + 1] // tile_m))
+        if last + 1 < len(starts):
+            end = min(end, starts[last + 1] // tile_m)
+        runs.append((blocks[first : last + 1], end - t))
+        t = end
+    return runs
 
 
-def _group(readies: list[float]) -> list[tuple[float, int]]:
-    """Row tiles sorted by ready time (the fused kernel's tile order), runs of equal times merged."""
+def _group(readies: list[tuple[float, int]]) -> list[tuple[float, int]]:
+    """(ready time, tiles) runs sorted by ready time (the fused kernel's tile order), runs of equal
+    times merged."""
     groups: list[list] = []
-    for r in sorted(readies):
+    for r, n in sorted(readies, key=lambda run: run[0]):
         if groups and groups[-1][0] == r:
-            groups[-1][1] += 1
+            groups[-1][1] += n
         else:
-            groups.append([r, 1])
+            groups.append([r, n])
     return [(r, n) for r, n in groups]
 
 
@@ -438,20 +450,23 @@ class Simulator:
             arrival, n = _consumer_comm(net, self.workload.pattern, order)
             # A remote chunk is usable once its flag is seen; local rows are there from the start.
             usable = {key: (t + o.signal_s if key[0] else 0.0) for key, t in arrival.items()}
-            readies = [max(usable[b.rank, b.index] for b in span) for span in spans]
+            readies = [(max(usable[b.rank, b.index] for b in span), count) for span, count in spans]
             for ready, row_tiles in _group(readies):
                 pool.run(row_tiles * cols, self.cost.tile_s(m, row_tiles * cols) + sync, ready)
             remote = [a for (r, _), a in arrival.items() if r != 0]
             fill = min(remote, default=0.0) + (o.signal_s if remote else 0.0)
             return Execution(pool.done, max(arrival.values()), pool.done, fill, n)
         # Producer: tiles in the order their chunks leave; a chunk leaves when its last tile is done.
+        # A run's tiles go to the SMs together: with equal tiles that is dealing them one by one, and
+        # the run's last end is its chunks' finish (dealt tiles end no earlier than those before).
         rank_of = {shard: k for k, shard in enumerate(self._send_order(order))}
-        priority = [min(rank_of[b.rank] * chunks + b.index for b in span) for span in spans]
+        priority = [min(rank_of[b.rank] * chunks + b.index for b in span) for span, _ in spans]
         finish: dict[tuple[int, int], float] = {}
-        tile_s = self.cost.tile_s(m, len(spans) * cols) + sync  # every tile may start at once
+        tile_s = self.cost.tile_s(m, sum(count for _, count in spans) * cols) + sync  # every tile may start at once
         for t in sorted(range(len(spans)), key=priority.__getitem__):
-            end = pool.run(cols, tile_s)
-            for b in spans[t]:
+            span, count = spans[t]
+            end = pool.run(count * cols, tile_s)
+            for b in span:
                 finish[b.rank, b.index] = max(finish.get((b.rank, b.index), 0.0), end)
         first, end, n = _producer_comm(net, self.workload.pattern, order, lambda shard, i: finish[shard, i] + o.signal_s)
         return Execution(max(pool.done, end), end, pool.done, first, n)

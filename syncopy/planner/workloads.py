@@ -25,6 +25,10 @@ from syncopy.planner.hardware import DTYPE_BYTES
 Pattern = Literal["all_gather", "reduce_scatter", "all_reduce", "all_to_all"]
 Kind = Literal["gemm", "rmsnorm"]
 
+#: The largest operand the planner models (256 TiB): far beyond any machine's memory, and well
+#: within the exact integers of a float, so the seconds it predicts still mean something.
+MAX_OPERAND_BYTES = 2**48
+
 #: Patterns whose kernel consumes the communicated chunks (tiles wait); the others produce them.
 CONSUMER_PATTERNS = ("all_gather", "all_to_all")
 
@@ -132,4 +136,15 @@ def make_workload(name: str, m: int, n: int, k: int, dtype: str = "bf16") -> Wor
     if min(m, n, k) <= 0:
         raise ValueError(f"shape {m},{n},{k} has a dimension <= 0; give positive M,N,K")
     t = TEMPLATES[name]
+    _check_size(t, int(m), int(n), int(k), DTYPE_BYTES[dtype])
     return Workload(t.name, t.pattern, t.kind, int(m), int(n), int(k), dtype)
+
+
+def _check_size(t: Template, m: int, n: int, k: int, elem_bytes: int) -> None:
+    """Refuse a shape whose operands could not exist (the planner's cost does not grow with the
+    shape, see simulate._row_tiles; an absurd one is a typo, answered at once)."""
+    operands = {"A (M x K)": m * k, "B (K x N)": k * n, "C (M x N)": m * n} if t.kind == "gemm" else {"X (M x N)": m * n}
+    for what, elements in operands.items():
+        if elements * elem_bytes > MAX_OPERAND_BYTES:
+            raise ValueError(f"shape {m},{n},{k}: {what} would hold {elements * elem_bytes:.3g} bytes, more than the planner's "
+                             f"limit of {MAX_OPERAND_BYTES:.3g} (256 TiB); check the shape (M is the rows one rank's kernel computes)")

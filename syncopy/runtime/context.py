@@ -82,6 +82,25 @@ class Trace:
         return "\n".join(lines)
 
 
+#: Launch shapes (grids and scalar arguments) a context remembers the tile order of; the oldest
+#: goes first past that (it is probed again if it comes back).
+MAX_LAUNCH_SHAPES = 64
+
+
+class Recent(dict):
+    """A dict that keeps its `limit` most recently inserted keys (first in, first out): the same
+    sequence of launches drops the same entries on every rank."""
+
+    def __init__(self, limit: int):
+        super().__init__()
+        self.limit = limit
+
+    def __setitem__(self, key, value) -> None:
+        if key not in self and len(self) >= self.limit:
+            del self[next(iter(self))]
+        super().__setitem__(key, value)
+
+
 context_ids = itertools.count()  # ids of this process's contexts (a launch takes rank 0's, see FusedKernel._context)
 
 
@@ -113,7 +132,7 @@ class Context:
         self._delivered = self._ready + plan.world
         self.signals = torch.zeros(self._delivered + (plan.world if producer else 0), dtype=torch.int32, device=device)
         self.targets = [0] * n
-        self.tiles_per_chunk: dict[tuple, list[int]] = {}  # producer: per launch shape, from the probe
+        self.tiles_per_chunk: dict[tuple, list[int]] = Recent(MAX_LAUNCH_SHAPES)  # producer: per launch shape, from the probe
         self.ctx = torch.zeros(dev.CTX_LEN, dtype=torch.int64, device=device)
         self.ctx[dev.CTX_RANK.value] = plan.rank
         self.ctx[dev.CTX_ROWS.value] = plan.rows_per_rank
@@ -122,7 +141,9 @@ class Context:
         self.ctx[dev.CTX_SIZE.value] = full[dim]
         self.ctx[dev.CTX_WORLD.value] = plan.world
         self.epoch = 0
-        self.orders: dict[tuple, tuple[torch.Tensor, list[tuple[int, int]], list[int]]] = {}
+        # Per launch shape (grid and scalar arguments): its tile order table, ranges and execution order.
+        self.orders: dict[tuple, tuple[torch.Tensor, list[tuple[int, int]], list[int]]] = Recent(MAX_LAUNCH_SHAPES)
+        self.prepared: dict[tuple, bool] = Recent(MAX_LAUNCH_SHAPES)  # launch shapes compiled and met (LaunchSequence._prepared_order)
         self.broken: str | None = None
         # Set by the launcher: the schedule as lowered (auto resolved) and the planner's choice, if any.
         self.schedule = None
@@ -135,6 +156,12 @@ class Context:
         self.uid = 0  # set by the launcher: the same on every rank of the group, distinct among its contexts
         self.t0 = 0.0
         self.t0_wall = 0.0
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes this context holds on its device (the buffer, the signal pad and the tile tables)."""
+        tables = sum(entry[0].numel() * entry[0].element_size() for entry in self.orders.values())
+        return self.buffer.numel() * self.buffer.element_size() + self.signals.numel() * 4 + tables
 
     def word_address(self, index: int, pad: torch.Tensor | None = None) -> int:
         """The address of word `index` of a signal pad: this context's, or a peer's mapped one (p2p),

@@ -1,7 +1,17 @@
 """The context of a launch (buffers, signal pad, plan) per (group, shard shape, dtype, device): made once,
-collectively, with every rank's shard and schedule checked against the others'."""
+collectively, with every rank's shard and schedule checked against the others'.
+
+An operator keeps, per process group, its most recently used contexts within two budgets: at most
+`max_contexts` of them (default 16, $SYNCOPY_MAX_CONTEXTS) and at most `max_context_bytes` bytes
+(default 2 GiB, $SYNCOPY_MAX_CONTEXT_BYTES; the most recent one is kept whatever its size). Past
+either, the least recently used goes; its shape is made again, collectively, if it comes back.
+Every rank launches the same shapes in the same order, so every rank evicts the same contexts at
+the same launch (the budgets are checked equal at the first launch of a shape). Contexts of
+process groups that were destroyed go at the next first launch; `fused.release()` drops them all."""
 from __future__ import annotations
 
+import os
+import threading
 
 import torch
 import torch.distributed as dist
@@ -11,6 +21,7 @@ from syncopy.runtime import backends
 from syncopy.runtime import plan as planning
 from syncopy.runtime.backends import control
 from syncopy.runtime.context import Context, context_ids
+from syncopy.runtime.launch import _deferred
 from syncopy.schedule import Schedule
 from syncopy.schedule.model import AUTO
 
@@ -48,16 +59,108 @@ def _schedule_difference(r: int, theirs: str, rank: int, mine: str) -> str:
     return f"rank {r} launched with a different schedule than rank {rank}; every rank must use the same schedule"
 
 
+MAX_CONTEXTS = 16
+MAX_CONTEXT_BYTES = 2 << 30
+_cache_lock = threading.Lock()  # every operator's context table, briefly (threads launch on several groups)
+
+
+def _budget_from_env(name: str, default: int) -> int:
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise LaunchError(f"${name} is {text!r}; give a positive whole number (or unset it for the default {default})")
+    return value
+
+
+def _retire(ctx: Context, backend) -> None:
+    """Let a context go: a GPU backend's launches that may still use its buffers finish first."""
+    if _deferred(backend):
+        backend.check(wait=True)
+    close = getattr(backend, "close", None)
+    if close is not None:
+        close()
+
+
 class Contexts:
     """How a launch finds or makes its context, collectively on first use (FusedKernel mixes this in)."""
 
+    #: The budgets of the contexts kept per group (see the module's docstring); None: the environment's, or the default.
+    max_contexts: int | None = None
+    max_context_bytes: int | None = None
+
+    def context_budget(self) -> tuple[int, int]:
+        """(contexts, bytes) this operator keeps per process group."""
+        count = self.max_contexts if self.max_contexts is not None else _budget_from_env("SYNCOPY_MAX_CONTEXTS", MAX_CONTEXTS)
+        nbytes = (self.max_context_bytes if self.max_context_bytes is not None
+                  else _budget_from_env("SYNCOPY_MAX_CONTEXT_BYTES", MAX_CONTEXT_BYTES))
+        return count, nbytes
+
+    def release(self, group=None) -> None:
+        """Drop this operator's buffers, signal pads and tile tables: of `group`, or of every group
+        (None). Like a launch, every rank of the group calls it at the same point of its launches
+        (the next launch of a shape is a first launch again, which is collective). On GPUs it waits
+        for the launches still running first."""
+        token = None if group is None else control.group_token(group)
+        with _cache_lock:
+            keys = [k for k in self._contexts if token is None or k[0] == token]
+            dropped = [self._contexts.pop(k) for k in keys]
+        for ctx, backend in dropped:
+            _retire(ctx, backend)
+        control.release_destroyed()  # and syncopy's internal groups of groups destroyed meanwhile
+
     def _context(self, shard: torch.Tensor, group, args: dict) -> tuple[Context, object]:
-        world, rank = dist.get_world_size(group), dist.get_rank(group)
         # The group by its token, never by id(): a destroyed group's id may come back with another group.
         # The device with its index: a context's buffers and signal pad live on one GPU.
         key = (control.group_token(group), tuple(shard.shape), shard.dtype, shard.device)
-        if key in self._contexts:
-            return self._contexts[key]
+        with _cache_lock:
+            hit = self._contexts.pop(key, None)
+            if hit is not None:
+                self._contexts[key] = hit  # the most recently used is the last
+                return hit
+        self._release_destroyed()
+        ctx, backend = self._new_context(shard, group, args)
+        with _cache_lock:
+            self._contexts[key] = (ctx, backend)
+            evicted = self._over_budget(key[0])
+        for old in evicted:
+            _retire(*old)
+        return ctx, backend
+
+    def _over_budget(self, token: int) -> list[tuple[Context, object]]:
+        """Take out `token`'s least recently used contexts past the budget (under _cache_lock)."""
+        count, nbytes = self.context_budget()
+        mine = [k for k in self._contexts if k[0] == token]  # least recently used first
+        total = sum(self._contexts[k][0].nbytes for k in mine)
+        evicted = []
+        while len(mine) > 1 and (len(mine) > count or total > nbytes):
+            ctx, backend = self._contexts.pop(mine.pop(0))
+            total -= ctx.nbytes
+            evicted.append((ctx, backend))
+        return evicted
+
+    def _release_destroyed(self) -> None:
+        """Drop contexts of destroyed process groups, and syncopy's internal groups made for them."""
+        control.release_destroyed()
+        alive = control.live_tokens()
+        with _cache_lock:
+            dropped = [self._contexts.pop(k) for k in [k for k in self._contexts if k[0] not in alive]]
+            for k in [k for k in self._last_stream if k[0] not in alive]:
+                del self._last_stream[k]
+        for ctx, backend in dropped:
+            # Their group is gone: nothing of theirs can still be waited for.
+            close = getattr(backend, "close", None)
+            if close is not None:
+                close()
+
+    def _new_context(self, shard: torch.Tensor, group, args: dict) -> tuple[Context, object]:
+        """The context of `shard`'s shape on `group`: made collectively, every rank's shard, schedule
+        and context budget checked against the others'."""
+        world, rank = dist.get_world_size(group), dist.get_rank(group)
         # A world of one moves nothing: its "backend" is the local copy in _launch.
         backend = None
         # `auto` is resolved by rank 0 alone and travels with the shape check below, so that every
@@ -66,7 +169,7 @@ class Contexts:
         choice = self._resolve(shard, world, args) if self.schedule.planned and rank == 0 else None
         # Every rank must bring the same shard shape: check once, collectively, and fail everywhere.
         # It carries an id for the context: rank 0's is taken, so the ranks agree on it (gloo tags).
-        mine = (tuple(shard.shape), str(shard.dtype), self.schedule.key(), choice, next(context_ids))
+        mine = (tuple(shard.shape), str(shard.dtype), self.schedule.key(), choice, next(context_ids), self.context_budget())
         theirs: list = [mine]
         if world > 1:
             # The first launch of a shape is collective: a rank that never comes is named, in bounded time.
@@ -86,9 +189,12 @@ class Contexts:
                 raise LaunchError(_schedule_difference(r, other[2], rank, mine[2]))
             if other[:2] != mine[:2]:
                 raise LaunchError(self._shard_difference(r, other, rank, mine))
+            if other[5] != mine[5]:
+                raise LaunchError(f"rank {r} keeps {other[5][0]} contexts of {other[5][1]} bytes per group but rank {rank} "
+                                  f"keeps {mine[5][0]} of {mine[5][1]}; give every rank the same max_contexts and "
+                                  "max_context_bytes (or $SYNCOPY_MAX_CONTEXTS and $SYNCOPY_MAX_CONTEXT_BYTES)")
         ctx = self._make_context(shard, rank, world, theirs[0][3])
         ctx.uid = theirs[0][4]
-        self._contexts[key] = (ctx, backend)
         return ctx, backend
 
     def _make_context(self, shard: torch.Tensor, rank: int, world: int, choice) -> Context:

@@ -28,7 +28,9 @@ def _and(detail: str, gone: str) -> str:
 
 def _advice(gone: str) -> str:
     """What a SyncopyTimeout should tell the user to do: a peer that dropped out is no slow link."""
-    return "look for the cause in that rank's own output, then restart the job" if gone else SyncopyTimeout.ADVICE
+    # A peer that only gave up on its own timeout (backends/gloo.py) is alive: the usual advice holds.
+    lost = "dropped out" in gone or "it died" in gone
+    return "look for the cause in that rank's own output, then restart the job" if lost else SyncopyTimeout.ADVICE
 
 
 def _raise_if_corrupt(ctx: Context, epoch: int, transfer) -> None:

@@ -8,6 +8,7 @@ import time
 import torch
 
 from syncopy.errors import LaunchError, SyncopyTimeout
+from syncopy.runtime import warmup
 from syncopy.runtime.backends import control
 from syncopy.runtime.context import Context
 from syncopy.runtime.contexts import checked_group
@@ -90,7 +91,7 @@ class LaunchSequence:
         if ctx.broken:
             raise LaunchError(f"this operator's transfers broke in an earlier launch ({ctx.broken}); re-create the process group")
         if self.producer:
-            return self._launch_producer(grid, bound, shard, options, ctx, backend)
+            return self._launch_producer(grid, bound, shard, options, ctx, backend, group)
         call_args = dict(bound)
         call_args[self.schedule.tensor] = ctx.buffer
         if backend is not None:
@@ -98,7 +99,7 @@ class LaunchSequence:
             # Each program is num_ctas CTAs (a cluster on sm_90): what could hold SMs is their product.
             backend.check_grid(g0 * g1 * g2, t.persistent is not None, self.local.fn.__name__, shard.device,
                                int(options.get("num_ctas") or 1))
-        order, ranges, exec_order = self._order(ctx, grid, call_args, backend)
+        order, ranges, exec_order = self._prepared_order(ctx, grid, call_args, options, backend, group)
         if _deferred(backend):
             backend.check()  # earlier launches that are done: their errors surface here
         epoch = ctx.begin(_spin_limit(self.timeout_s, shard.device.type))
@@ -156,7 +157,27 @@ class LaunchSequence:
             if _deferred(backend):
                 backend.check(wait=True)
 
-    def _launch_producer(self, grid, bound: dict, out: torch.Tensor, options: dict, ctx: Context, backend):
+    def _prepared_order(self, ctx: Context, grid, call_args: dict, options: dict, backend, group):
+        """`_order`; at the first launch of this launch shape on `ctx`, also the kernel's compile, both
+        done before the launch's waits start and met by every rank (control.prepared): a compile
+        longer than timeout_s times nothing out, and blames no rank."""
+        key = self._shape_key(grid, call_args)
+        if backend is None or key in ctx.prepared:
+            return self._order(ctx, grid, call_args, backend)
+
+        def prepare():
+            _spin_limit(self.timeout_s, ctx.buffer.device.type)  # the interpreter measures a poll once: not on the clock
+            ordered = self._order(ctx, grid, call_args, backend)
+            extra = self._extra(ctx, ordered[0], ctx.no_trace)
+            warmup.compile_kernel(self._built[1], grid, {**call_args, **extra}, options)
+            return ordered
+
+        what = f"the first launch of {self.local.fn.__name__} with grid {list(key[0])}"
+        ordered = control.prepared(group, self.timeout_s, what, prepare)
+        ctx.prepared[key] = True
+        return ordered
+
+    def _launch_producer(self, grid, bound: dict, out: torch.Tensor, options: dict, ctx: Context, backend, group=None):
         """reduce_scatter / all_reduce: the kernel writes its full partial result into our buffer and
         announces chunks; the transfer threads reduce them into `out` while later tiles compute.
 
@@ -166,7 +187,7 @@ class LaunchSequence:
         _, fused, _, _ = self._built
         call_args = dict(bound)
         call_args[self.schedule.tensor] = ctx.buffer
-        order, ranges, exec_order = self._order(ctx, grid, call_args, backend)
+        order, ranges, exec_order = self._prepared_order(ctx, grid, call_args, options, backend, group)
         need = ctx.tiles_per_chunk[self._shape_key(grid, call_args)]
         if _deferred(backend):
             backend.check()  # earlier launches that are done: their errors surface here

@@ -8,8 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import triton
 
 from syncopy import api
+from syncopy import device as dev
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,3 +33,51 @@ def test_the_largest_timeout_is_a_budget_an_int64_holds(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "0")  # the compiled budget
     polls = api._spin_limit(api.MAX_TIMEOUT_S, "cuda")
     assert polls == int(api.MAX_TIMEOUT_S / api.GPU_POLL_S) and 2**31 < polls < 2**63
+
+
+def test_the_largest_interpreted_budget_is_an_int64(monkeypatch):
+    from syncopy.runtime import launch
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(launch, "_poll_cost_s", 1e-7)  # the cheapest poll _measure_poll_cost reports
+    polls = api._spin_limit(api.MAX_TIMEOUT_S, "cpu")
+    assert polls == int(api.MAX_TIMEOUT_S / 1e-7) and 2**31 < polls < 2**63
+
+
+@triton.jit
+def one_wait(signals, ctx):
+    dev.wait_chunks(signals, ctx, 0, 0)
+
+
+@pytest.mark.parametrize("budget", [
+    pytest.param("largest", id="largest-allowed"),
+    pytest.param(2**32 + 1, id="2^32+1"),  # a count kept in 32 bits would be 1: one poll, then a timeout
+])
+def test_an_interpreted_wait_with_a_budget_past_int32_waits_for_its_chunk(budget, monkeypatch):
+    """The interpreter runs the same wait: with the largest budget any timeout_s gives (and one whose
+    low 32 bits are 1), it neither gives up at once (a budget truncated or wrapped) nor misses the
+    chunk when it lands; it counts down in int64, so it ends after that many polls."""
+    import threading
+    import time
+
+    import torch
+
+    from syncopy.runtime import launch
+
+    if not dev.INTERPRETED:
+        pytest.skip("runs the wait under the Triton interpreter (TRITON_INTERPRET=1 before syncopy is imported)")
+    if budget == "largest":
+        monkeypatch.setattr(launch, "_poll_cost_s", 1e-7)
+        budget = api._spin_limit(api.MAX_TIMEOUT_S, "cpu")
+
+    ctx = torch.zeros(dev.CTX_LEN, dtype=torch.int64)
+    ctx[dev.CTX_EPOCH.value] = 7
+    ctx[dev.CTX_SPIN_LIMIT.value] = budget
+    signals = torch.zeros(dev.SIG_HEADER + 1, dtype=torch.int32)
+    landing = threading.Timer(0.5, lambda: signals.__setitem__(dev.SIG_HEADER, 7))
+    t = time.monotonic()
+    landing.start()
+    one_wait[(1,)](signals, ctx)
+    landing.join()
+    assert time.monotonic() - t >= 0.45  # it waited for the chunk ...
+    assert signals[: dev.SIG_HEADER].tolist() == [0] * dev.SIG_HEADER  # ... and recorded no timeout

@@ -308,9 +308,11 @@ def test_p2p_pushes_wait_for_the_peers_ready_word(monkeypatch):
     assert flags == {1: [1, 1, 0, 0, 0, 0], 2: [0] * 6}
 
 
-def test_a_peers_failed_connection_is_kept_in_gloos_words_and_a_timeout_is_not():
+def test_a_peers_failed_connection_is_kept_in_gloos_words_and_a_timeout_is_not(monkeypatch):
+    from syncopy.runtime.backends import control
     from syncopy.runtime.backends.gloo import _Threads
 
+    monkeypatch.setattr(control, "gave_up_ranks", lambda group, ranks: {})  # the store answered: nobody gave up
     threads = object.__new__(_Threads)
     threads.gone, threads.group = {}, object()  # a control group of its own: marked broken, nobody else's
     threads._lost_peer(2, RuntimeError("[/src/gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:9102. "
@@ -320,6 +322,24 @@ def test_a_peers_failed_connection_is_kept_in_gloos_words_and_a_timeout_is_not()
     with pytest.raises(RuntimeError, match="Timed out"):
         threads._lost_peer(1, RuntimeError("[pair.cc:100] Timed out waiting 2000ms for recv operation to complete"))
     assert list(threads.gone) == [2]
+
+
+def test_a_peer_that_gave_up_on_its_own_timeout_is_not_said_to_have_dropped_out(monkeypatch):
+    from syncopy.runtime.backends import control
+    from syncopy.runtime.backends.gloo import _Threads
+
+    def threads_with(answer):
+        monkeypatch.setattr(control, "gave_up_ranks", lambda group, ranks: answer)
+        threads = object.__new__(_Threads)
+        threads.gone, threads.group = {0: "Connection closed by peer [127.0.0.1]:9102", 1: "Connection reset by peer"}, object()
+        return threads.dropped_out()
+
+    assert threads_with({0: "rank 0: chunk 4 never arrived"}) == (
+        "rank 0 gave up waiting and closed its connection (rank 0: chunk 4 never arrived within its timeout); "
+        "rank 1 dropped out (Connection reset by peer)")
+    # No store to ask (its host exited): neither claimed.
+    assert threads_with(None).startswith("rank 0 closed its connection (Connection closed by peer [127.0.0.1]:9102): it died, "
+                                         "or gave up waiting on its own timeout (its output says which); rank 1 closed")
 
 
 def test_a_launch_whose_peer_dropped_out_after_delivering_everything_still_fails(monkeypatch):

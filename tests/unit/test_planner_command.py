@@ -83,3 +83,19 @@ def test_the_planner_knows_every_shipped_template():
     from syncopy import templates
 
     assert set(templates.available()) <= set(TEMPLATES)
+
+
+def test_a_huge_shape_is_planned_at_once(capsys):
+    # The planner's cost does not grow with M (it once looped over M's row tiles: minutes and GBs
+    # here); test_planner_simulate counts its steps, this is the user's command end to end.
+    status, out, err = plan(capsys, "ag_gemm", "--world", "8", "--shape", "1000000000,8,8")
+    assert status == 0 and err == ""
+    assert "M=1000000000 N=8 K=8" in out
+
+
+@pytest.mark.parametrize("template", ["ag_gemm", "gemm_rs", "ag_rmsnorm"])
+def test_an_absurd_shape_is_one_line_and_status_2(capsys, template):
+    status, out, err = plan(capsys, template, "--world", "8", "--shape", "1000000000000,1000000000,8")
+    assert status == 2 and out == ""
+    assert err.startswith("syncopy plan: shape 1000000000000,1000000000,8: ") and "more than the planner's limit" in err
+    assert err.count("\n") == 1 and "Traceback" not in err

@@ -200,3 +200,38 @@ def test_bad_inputs_raise_value_errors_that_say_what_to_change():
         Simulator(make_workload("ag_gemm", 2, 8, 8), toy(), world=4)
     with pytest.raises(ValueError, match="has no backend 'mpi'"):
         Simulator(w, toy(), world=2, backend="mpi")
+
+
+# --- cost that does not grow with the problem --------------------------------------------------
+
+
+def _spans_tile_by_tile(blocks, rows, tile_m):
+    """What _row_tiles stands for: the blocks every row tile touches, one tile at a time."""
+    from bisect import bisect_right
+
+    starts = [b.start for b in blocks]
+    return [blocks[bisect_right(starts, t) - 1 : bisect_right(starts, min(t + tile_m, rows) - 1)] for t in range(0, rows, tile_m)]
+
+
+@pytest.mark.parametrize("rows, world, chunks, tile_m", [
+    (1000, 3, 4, 7), (64, 2, 1, 64), (65, 2, 3, 128), (4096, 8, 8, 128), (999, 4, 5, 1), (1000, 4, 2, 250), (37, 3, 2, 5),
+])
+def test_row_tile_runs_are_the_tiles_one_by_one(rows, world, chunks, tile_m):
+    from syncopy.planner.simulate import _layout, _row_tiles
+
+    blocks = _layout(rows, world, chunks)
+    runs = _row_tiles(blocks, rows, tile_m)
+    assert [span for span, count in runs for _ in range(count)] == _spans_tile_by_tile(blocks, rows, tile_m)
+    assert len(runs) <= 2 * len(blocks) + 1
+
+
+def test_planning_steps_do_not_grow_with_rows():
+    # A billion rows at 8 ranks: as many row-tile runs (what the fused simulation steps through) as
+    # a thousand, where it used to walk all 7.8 million row tiles.
+    from syncopy.planner.simulate import _layout, _row_tiles
+
+    for rows in (1000 * 8, 10**9, 10**15):
+        blocks = _layout(rows, 8, 4)
+        assert len(_row_tiles(blocks, rows, 128)) <= 2 * len(blocks) + 1
+    p = simulate(make_workload("gemm_rs", 10**9, 8, 8), load_profile("h100-nvlink"), 8, 4)
+    assert p.fused.total_s > p.compute_s > 0

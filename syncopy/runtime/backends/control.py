@@ -31,8 +31,12 @@ _devices: dict[tuple, list] = {}  # (group token, device) -> every rank's (host,
 _broken: dict[int, tuple[object, str]] = {}
 _generations: dict[tuple, int] = {}  # (user group name, purpose) -> internal groups made for it so far
 _locks: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # user group -> lock of its internal state
+# group token -> the internal groups made for it, held by token so that they can be destroyed once
+# their user group is (weak keys would lose them with the group).
+_internal: dict[int, list] = {}
 _table_lock = threading.Lock()  # the tables above, briefly; never held across a wait on other ranks
 _naming = threading.local()  # .name: what torch must call the group this thread creates (member_group)
+_rounds: dict[str, int] = {}  # control group name -> `prepared` rendezvous so far (store keys of each round)
 
 
 def group_token(group) -> int:
@@ -75,9 +79,13 @@ def member_group(group, purpose: str, backend: str, timeout: timedelta | None, *
     _naming.name = f"syncopy-{purpose}-{key[0]}-{generation}"
     _name_groups_as_told()
     try:
-        return dist.new_group(ranks=ranks, backend=backend, timeout=timeout, use_local_synchronization=True, **options)
+        made = dist.new_group(ranks=ranks, backend=backend, timeout=timeout, use_local_synchronization=True, **options)
     finally:
         _naming.name = None
+    token = group_token(group)
+    with _table_lock:
+        _internal.setdefault(token, []).append(made)
+    return made
 
 
 def _name_of(group) -> str:
@@ -102,6 +110,49 @@ def _name_groups_as_told() -> None:
 
         process_group_name.syncopy_wrapped = True
         c10d._process_group_name = process_group_name
+
+
+def _registered(group) -> bool:
+    """Is `group` a live process group (not destroyed by dist.destroy_process_group)?"""
+    world = getattr(dist.distributed_c10d, "_world", None)
+    if world is None:  # a torch without the registry: assume every group lives (nothing is released)
+        return True
+    return dist.is_initialized() and group in world.pg_map
+
+
+def live_tokens() -> set[int]:
+    """The tokens (`group_token`) of the user groups that still live: caches keyed by any other token
+    belong to a destroyed group and may go (`release_destroyed`)."""
+    with _table_lock:
+        groups = list(_tokens.items())
+    return {token for group, token in groups if _registered(group)}
+
+
+def release_destroyed() -> None:
+    """Let go of what was made for process groups that were destroyed since (elastic jobs and tests
+    destroy and re-create them): their internal groups are destroyed too (torch would otherwise keep
+    their threads and connections), and what was learnt of them is dropped. Called at every first
+    launch of a shape; local to this rank (destroying a gloo group involves no peer)."""
+    alive = live_tokens()
+    with _table_lock:
+        gone = [t for t in _internal if t not in alive]
+        internal = [g for t in gone for g in _internal.pop(t)]
+        for user in [u for u in list(_groups.keys()) if not _registered(u)]:
+            _groups.pop(user, None)
+        for t in [t for t in _hosts if t not in alive]:
+            del _hosts[t]
+        for key in [k for k in _devices if k[0] not in alive]:
+            del _devices[key]
+        for key in [k for k, (g, _) in _broken.items() if not _registered(g) or any(g is i for i in internal)]:
+            del _broken[key]
+    for g in internal:
+        with _table_lock:
+            _rounds.pop(_name_of(g), None)
+        if _registered(g):
+            try:
+                dist.destroy_process_group(g)
+            except Exception:  # already shut down with its transport (a timed-out gloo pair): nothing left to free
+                pass
 
 
 def wait_bound(timeout_s: float | None) -> float:
@@ -132,6 +183,45 @@ def mark_broken(control, why: str) -> None:
         _broken.setdefault(id(control), (control, why))
 
 
+def gave_up(control, why: str) -> None:
+    """This rank's transfers on `control` timed out: gloo closes the connections of a wait that
+    timed out, so its peers find them closed. Say so in the store, so that they report this rank as
+    having given up (`gave_up_ranks`), not as dropped out: it is alive, and its own error says why."""
+    try:
+        _store().set(f"syncopy-gave-up/{_name_of(control)}/{dist.get_rank(control)}", why)
+    except Exception:  # no store to tell (it went with rank 0): peers say what they saw
+        pass
+
+
+GAVE_UP_GRACE_S = 1.0  # how long a rank that found a connection closed waits for its peer's word
+
+
+def gave_up_ranks(control, ranks: list[int], grace_s: float = GAVE_UP_GRACE_S) -> dict[int, str] | None:
+    """Of `ranks` (ranks of `control` whose connection to this one closed), those that said they gave
+    up (`gave_up`), with their reason; waits up to `grace_s` for a word that may be on its way (a
+    peer writes it just after its wait timed out). The others died, or lost their host. None when
+    the store does not answer (its host, rank 0 or the launcher, exited): then nobody can tell."""
+    found: dict[int, str] = {}
+    try:
+        keys = {r: f"syncopy-gave-up/{_name_of(control)}/{r}" for r in ranks}
+        store = _store()
+        deadline = time.monotonic() + grace_s
+        while True:
+            for r in [r for r in keys if r not in found]:
+                if store.check([keys[r]]):
+                    found[r] = store.get(keys[r]).decode()
+            if len(found) == len(keys) or time.monotonic() > deadline:
+                return found
+            time.sleep(_READY_POLL_S)
+    except Exception:
+        return None
+
+
+def _store():
+    """The store every rank of the job reaches (the default group's)."""
+    return dist.distributed_c10d._get_default_store()
+
+
 JOIN_FIX = "every rank of the group must launch this operator, with the same shapes, in the same order"
 
 
@@ -157,6 +247,111 @@ def missing(exc: BaseException) -> str:
     if "from rank 0" in text and "imed out" in text:
         return "rank 0"
     return "some rank (rank 0's error names it)"
+
+
+#: How often a rank preparing a first launch (compiling, probing) says it is alive; the longest any
+#: rank may prepare while the others wait for it (a compile that takes longer is stuck).
+HEARTBEAT_S = 0.5
+PREPARE_LIMIT_S = 1800.0
+_READY_POLL_S = 0.02
+
+
+def prepared(group, timeout_s: float | None, what: str, prepare):
+    """`prepare()` (compile and probe the first launch of a shape), then wait until every rank of
+    `group` has prepared too; returns what `prepare` returned. The transfers' and the kernel's
+    waits start after this, so their `timeout_s` never counts a compile.
+
+    A compile may take longer than any timeout (a minute on GPUs), so the wait is not bounded by
+    the clock but by signs of life: a preparing rank beats in the process group's store every
+    HEARTBEAT_S, and the others wait as long as it does (up to PREPARE_LIMIT_S). A rank that stopped
+    beating (it died, or never launched) is named after `wait_bound(timeout_s)` without a sign; one
+    whose preparation failed is named at once."""
+    world, rank = dist.get_world_size(group), dist.get_rank(group)
+    if world == 1:
+        return prepare()
+    name = _name_of(control_group(group, timeout_s))
+    with _table_lock:
+        n = _rounds.get(name, 0)
+        _rounds[name] = n + 1
+    store = _store()
+    prefix = f"syncopy-ready/{name}/{n}"
+    try:
+        with _Heartbeat(store, f"{prefix}/beat/{rank}"):
+            result = prepare()
+    except BaseException as exc:
+        _store_op(lambda: store.set(f"{prefix}/ready/{rank}", f"failed: {type(exc).__name__}"), rank, what)
+        raise
+    _store_op(lambda: store.set(f"{prefix}/ready/{rank}", "ok"), rank, what)
+    _await_prepared(store, prefix, rank, world, wait_bound(timeout_s), what)
+    if n:  # every rank has left round n - 1 (they all reached round n): its keys may go
+        _store_op(lambda: [store.delete_key(f"syncopy-ready/{name}/{n - 1}/{k}/{rank}") for k in ("beat", "ready")], rank, what)
+    return result
+
+
+class _Heartbeat:
+    """A thread that adds one to `key` in `store` every HEARTBEAT_S while the `with` block runs."""
+
+    def __init__(self, store, key: str):
+        self.store, self.key = store, key
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._beat, daemon=True, name="syncopy-heartbeat")
+
+    def _beat(self) -> None:
+        while True:
+            try:
+                self.store.add(self.key, 1)
+            except Exception:  # the store went away: the waits below say so
+                return
+            if self.done.wait(HEARTBEAT_S):
+                return
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.done.set()
+        self.thread.join()
+
+
+def _store_op(op, rank: int, what: str):
+    try:
+        return op()
+    except (RuntimeError, dist.DistError) as exc:
+        raise LaunchError(f"rank {rank}: the process group's store stopped answering while the ranks prepared {what} "
+                          f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); the rank that hosts it (rank 0, "
+                          "or the launcher) may have died: look there, then restart the job") from None
+
+
+def _await_prepared(store, prefix: str, rank: int, world: int, bound: float, what: str) -> None:
+    """Wait for every rank's ready word in `store`; see `prepared`."""
+    start = time.monotonic()
+    waiting = {r: (-1, start) for r in range(world) if r != rank}  # rank -> (its beats, when they last moved)
+    while waiting:
+        for r in list(waiting):
+            key = f"{prefix}/ready/{r}"
+            if not _store_op(lambda: store.check([key]), rank, what):
+                continue
+            status = _store_op(lambda: store.get(key), rank, what).decode()
+            if status != "ok":
+                raise LaunchError(f"rank {rank}: rank {r} could not prepare {what} ({status}); its own error says why")
+            del waiting[r]
+        now = time.monotonic()
+        for r, (beats, moved) in list(waiting.items()):
+            count = _store_op(lambda: store.add(f"{prefix}/beat/{r}", 0), rank, what)
+            if count != beats:
+                waiting[r] = (count, now)
+        silent = sorted(r for r, (_, moved) in waiting.items() if now - moved > bound)
+        if silent:
+            ranks = ", ".join(map(str, silent))
+            raise LaunchError(f"rank {rank}: rank(s) {ranks} stopped before {what} (no sign of life for {bound:g}s while "
+                              f"the others had compiled it: it died, or never launched); {JOIN_FIX}")
+        if waiting and now - start > PREPARE_LIMIT_S:
+            ranks = ", ".join(map(str, sorted(waiting)))
+            raise LaunchError(f"rank {rank}: rank(s) {ranks} still compiled {what} after {PREPARE_LIMIT_S:g}s; "
+                              "its compilation is stuck: look at that rank's stack")
+        if waiting:
+            time.sleep(_READY_POLL_S)
 
 
 def hosts(group) -> list[str]:

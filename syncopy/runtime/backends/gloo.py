@@ -21,7 +21,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from syncopy.runtime.backends import checksum
+from syncopy.runtime.backends import checksum, control
 from syncopy.runtime.backends.control import control_group, mark_broken, wait_bound
 from syncopy.runtime.context import Context
 from syncopy.runtime import link as links
@@ -43,7 +43,8 @@ class _Threads:
         self.corrupt: list[tuple[int, int, bool]] = []  # (chunk, peer it came from, upstream: built from a corrupt part)
         self.global_ranks = dist.get_process_group_ranks(group)
         self.errors: list[BaseException] = []
-        self.gone: dict[int, str] = {}  # peer -> why its connection failed (it died, or its host went away)
+        self.gone: dict[int, str] = {}  # peer -> why its connection failed (it died, its host went away, or it gave up)
+        self._dropped: str | None = None  # dropped_out(), once asked
         self.unreceived: list[tuple[int, int]] = []  # (peer, chunk): sends the peer never took in time
         self.rng = random.Random(seed)
         self.start_s = link.start_delay(self.rng)  # this launch's sends leave this much late
@@ -74,7 +75,7 @@ class _Threads:
             self._lost_peer(peer, exc)
         except RuntimeError:
             self.unreceived.append((peer, chunk))
-            mark_broken(self.group, f"rank {peer} did not receive chunk {chunk} in time")
+            self._gave_up(f"rank {peer} did not receive chunk {chunk} in time")
 
     def tag(self, n: int) -> int:
         """Message tag `n` of this context: its id is agreed by the group and differs between contexts,
@@ -90,9 +91,31 @@ class _Threads:
             self._lost_peer(peer, exc)
             return None
 
+    def _gave_up(self, why: str, peer: int | None = None) -> None:
+        """A wait of this rank timed out (not a connection `peer` closed): the group is broken, and
+        peers that find their connection to this rank closed hear that it gave up (control.gave_up)."""
+        mark_broken(self.group, why)
+        if peer is None or peer not in self.gone:
+            control.gave_up(self.group, f"rank {dist.get_rank(self.group)}: {why}")
+
     def dropped_out(self) -> str:
-        """'rank 2 dropped out (Connection reset by peer)', for error messages; '' if none did."""
-        return "; ".join(f"rank {p} dropped out ({why})" for p, why in sorted(self.gone.items()))
+        """'rank 2 dropped out (Connection reset by peer)', for error messages; '' if none did. A peer
+        whose connection closed because its own wait timed out is alive: it is said to have given up;
+        where the store cannot tell (it closed with its host), neither is claimed."""
+        if not self.gone:
+            return ""
+        if getattr(self, "_dropped", None) is None:
+            gave_up = control.gave_up_ranks(self.group, sorted(self.gone))
+            self._dropped = "; ".join(self._why_gone(p, why, gave_up) for p, why in sorted(self.gone.items()))
+        return self._dropped
+
+    @staticmethod
+    def _why_gone(peer: int, why: str, gave_up: dict[int, str] | None) -> str:
+        if gave_up is None:
+            return f"rank {peer} closed its connection ({why}): it died, or gave up waiting on its own timeout (its output says which)"
+        if peer in gave_up:
+            return f"rank {peer} gave up waiting and closed its connection ({gave_up[peer]} within its timeout)"
+        return f"rank {peer} dropped out ({why})"
 
     def _run(self, sends: list):
         """Start `_receive`, and `_send(steps)` for each peer's sends in plan order."""
@@ -196,7 +219,7 @@ class Transfer(_Threads):
             ok = False
         if ok is False:
             self.lost.append(node.chunk)
-            mark_broken(self.group, f"chunk {node.chunk} never arrived")  # gloo closed the pair that timed out
+            self._gave_up(f"chunk {node.chunk} never arrived", node.peer)  # gloo closed the pair that timed out
             return False
         return True
 
@@ -355,7 +378,7 @@ class ReduceTransfer(_Threads):
                 ok = False
             if ok is False:
                 self.lost.append((step.chunk, step.peer))
-                mark_broken(self.group, f"chunk {step.chunk} never arrived")
+                self._gave_up(f"chunk {step.chunk} never arrived", step.peer)
                 return
             found = len(self.corrupt)
             target = self._unpack(step.chunk, step.peer, target, view)
