@@ -66,7 +66,7 @@ def _compose_with_lines(text: str, file: str | None) -> tuple[Any, dict[tuple, i
         if isinstance(n, yaml.MappingNode):
             out = {}
             for k, v in n.value:
-                key = k.value
+                key = _joined_surrogates(k.value)
                 line = k.start_mark.line + 1
                 if key in out:
                     # YAML keeps the last value silently; a schedule with two values for a key is a mistake.
@@ -81,9 +81,36 @@ def _compose_with_lines(text: str, file: str | None) -> tuple[Any, dict[tuple, i
                 lines[path + (i,)] = v.start_mark.line + 1
                 out.append(walk(v, path + (i,)))
             return out
-        return yaml.safe_load(yaml.serialize(n))
+        return _joined_surrogates(yaml.safe_load(yaml.serialize(n)))
 
     return walk(node, ()), lines
+
+
+def _joined_surrogates(value):
+    # JSON writes a character beyond U+FFFF as a pair of \\u escapes ("\\ud83d\\ude00"); YAML reads
+    # them as two lone surrogates. Join the pairs, so JSON text loads as json.loads would read it.
+    if isinstance(value, str):
+        try:
+            return value.encode("utf-16", "surrogatepass").decode("utf-16")
+        except UnicodeDecodeError:
+            return value  # a lone surrogate: from_dict names its key
+    return value
+
+
+def _lone_surrogate(data: Any, path: tuple = ()) -> tuple | None:
+    """The key path of the first key or text value that is not valid Unicode (a lone surrogate);
+    pydantic would refuse it without saying where."""
+    def bad(text):
+        return isinstance(text, str) and any(0xD800 <= ord(ch) <= 0xDFFF for ch in text)
+
+    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
+    for key, value in items:
+        if bad(key) or bad(value):
+            return path + (key,)
+        found = _lone_surrogate(value, path + (key,))
+        if found is not None:
+            return found
+    return None
 
 
 def _explain(err: dict, loc: tuple) -> str:
@@ -131,6 +158,12 @@ def from_dict(data: Any, *, file: str | None = None, lines: dict[tuple, int] | N
     """Validate a plain mapping into a `Schedule`; errors name the key (and line, for files)."""
     if not isinstance(data, dict):
         raise ScheduleError("a schedule must be a mapping of keys to values", ScheduleLocation(file, "", 1 if file else None))
+    broken = _lone_surrogate(data)
+    if broken is not None:
+        # The key itself may be the broken text: name it escaped, so the message can be printed.
+        shown = tuple(p.encode("utf-8", "backslashreplace").decode() if isinstance(p, str) else p for p in broken)
+        raise ScheduleError("holds a lone UTF-16 surrogate, which is not text; remove it or write the character it was meant to be",
+                            ScheduleLocation(file, key_path(shown), _line(lines, broken)))
     try:
         return Schedule.model_validate(data)
     except ValidationError as exc:
