@@ -86,11 +86,13 @@ def direct_reduce(draw, world: int, c: int, gather: bool) -> list[dict]:
 
 
 @st.composite
-def schedules(draw, patterns=PATTERNS, max_world: int = 4, max_chunks: int = 3, tensor: str = "A") -> tuple[Schedule, int]:
-    """(a valid schedule, the world it is for): a named order, a list of peer offsets, a named order
-    written out, or a random explicit plan; all_gather and all_to_all sometimes with explicit slices."""
+def schedules(draw, patterns=PATTERNS, max_world: int = 4, max_chunks: int = 3, tensor: str = "A",
+              world: int | None = None) -> tuple[Schedule, int]:
+    """(a valid schedule, the world it is for; `world` if given): a named order, a list of peer offsets,
+    a named order written out, or a random explicit plan; all_gather and all_to_all sometimes with
+    explicit slices."""
     pattern = draw(st.sampled_from(patterns))
-    world = draw(st.integers(1, max_world))
+    world = world or draw(st.integers(1, max_world))
     c = draw(st.integers(1, max_chunks))
     data: dict = {"pattern": pattern, "tensor": tensor, "chunks_per_rank": c}
     if pattern in ("all_gather", "all_to_all") and draw(st.integers(0, 2)) == 0:
