@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import yaml
 from hypothesis import example, given
 from hypothesis import strategies as st
@@ -128,9 +129,11 @@ def full_forms(draw):
 def _check_rejection(exc: ScheduleError, data: dict) -> None:
     """The error renders on one line and names a key path (the schedule has keys, so some key is wrong)."""
     assert "\n" not in str(exc), str(exc)
-    assert exc.location is not None and exc.location.key, f"no key named: {exc}"
-    top = exc.location.key.split(".")[0].split("[")[0]
-    assert top in data or top in SCHEDULE_KEYS, f"names {top!r}, not a key of the schedule: {exc}"
+    key = exc.location.key if exc.location is not None else ""
+    assert key, f"no key named: {exc}"
+    if not key.startswith("'"):  # a quoted key is an unknown one that is no plain name
+        top = key.split(".")[0].split("[")[0]
+        assert top in data or top in SCHEDULE_KEYS, f"names {top!r}, not a key of the schedule: {exc}"
 
 
 def _load_all_ways(data: dict) -> Schedule | ScheduleError:
@@ -169,7 +172,33 @@ def _round_trips(s: Schedule) -> None:
 # pydantic refused the key without naming it (now joined on load; a lone one is named).
 @example(data={"pattern": "all_gather", "tensor": "A", "\U00010000": None})
 @example(data={"pattern": "all_gather", "tensor": "A\U00010000"})
+# An unknown key with a bracket was dropped from the path as if it were a pydantic union branch.
+@example(data={"pattern": "all_gather", "tensor": "A", "[": None})
+@example(data={"pattern": "all_gather", "tensor": "A", "": None})
 def test_random_schedule_dicts_load_or_name_a_key(data):
     outcome = _load_all_ways(data)
     if isinstance(outcome, Schedule):
         _round_trips(outcome)
+
+
+# What the fuzzer found, pinned with the exact text users see.
+KEYS_ARE = "the schedule keys are version, pattern, kernel, tensor, dim, chunks_per_rank, order, binding, units_per_rank, chunks, world, transfers"
+
+
+def test_json_surrogate_pair_escapes_load_as_the_character():
+    text = json.dumps({"pattern": "all_gather", "tensor": "A\U0001F600"})  # "A\ud83d\ude00" in the file
+    assert loads(text, file="s.json").tensor == "A\U0001F600"
+
+
+def test_a_lone_surrogate_is_named_by_its_key():
+    with pytest.raises(ScheduleError) as info:
+        loads('{"pattern": "all_gather", "tensor": "A", "kernel": "k\\ud800"}', file="s.json")
+    assert str(info.value) == ("s.json:1: kernel: holds a lone UTF-16 surrogate, which is not text; remove it or write the "
+                               "character it was meant to be")
+
+
+@pytest.mark.parametrize("key, shown", [("[", "'['"), ("", "''"), ("x[0]", "'x[0]'"), ("int", "int")])
+def test_an_unknown_key_is_named_whatever_it_reads(key, shown):
+    with pytest.raises(ScheduleError) as info:
+        from_dict({"pattern": "all_gather", "tensor": "A", key: 1})
+    assert str(info.value) == f"schedule: {shown}: unknown key; {KEYS_ARE}"
