@@ -3,7 +3,7 @@ lands each chunk exactly once on every rank that needs it, adds every partial ex
 every sum, and has no wait that depends on itself -- for random patterns, worlds, chunk counts,
 shard sizes, named, offset and explicit orders and explicit slices. Pure Python: many examples.
 
-Budget: see tests/fuzz/profiles.py (CI: derandomized; `SYNCOPY_FUZZ=long` for the long profile).
+Budget: see tests/fuzz/profiles.py. Long run: `SYNCOPY_FUZZ=long python -m pytest tests/fuzz/<this file>`.
 """
 from __future__ import annotations
 

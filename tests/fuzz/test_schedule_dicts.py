@@ -6,7 +6,7 @@ full-form checks run deep) with garbage of every YAML type, unknown keys and bro
 fed to `from_dict`, to `loads` as YAML and as JSON text, and, when valid, written back with `to_yaml`
 and expanded for a few worlds.
 
-Budget: see tests/fuzz/profiles.py (CI: derandomized; `SYNCOPY_FUZZ=long` for the long profile).
+Budget: see tests/fuzz/profiles.py. Long run: `SYNCOPY_FUZZ=long python -m pytest tests/fuzz/<this file>`.
 """
 from __future__ import annotations
 
