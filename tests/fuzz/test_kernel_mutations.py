@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 import pytest
 
+import syncopy
 from syncopy.emit import source as emit
 from syncopy.errors import ScheduleLocation, SourceLocation, SyncopyError
 from syncopy.frontend.source import from_file
@@ -43,16 +44,24 @@ def transformed(path: Path, m: Mutant, s: Schedule, checked: bool = False) -> st
     return emit.rewrite_file(read_check.apply(t) if checked else t)
 
 
-def imports(path: Path, text: str) -> None:
-    out = path.with_name(path.stem + "_fused.py")
-    out.write_text(text)
-    spec = importlib.util.spec_from_file_location(out.stem, out)
+def imports(path: Path, text: str | None = None):
+    """Import the file at `path` (after writing `text` next to it as <stem>_fused.py, if given)."""
+    if text is not None:
+        path = path.with_name(path.stem + "_fused.py")
+        path.write_text(text)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
-    sys.modules[out.stem] = module  # @triton.jit reads the source through inspect
+    sys.modules[path.stem] = module  # @triton.jit reads the source through inspect
     try:
         spec.loader.exec_module(module)
     finally:
-        sys.modules.pop(out.stem, None)
+        sys.modules.pop(path.stem, None)
+    return module
+
+
+def decorated(path: Path, m: Mutant, s: Schedule) -> None:
+    """The decorator's pipeline: `syncopy.overlap(s)(kernel).build()` transforms and imports, as a first launch does."""
+    syncopy.overlap(s)(getattr(imports(path), m.kernel)).build()
 
 
 def assert_located_one_line(exc: SyncopyError, path: Path) -> None:
@@ -66,12 +75,15 @@ def assert_located_one_line(exc: SyncopyError, path: Path) -> None:
 
 
 @fuzz(ci=30, long=3_000)
-@given(mutated_cases(), st.booleans())
-def test_mutated_kernels_transform_and_import_or_fail_in_one_located_line(tmp_path_factory, case, checked):
+@given(mutated_cases(), st.sampled_from(["cli", "cli --checked", "decorator"]))
+def test_mutated_kernels_transform_and_import_or_fail_in_one_located_line(tmp_path_factory, case, way):
     problem, m, s = case
     path = write(tmp_path_factory.mktemp("mut", numbered=True), m)
     try:
-        out = transformed(path, m, s, checked)
+        if way == "decorator":
+            decorated(path, m, s)
+            return
+        out = transformed(path, m, s, checked=way.endswith("checked"))
     except SyncopyError as exc:
         assert_located_one_line(exc, path)
         return
