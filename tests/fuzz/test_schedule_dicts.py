@@ -131,7 +131,7 @@ def _check_rejection(exc: ScheduleError, data: dict) -> None:
     assert "\n" not in str(exc), str(exc)
     key = exc.location.key if exc.location is not None else ""
     assert key, f"no key named: {exc}"
-    if not key.startswith("'"):  # a quoted key is an unknown one that is no plain name
+    if not key.startswith(("'", '"')):  # a quoted key is an unknown one that is no plain name
         top = key.split(".")[0].split("[")[0]
         assert top in data or top in SCHEDULE_KEYS, f"names {top!r}, not a key of the schedule: {exc}"
 
@@ -175,6 +175,7 @@ def _round_trips(s: Schedule) -> None:
 # An unknown key with a bracket was dropped from the path as if it were a pydantic union branch.
 @example(data={"pattern": "all_gather", "tensor": "A", "[": None})
 @example(data={"pattern": "all_gather", "tensor": "A", "": None})
+@example(data={"pattern": "all_gather", "tensor": "A", "'": None})
 def test_random_schedule_dicts_load_or_name_a_key(data):
     outcome = _load_all_ways(data)
     if isinstance(outcome, Schedule):
