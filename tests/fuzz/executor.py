@@ -92,7 +92,6 @@ def _reduce_graph(plans: list) -> tuple[dict, list[str]]:
     sends = [(r, s.peer, tag(s)) for r, p in enumerate(plans) for s in p.steps if s.kind == "send"]
     recvs = [(s.peer, r, (s.chunk, s.kind == "recv")) for r, p in enumerate(plans) for s in p.steps if s.kind in ("reduce", "recv")]
     problems = _matched(sends, recvs)
-    value: dict[tuple, Counter] = {}  # ("sum" | "final", rank, chunk) -> the partials it holds
     message: dict[tuple, tuple] = {}  # (src, dst, tag) -> the send event carrying it
     for r, plan in enumerate(plans):
         fifo: dict[int, tuple] = {}
@@ -126,15 +125,16 @@ def _reduce_graph(plans: list) -> tuple[dict, list[str]]:
         for g in plan.reduced_here:
             if g not in came and world > 1:
                 problems.append(f"rank {r} is to hold the sum of chunk {g} but adds no partial sum of it")
-    problems += _reduce_values(plans, graph, value)
+    problems += _reduce_values(plans, graph)
     return graph, problems
 
 
-def _reduce_values(plans: list, graph: dict, value: dict) -> list[str]:
-    """Follow the partials: what each sum and each final value holds, in dependency order."""
+def _reduce_values(plans: list, graph: dict) -> list[str]:
+    """Follow the partials: what each sum and each final value holds, in dependency order; every rank
+    must end each chunk it owns with every rank's partial exactly once."""
     world = len(plans)
     everyone = Counter(range(world))
-    sent: dict[tuple, Counter] = {}
+    value: dict[tuple, Counter] = {}  # ("sum" | "final", rank, chunk) -> the partials it holds
     problems: list[str] = []
 
     def held(kind: str, r: int, g: int) -> Counter:

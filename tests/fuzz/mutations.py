@@ -50,9 +50,14 @@ def _locals(fn: ast.FunctionDef) -> set[str]:
 
 
 def _used(text: str) -> set[str]:
-    return {n.id for n in ast.walk(ast.parse(text)) if isinstance(n, ast.Name)} | {
-        n.name for n in ast.walk(ast.parse(text)) if isinstance(n, ast.FunctionDef)} | {
-        a.arg for n in ast.walk(ast.parse(text)) if isinstance(n, ast.FunctionDef) for a in n.args.args}
+    """Every name the file uses, defines or takes as a parameter: a fresh name is none of them."""
+    out = set()
+    for n in ast.walk(ast.parse(text)):
+        if isinstance(n, ast.Name):
+            out.add(n.id)
+        elif isinstance(n, ast.FunctionDef):
+            out |= {n.name, *(a.arg for a in n.args.args)}
+    return out
 
 
 # --------------------------------------------------------------------------------------------------
@@ -167,7 +172,7 @@ def _segment(text: str, node: ast.AST) -> tuple[int, int]:
 
 @st.composite
 def masked(draw, m: Mutant) -> Mutant:
-    """One load's or store's mask `M` becomes `(M) & (M)`, or gains `& (M >= 0)`-free true terms."""
+    """One load's or store's mask `M` becomes a redundant spelling of itself: `(M) & (M)`, `(M) | (M)`, `((M) != 0)`."""
     fn = kernel_def(m.text, m.kernel)
     masks = [kw.value for n in ast.walk(fn) if isinstance(n, ast.Call) for kw in n.keywords if kw.arg == "mask"]
     if not masks:
