@@ -74,7 +74,7 @@ def assert_located_one_line(exc: SyncopyError, path: Path) -> None:
     assert "Traceback" not in text and "syncopy/" not in text, text
 
 
-@fuzz(ci=30, long=3_000)
+@fuzz(ci=30, long=1_000)
 @given(mutated_cases(), st.sampled_from(["cli", "cli --checked", "decorator"]))
 def test_mutated_kernels_transform_and_import_or_fail_in_one_located_line(tmp_path_factory, case, way):
     problem, m, s = case

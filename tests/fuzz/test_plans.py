@@ -51,7 +51,7 @@ def _expanded(s: Schedule, world: int) -> Schedule | None:
     return expand(s, world)
 
 
-@fuzz(ci=200, long=30_000)
+@fuzz(ci=200, long=20_000)
 @given(launches())
 @example((Schedule(pattern="all_gather", tensor="A", chunks_per_rank=2, order="bidirectional_ring"), 2, 3, 0, 6))
 @example((Schedule(pattern="all_reduce", tensor="A", chunks_per_rank=2, order=[2, 1]), 3, 2, 10**6, 5))
