@@ -92,6 +92,14 @@ def rename(text: str, kernel: str, old: str, new: str) -> str:
 
 
 names = st.from_regex(r"\A[a-z][a-z0-9_]{0,6}\Z").filter(lambda n: not keyword.iskeyword(n) and not n.startswith("syncopy"))
+BUILTINS = {"tl", "triton", "range", "min", "max", "float", "int", "len", "print"}
+
+
+def fresh(name: str, taken: set[str]) -> str:
+    """`name`, with underscores appended until the file does not use it (no filter for hypothesis to give up on)."""
+    while name in taken or name in BUILTINS:
+        name += "_"
+    return name
 
 
 @st.composite
@@ -100,8 +108,7 @@ def renamed(draw, m: Mutant) -> Mutant:
     fn = kernel_def(m.text, m.kernel)
     candidates = sorted(({a.arg for a in fn.args.args} - _constexprs(fn)) | _locals(fn))
     old = draw(st.sampled_from(candidates))
-    taken = _used(m.text) | {"tl", "triton", "range", "min", "max", "float", "int", "len", "print"}
-    new = draw(names.filter(lambda n: n not in taken))
+    new = fresh(draw(names), _used(m.text))
     return m.but(f"rename {old}->{new}", text=rename(m.text, m.kernel, old, new), tensor=new if old == m.tensor else m.tensor)
 
 
@@ -195,8 +202,7 @@ def helper(draw, m: Mutant) -> Mutant:
     node = draw(st.sampled_from(assigns))
     params = sorted({x.id for x in ast.walk(node.value) if isinstance(x, ast.Name) and isinstance(x.ctx, ast.Load)} - {"tl", "triton"})
     const = _constexprs(fn)
-    taken = _used(m.text)
-    name = draw(names.filter(lambda n: n not in taken).map(lambda n: f"h_{n}"))
+    name = fresh(f"h_{draw(names)}", _used(m.text))
     lo, hi = _segment(m.text, node.value)
     body = m.text[lo:hi]
     sig = ", ".join(f"{p}: tl.constexpr" if p in const else p for p in params)
@@ -218,8 +224,7 @@ def {name}(P, n, B: tl.constexpr):
 @st.composite
 def second_kernel(draw, m: Mutant) -> Mutant:
     """Another @triton.jit kernel (a small one, or a copy of this one under another name) before or after it."""
-    taken = _used(m.text)
-    name = draw(names.filter(lambda n: n not in taken).map(lambda n: f"k_{n}"))
+    name = fresh(f"k_{draw(names)}", _used(m.text))
     fn = kernel_def(m.text, m.kernel)
     lines = m.text.splitlines(keepends=True)
     if draw(st.booleans()):
