@@ -161,7 +161,7 @@ def swap(text: str, a: ast.stmt, b: ast.stmt) -> str:
 def reordered(draw, m: Mutant) -> Mutant:
     pairs = swappable_pairs(m.text, m.kernel)
     if not pairs:
-        return m
+        return draw(st.just(m))  # nothing to change here (a composite must draw)
     a, b = draw(st.sampled_from(pairs))
     return m.but(f"swap lines {a.lineno}/{b.lineno}", text=swap(m.text, a, b))
 
@@ -183,7 +183,7 @@ def masked(draw, m: Mutant) -> Mutant:
     fn = kernel_def(m.text, m.kernel)
     masks = [kw.value for n in ast.walk(fn) if isinstance(n, ast.Call) for kw in n.keywords if kw.arg == "mask"]
     if not masks:
-        return m
+        return draw(st.just(m))  # nothing to change here (a composite must draw)
     mask = draw(st.sampled_from(masks))
     lo, hi = _segment(m.text, mask)
     old = m.text[lo:hi]
@@ -198,7 +198,7 @@ def helper(draw, m: Mutant) -> Mutant:
     assigns = [n for n in ast.walk(fn) if isinstance(n, ast.Assign) and len(n.targets) == 1
                and any(isinstance(x, (ast.Call, ast.BinOp)) for x in ast.walk(n.value))]
     if not assigns:
-        return m
+        return draw(st.just(m))  # nothing to change here (a composite must draw)
     node = draw(st.sampled_from(assigns))
     params = sorted({x.id for x in ast.walk(node.value) if isinstance(x, ast.Name) and isinstance(x.ctx, ast.Load)} - {"tl", "triton"})
     const = _constexprs(fn)
