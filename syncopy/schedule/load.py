@@ -66,12 +66,12 @@ def _compose_with_lines(text: str, file: str | None) -> tuple[Any, dict[tuple, i
         if isinstance(n, yaml.MappingNode):
             out = {}
             for k, v in n.value:
-                key = k.value
+                key = _joined_surrogates(k.value)
                 line = k.start_mark.line + 1
                 if key in out:
                     # YAML keeps the last value silently; a schedule with two values for a key is a mistake.
                     raise ScheduleError(f"duplicate key (first on line {lines[path + (key,)]}, again on line {line}); "
-                                        "keep only one of them", ScheduleLocation(file, key_path(path + (key,)), line))
+                                        "keep only one of them", ScheduleLocation(file, _where(path + (key,)), line))
                 lines[path + (key,)] = line
                 out[key] = walk(v, path + (key,))
             return out
@@ -81,9 +81,36 @@ def _compose_with_lines(text: str, file: str | None) -> tuple[Any, dict[tuple, i
                 lines[path + (i,)] = v.start_mark.line + 1
                 out.append(walk(v, path + (i,)))
             return out
-        return yaml.safe_load(yaml.serialize(n))
+        return _joined_surrogates(yaml.safe_load(yaml.serialize(n)))
 
     return walk(node, ()), lines
+
+
+def _joined_surrogates(value):
+    # JSON writes a character beyond U+FFFF as a pair of \\u escapes ("\\ud83d\\ude00"); YAML reads
+    # them as two lone surrogates. Join the pairs, so JSON text loads as json.loads would read it.
+    if isinstance(value, str):
+        try:
+            return value.encode("utf-16", "surrogatepass").decode("utf-16")
+        except UnicodeDecodeError:
+            return value  # a lone surrogate: from_dict names its key
+    return value
+
+
+def _lone_surrogate(data: Any, path: tuple = ()) -> tuple | None:
+    """The key path of the first key or text value that is not valid Unicode (a lone surrogate);
+    pydantic would refuse it without saying where."""
+    def bad(text):
+        return isinstance(text, str) and any(0xD800 <= ord(ch) <= 0xDFFF for ch in text)
+
+    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
+    for key, value in items:
+        if bad(key) or bad(value):
+            return path + (key,)
+        found = _lone_surrogate(value, path + (key,))
+        if found is not None:
+            return found
+    return None
 
 
 def _explain(err: dict, loc: tuple) -> str:
@@ -113,9 +140,15 @@ _BRANCHES = {"int", "str", "bool", "list", "tuple"}
 
 def _user_loc(loc: tuple, kind: str) -> tuple:
     # pydantic reports union branches as extra loc parts ('order', 'literal[...]', 'list[int]', 'int');
-    # keep the user's keys and list indices (an unknown key is the user's even if it reads 'int').
+    # keep the user's keys and list indices (an unknown key is the user's even if it reads 'int' or 'x[').
     return tuple(p for i, p in enumerate(loc)
-                 if not (isinstance(p, str) and ("[" in p or (p in _BRANCHES and not (kind == "extra_forbidden" and i == len(loc) - 1)))))
+                 if not (isinstance(p, str) and ("[" in p or p in _BRANCHES) and not (kind == "extra_forbidden" and i == len(loc) - 1)))
+
+
+def _where(path: tuple) -> str:
+    """The key path as messages show it: a key that is no plain name (an unknown key '', 'x[0]', or
+    one holding a lone surrogate) quoted and escaped, so that it is seen and the line can be printed."""
+    return key_path(tuple(repr(p) if isinstance(p, str) and not p.isidentifier() else p for p in path))
 
 
 def _line(lines: dict[tuple, int] | None, path: tuple) -> int | None:
@@ -131,12 +164,16 @@ def from_dict(data: Any, *, file: str | None = None, lines: dict[tuple, int] | N
     """Validate a plain mapping into a `Schedule`; errors name the key (and line, for files)."""
     if not isinstance(data, dict):
         raise ScheduleError("a schedule must be a mapping of keys to values", ScheduleLocation(file, "", 1 if file else None))
+    broken = _lone_surrogate(data)
+    if broken is not None:
+        raise ScheduleError("holds a lone UTF-16 surrogate, which is not text; remove it or write the character it was meant to be",
+                            ScheduleLocation(file, _where(broken), _line(lines, broken)))
     try:
         return Schedule.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = _user_loc(tuple(err["loc"]), err["type"])
-        raise ScheduleError(_explain(err, loc), ScheduleLocation(file, key_path(loc), _line(lines, loc))) from None
+        raise ScheduleError(_explain(err, loc), ScheduleLocation(file, _where(loc), _line(lines, loc))) from None
     except PlanError as exc:  # the full form contradicts itself: the key path is known, add file and line
         raise ScheduleError(exc.message, ScheduleLocation(file, key_path(exc.path), _line(lines, exc.path))) from None
 
