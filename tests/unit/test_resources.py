@@ -21,11 +21,12 @@ def test_group_cycles_give_right_results(cycles):
 def test_group_cycles_leak_no_thread_and_no_file_descriptor(cycles):
     # Each cycle used to leave ~4 threads and ~15 fds behind (internal gloo groups and contexts kept
     # forever). What a destroyed group left goes at the next cycle's first launch, so from the second
-    # cycle on nothing grows (an fd may still be closing as we count: one of slack).
+    # cycle on nothing grows (an fd or a thread may still be closing as we count: one of slack).
     for rank, r in enumerate(cycles):
         threads = [t for t, _ in r["seen"][:-1]]
         fds = [f for _, f in r["seen"][:-1]]
-        assert threads[1:] == [threads[1]] * (len(threads) - 1), (rank, r["seen"])
+        # a thread may still be exiting as we count (a loaded CI): one of slack, and no growth
+        assert max(threads[2:]) <= max(threads[:2]) and max(threads[1:]) - min(threads[1:]) <= 1, (rank, r["seen"])
         assert max(fds[2:]) <= max(fds[:2]) and max(fds) - min(fds[1:]) <= 1, (rank, r["seen"])
 
 
