@@ -133,11 +133,10 @@ class _Finder:
 
 
 def _headers(node: cst.CSTNode) -> list[cst.CSTNode]:
-    """The expressions a compound statement evaluates before its body: an if's test (and its
-    elifs'), a while's test, a for's iterable; a simple statement is all header."""
-    if isinstance(node, cst.If):
-        return [node.test, *(_headers(node.orelse) if isinstance(node.orelse, cst.If) else [])]
-    if isinstance(node, cst.While):
+    """The expressions a compound statement evaluates before its body: an if's test (its elifs'
+    are checked in the else they become, `_Insert.leave_If`), a while's first test, a for's
+    iterable; a simple statement is all header."""
+    if isinstance(node, (cst.If, cst.While)):
         return [node.test]
     if isinstance(node, cst.For):
         return [node.iter]
@@ -145,8 +144,11 @@ def _headers(node: cst.CSTNode) -> list[cst.CSTNode]:
 
 
 class _Insert(cst.CSTTransformer):
-    """Put each site's check right before the statement holding it. For a read in a compound
-    statement's header the check goes before the statement: it covers a while's first test only."""
+    """Put each site's check right before the statement holding it. A read in a compound
+    statement's header is checked where the header is evaluated: before an if (or for); an elif
+    becomes `else:` + the checks + `if`, so they run only once the earlier tests were false; a
+    while's test is checked before the loop and again at the end of its body, before each later
+    test (Triton has no `continue` or `break`, so every later test follows the body's end)."""
 
     def __init__(self, checks: dict[int, cst.BaseSmallStatement], unchecked: dict[int, str], comment: str,
                  renames: dict[int, tuple[str, str]] | None = None):
@@ -201,10 +203,30 @@ class _Insert(cst.CSTTransformer):
             self.elifs.add(id(node.orelse))
 
     def leave_If(self, original, updated):
-        # An elif cannot have statements before it: its test is checked before the first `if`.
+        updated = self._elif_checked(original, updated)
+        # An elif's own checks went into the else it became (its parent's leave_If).
         return updated if id(original) in self.elifs else self._prepend(original, updated)
 
+    def _elif_checked(self, original, updated):
+        """`elif t:` whose test reads the tensor becomes `else:` + its checks + `if t:`."""
+        if not isinstance(original.orelse, cst.If):
+            return updated
+        checked = self._prepend(original.orelse, updated.orelse)
+        if checked is updated.orelse:
+            return updated
+        # Only comments to add (a helper that cannot be checked): an elif keeps them as the else's.
+        inner = checked.nodes if isinstance(checked, cst.FlattenSentinel) else [checked]
+        return updated.with_changes(orelse=cst.Else(body=cst.IndentedBlock(body=list(inner))))
+
     def leave_While(self, original, updated):
+        checks, _ = self._found([original.test])
+        if checks:
+            again = [cst.SimpleStatementLine([c]) for c in checks]
+            again[0] = again[0].with_changes(leading_lines=[cst.EmptyLine(comment=cst.Comment(self.comment + " (the next test)"))])
+            body = updated.body
+            if isinstance(body, cst.SimpleStatementSuite):  # `while t: x += 1`
+                body = cst.IndentedBlock(body=[cst.SimpleStatementLine(body.body)])
+            updated = updated.with_changes(body=body.with_changes(body=[*body.body, *again]))
         return self._prepend(original, updated)
 
     def leave_For(self, original, updated):
