@@ -241,6 +241,17 @@ def _spin_polls(ptr, epoch, limit):
 # 1.33 ms to 1.82 ms (8192x8192x4096, world 4): the polls competed with the copy engine and the
 # tiles that compute. A bound that is a poll count is looser in time, which a timeout can afford.
 INTERPRETED = type(_spin_polls).__name__ == "InterpretedFunction"
+#: Under the interpreter a wait that finds its flag down says so to the host (runtime/link.py, Hold):
+#: the CPU backend's hold mode lands a chunk only once a program is waiting for it. Compiled
+#: kernels never see the call (a constexpr-false branch is not generated).
+NOTE_WAITS = tl.constexpr(INTERPRETED)
+
+
+def _note_waiting(flag_ptr, epoch):
+    """Plain Python, run inside an interpreted program: (the flag's address, the epoch word)."""
+    from syncopy.runtime.link import Hold
+
+    Hold.note_waiting(int(flag_ptr.handle.data.reshape(-1)[0]), int(epoch.handle.data.reshape(-1)[0]))
 
 
 @triton.jit
@@ -259,6 +270,8 @@ def wait_chunks(signals, ctx, g_lo, g_hi):
         # Only a chunk that is missing pays for the error-slot check and the bounded spin.
         flag = _flag_of_block(signals + SIG_BASE + g)
         if _behind(flag, epoch):
+            if NOTE_WAITS:
+                _note_waiting(signals + SIG_BASE + g, epoch)
             # Read for the whole block (uniform): a plain load could differ between warps.
             failed = tl.atomic_add(signals + SIG_ERROR, 0, sem="relaxed", scope="sys")
             if failed == 0:

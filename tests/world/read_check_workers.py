@@ -114,3 +114,26 @@ def run_gaps(rank: int, world: int) -> dict:
                     results.append(traceback.format_exc()[-1500:])
             out[(name, checked)] = results
     return {"results": out, "file": read_check.__file__}
+
+
+def run_hold_oracle(rank: int, world: int, launches: int) -> list[dict]:
+    """An all-gather GEMM under Link(hold_until_waited=True) with poisoned receive buffers, new data
+    each launch: per launch its error, the remote chunks, and which chunks landed while a program was
+    polling their flag ("waited") or after the hold's bound with none polling ("unwaited")."""
+    import syncopy
+    from syncopy.runtime.link import Hold, Link
+    from tests.world import workers
+
+    # A bound far above a tile's time here: a chunk that lands by the bound says no program waited.
+    link = Link(latency_s=0.004, jitter_s=0.004, hold_until_waited=True, hold_s=3.0)
+    fused = syncopy.overlap(workers.schedule("gemm2d", 2, "ring"), poison_receive=True, link=link)(workers._kernel("gemm2d"))
+    out = []
+    for epoch in range(launches):
+        p = workers.Problem("gemm2d", rank, world, 24, "float32", seed=70 + epoch)
+        before = len(Hold.records)
+        p.launch(fused)
+        held = Hold.records[before:]
+        remote = [g for g in range(world * 2) if g // 2 != rank]
+        out.append({"err": p.error(), "remote": remote, "waited": sorted(g for r in held for g in r["waited"]),
+                    "unwaited": sorted(g for r in held for g in r["unwaited"])})
+    return out
