@@ -549,3 +549,25 @@ def check_desc_store(signals, ctx, desc_base, row0, block0, size0, stride0, tail
     """`check_store` for `desc.store([row0, ...], value)`."""
     g_lo, g_hi = desc_chunk_range(desc_base, row0, block0, size0, stride0, tail, base, ctx)
     _check_chunks(signals, ctx, g_lo, g_hi, line, True)
+
+
+# -- the interpreter's calls of these helpers ---------------------------------------------------------
+# Under TRITON_INTERPRET every call of a @triton.jit function from a running program patches
+# triton.language again (inspect.getmembers over tl, tl.tensor, tl.math: about 1 ms a call on a CPU
+# world, a third of checked mode's time and a good part of every world test's). The launch of the
+# kernel that calls these helpers has patched it already (the interpreter never restores a nested
+# patch anyway), so while it is patched a helper of this module runs its rewritten body directly;
+# called any other way, it patches as before.
+if INTERPRETED:
+    _InterpretedFunction = type(_spin_polls)
+    _unpatched_load = tl.load
+
+    class _Helper(_InterpretedFunction):
+        def __call__(self, *args, **kwargs):
+            if tl.load is _unpatched_load:
+                return super().__call__(*args, **kwargs)
+            return self.rewrite()(*args, **kwargs)
+
+    for _fn in list(globals().values()):
+        if type(_fn) is _InterpretedFunction:
+            _fn.__class__ = _Helper
