@@ -209,6 +209,13 @@ def _run_check(flags: list[int], read: bool, rows: tuple[int, int]) -> list[int]
     return signals[: dev.SIG_HEADER].tolist()
 
 
+@pytest.fixture(params=[True, False], ids=["on_host", "device_code"], autouse=False)
+def both_checks(request, monkeypatch):
+    """The interpreter checks on the host (device.CHECK_ON_HOST); compiled kernels run the device code."""
+    monkeypatch.setattr(dev, "CHECK_ON_HOST", request.param)
+
+
+@pytest.mark.usefixtures("both_checks")
 def test_device_check_read_flags_the_first_chunk_behind_the_epoch():
     assert _run_check([3, 3, 2, 3], True, (0, 4)) == [0, 0, 0, 0]    # rows 0..3: chunks 0, 1, both arrived
     assert _run_check([3, 3, 2, 3], True, (2, 8)) == [dev.CHECK_BASE.value + 84, 1, 2, 3]  # chunk 2 is behind
@@ -216,6 +223,7 @@ def test_device_check_read_flags_the_first_chunk_behind_the_epoch():
     assert _run_check([4, 3, 3, 3], True, (0, 8)) == [0, 0, 0, 0]    # a later epoch counts as arrived
 
 
+@pytest.mark.usefixtures("both_checks")
 def test_device_check_store_flags_a_chunk_announced_already():
     assert _run_check([2, 2, 2, 2], False, (0, 8)) == [0, 0, 0, 0]
     assert _run_check([2, 3, 2, 2], False, (0, 4)) == [dev.CHECK_BASE.value + 85, 1, 1, 3]
@@ -380,3 +388,24 @@ def test_an_imported_helper_whose_copy_would_not_run_here_is_said_to_be_unchecke
     assert t.checked_helpers == []
     assert ("# syncopy: checked mode cannot look inside hr.scaled (it uses SCALE, which this file does not import as "
             "rows.py does): its accesses of this tensor are not checked") in t.code()
+
+
+@pytest.mark.usefixtures("both_checks")
+def test_device_check_counts_rows_of_an_inner_dimension_and_wraps_epochs():
+    # DIM_OUTER=False: rows are (offset // stride) % size; and a flag past 2^31 launches still compares cyclically.
+    a = torch.zeros(8, 4)
+    ctx = torch.zeros(dev.CTX_LEN, dtype=torch.int64)
+    for key, value in ((dev.CTX_EPOCH, -2**31 + 1), (dev.CTX_RANK, 0), (dev.CTX_ROWS, 4), (dev.CTX_CHUNKS, 2),
+                       (dev.CTX_STRIDE_BYTES, 16), (dev.CTX_SIZE, 8), (dev.CTX_WORLD, 2)):
+        ctx[key.value] = value
+    signals = torch.zeros(dev.SIG_HEADER + 4, dtype=torch.int32)
+    # Chunk 0 carries the epoch, chunk 1 a later one (across the wrap), chunk 2 an earlier one (2^31 - 1).
+    signals[dev.SIG_HEADER:] = torch.tensor([-2**31 + 1, -2**31 + 2, 2**31 - 1, 5], dtype=torch.int32)
+    _inner_kernel[(1,)](a, signals, ctx)
+    assert signals[: dev.SIG_HEADER].tolist() == [dev.CHECK_BASE.value + 2 * 9, 0, 2, -2**31 + 1]
+
+
+@triton.jit
+def _inner_kernel(A, signals, ctx):
+    r = tl.arange(0, 8)
+    dev.check_read(signals, ctx, A + (r + 8) * 4, r >= 1, A, 9, False)  # rows (r + 8) % 8 = 1..7: chunks 0..3
