@@ -243,6 +243,17 @@ def _spin_polls(ptr, epoch, limit):
 # 1.33 ms to 1.82 ms (8192x8192x4096, world 4): the polls competed with the copy engine and the
 # tiles that compute. A bound that is a poll count is looser in time, which a timeout can afford.
 INTERPRETED = type(_spin_polls).__name__ == "InterpretedFunction"
+#: Under the interpreter a wait that finds its flag down says so to the host (runtime/link.py, Hold):
+#: the CPU backend's hold mode lands a chunk only once a program is waiting for it. Compiled
+#: kernels never see the call (a constexpr-false branch is not generated).
+NOTE_WAITS = tl.constexpr(INTERPRETED)
+
+
+def _note_waiting(flag_ptr, epoch):
+    """Plain Python, run inside an interpreted program: (the flag's address, the epoch word)."""
+    from syncopy.runtime.link import Hold
+
+    Hold.note_waiting(int(flag_ptr.handle.data.reshape(-1)[0]), int(epoch.handle.data.reshape(-1)[0]))
 
 # -- trace clocks ------------------------------------------------------------------------------------
 # A traced tile records when it began waiting and when it started (its wait done), in microseconds
@@ -305,6 +316,8 @@ def wait_chunks(signals, ctx, g_lo, g_hi):
         # Only a chunk that is missing pays for the error-slot check and the bounded spin.
         flag = _flag_of_block(signals + SIG_BASE + g)
         if _behind(flag, epoch):
+            if NOTE_WAITS:
+                _note_waiting(signals + SIG_BASE + g, epoch)
             # Read for the whole block (uniform): a plain load could differ between warps.
             failed = tl.atomic_add(signals + SIG_ERROR, 0, sem="relaxed", scope="sys")
             if failed == 0:
@@ -562,18 +575,83 @@ def _check_chunks(signals, ctx, g_lo, g_hi, line, STORE: tl.constexpr):
             _report_violation(signals, ctx, g + g_lo * 0, epoch, code)
 
 
+#: Under the interpreter the checks run as plain Python on the program's values (`_check_on_host`):
+#: the same ranges and comparisons as the device code below, which costs ~40 interpreted operations
+#: and two reductions (tl.min, tl.max: @jit functions the interpreter re-patches triton.language for
+#: on every call) per checked access, most of checked mode's cost on CPU worlds. Tests run both.
+CHECK_ON_HOST = tl.constexpr(INTERPRETED)
+
+
 @triton.jit
 def check_read(signals, ctx, ptrs, mask, base, line, DIM_OUTER: tl.constexpr):
     """Checked mode: every chunk holding an element this load reads (its pointers, its mask) has arrived."""
-    g_lo, g_hi = chunk_range_masked(ptrs, mask, base, ctx, DIM_OUTER)
-    _check_chunks(signals, ctx, g_lo, g_hi, line, False)
+    if CHECK_ON_HOST:
+        _check_on_host(signals, ctx, ptrs, mask, base, line, DIM_OUTER, False)
+    else:
+        g_lo, g_hi = chunk_range_masked(ptrs, mask, base, ctx, DIM_OUTER)
+        _check_chunks(signals, ctx, g_lo, g_hi, line, False)
 
 
 @triton.jit
 def check_store(signals, ctx, ptrs, mask, base, line, DIM_OUTER: tl.constexpr):
     """Checked mode: no chunk this store (or atomic) writes into has been announced yet."""
-    g_lo, g_hi = chunk_range_masked(ptrs, mask, base, ctx, DIM_OUTER)
-    _check_chunks(signals, ctx, g_lo, g_hi, line, True)
+    if CHECK_ON_HOST:
+        _check_on_host(signals, ctx, ptrs, mask, base, line, DIM_OUTER, True)
+    else:
+        g_lo, g_hi = chunk_range_masked(ptrs, mask, base, ctx, DIM_OUTER)
+        _check_chunks(signals, ctx, g_lo, g_hi, line, True)
+
+
+def _value(x):
+    """A program's value as numpy (a tl.tensor's data), or the Python value of a constant."""
+    import numpy as np
+
+    if hasattr(x, "handle"):
+        return x.handle.data
+    return np.asarray(getattr(x, "value", x))
+
+
+def _words(ptr, dtype, n: int):
+    """`n` words of host memory at a pointer value of an interpreted program (CPU tensors only)."""
+    import ctypes
+
+    import numpy as np
+
+    address = int(_value(ptr).reshape(-1)[0])
+    return np.ctypeslib.as_array(((ctypes.c_int64 if dtype == "i64" else ctypes.c_int32) * n).from_address(address))
+
+
+def _host_chunk_of_row(row: int, c) -> int:
+    rows_per_rank, chunks = int(c[CTX_ROWS]), int(c[CTX_CHUNKS])
+    src = row // rows_per_rank
+    local = row - src * rows_per_rank
+    return src * chunks + ((local + 1) * chunks - 1) // rows_per_rank
+
+
+def _check_on_host(signals, ctx, ptrs, mask, base, line, dim_outer, store: bool) -> None:
+    """`chunk_range_masked` + `_check_chunks` in plain Python, for interpreted programs."""
+    import numpy as np
+
+    c = _words(ctx, "i64", CTX_LEN)
+    off = _value(ptrs).astype(np.uint64).astype(np.int64) - np.int64(int(_value(base).reshape(-1)[0]))
+    keep = (off >= 0) & np.broadcast_to(_value(mask).astype(bool), off.shape)
+    if not keep.any():
+        return
+    stride_bytes, size = int(c[CTX_STRIDE_BYTES]), int(c[CTX_SIZE])
+    if bool(_value(dim_outer)):
+        kept = off[keep]
+        row_lo, row_hi = min(int(kept.min()) // stride_bytes, size - 1), min(int(kept.max()) // stride_bytes, size - 1)
+    else:
+        rows = (off[keep] // stride_bytes) % size
+        row_lo, row_hi = int(rows.min()), int(rows.max())
+    n_flags = int(c[CTX_WORLD] * c[CTX_CHUNKS])
+    words = _words(signals, "i32", SIG_HEADER + n_flags)
+    epoch = int(c[CTX_EPOCH])
+    for g in range(_host_chunk_of_row(row_lo, c), _host_chunk_of_row(row_hi, c) + 1):
+        behind = (int(words[SIG_HEADER + g]) - epoch + 2**31) % 2**32 < 2**31  # cyclic in int32, as _behind
+        if behind != store and words[0] == 0:
+            code = CHECK_BASE.value + 2 * int(_value(line)) + int(store)
+            words[1], words[2], words[3], words[0] = int(c[CTX_RANK]), g, epoch, code
 
 
 @triton.jit
@@ -588,3 +666,25 @@ def check_desc_store(signals, ctx, desc_base, row0, block0, size0, stride0, tail
     """`check_store` for `desc.store([row0, ...], value)`."""
     g_lo, g_hi = desc_chunk_range(desc_base, row0, block0, size0, stride0, tail, base, ctx)
     _check_chunks(signals, ctx, g_lo, g_hi, line, True)
+
+
+# -- the interpreter's calls of these helpers ---------------------------------------------------------
+# Under TRITON_INTERPRET every call of a @triton.jit function from a running program patches
+# triton.language again (inspect.getmembers over tl, tl.tensor, tl.math: about 1 ms a call on a CPU
+# world, a third of checked mode's time and a good part of every world test's). The launch of the
+# kernel that calls these helpers has patched it already (the interpreter never restores a nested
+# patch anyway), so while it is patched a helper of this module runs its rewritten body directly;
+# called any other way, it patches as before.
+if INTERPRETED:
+    _InterpretedFunction = type(_spin_polls)
+    _unpatched_load = tl.load
+
+    class _Helper(_InterpretedFunction):
+        def __call__(self, *args, **kwargs):
+            if tl.load is _unpatched_load:
+                return super().__call__(*args, **kwargs)
+            return self.rewrite()(*args, **kwargs)
+
+    for _fn in list(globals().values()):
+        if type(_fn) is _InterpretedFunction:
+            _fn.__class__ = _Helper

@@ -13,8 +13,10 @@ host raises `SyncopyReadError` naming file:line, rank, chunk and epoch (`violati
 
 A @triton.jit helper of the kernel's file handed a pointer into the tensor is called through a
 checked copy (`syncopy_checked_<name>`, next to the kernel), whose checks name the helper's lines;
-a helper defined elsewhere cannot be copied (the transformed source says so above the call). A
-block pointer (`tl.make_block_ptr`) is refused in one line.
+a helper imported from another file is copied too where its copy runs among the kernel file's
+globals (its checks name the line of the call), otherwise the transformed source says above the
+call that it is not checked. A block pointer (`tl.make_block_ptr`) is refused in one line that
+says what to use instead (a tensor descriptor, plain pointers).
 
 Switched on by `syncopy.overlap(..., checked=True)`, `SYNCOPY_CHECKED=1` or `syncopy transform
 --checked`.
@@ -23,13 +25,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from pathlib import Path
 
 import libcst as cst
 
 from syncopy import device as dev
 from syncopy.errors import KernelError, LaunchError, SyncopyReadError
 from syncopy.frontend import cstutil as cu
-from syncopy.frontend import helpers
+from syncopy.frontend import helpers, imports
 from syncopy.frontend import infer as inference
 from syncopy.passes import names, signature
 from syncopy.schedule.model import PRODUCER_PATTERNS
@@ -104,8 +107,10 @@ class _Finder:
             mask = "True" if leaf == "atomic_cas" else self._mask(call, 2)  # atomic_cas(ptr, cmp, val) has no mask
             return _Site(call, "check_store", (_code(ptr), mask, self.base), (self.outer,))
         if leaf == "make_block_ptr" and any(cu.names_in(a.value) & self.derived for a in call.args):
-            raise KernelError(f"checked mode cannot check the accesses of '{self.tensor}' through {name}; use pointer "
-                              "arithmetic or tl.make_tensor_descriptor, or launch without checked mode", self.where(call))
+            raise KernelError(f"checked mode cannot check the accesses of '{self.tensor}' through {name} (the rows a block "
+                              f"pointer touches after tl.advance are not known where it is used); use tl.make_tensor_descriptor("
+                              f"{self.tensor}, ...) with desc.load([row, col]), or plain pointers ({self.tensor} + rows[:, None] * "
+                              "stride + cols[None, :]), or launch without checked mode", self.where(call))
         helper = helpers.helper_name(call, self.local)
         if helper is not None and head not in ("tl", "triton", "math", "libdevice") \
                 and any(cu.names_in(a.value) & self.derived for a in call.args):
@@ -133,11 +138,10 @@ class _Finder:
 
 
 def _headers(node: cst.CSTNode) -> list[cst.CSTNode]:
-    """The expressions a compound statement evaluates before its body: an if's test (and its
-    elifs'), a while's test, a for's iterable; a simple statement is all header."""
-    if isinstance(node, cst.If):
-        return [node.test, *(_headers(node.orelse) if isinstance(node.orelse, cst.If) else [])]
-    if isinstance(node, cst.While):
+    """The expressions a compound statement evaluates before its body: an if's test (its elifs'
+    are checked in the else they become, `_Insert.leave_If`), a while's first test, a for's
+    iterable; a simple statement is all header."""
+    if isinstance(node, (cst.If, cst.While)):
         return [node.test]
     if isinstance(node, cst.For):
         return [node.iter]
@@ -145,8 +149,11 @@ def _headers(node: cst.CSTNode) -> list[cst.CSTNode]:
 
 
 class _Insert(cst.CSTTransformer):
-    """Put each site's check right before the statement holding it. For a read in a compound
-    statement's header the check goes before the statement: it covers a while's first test only."""
+    """Put each site's check right before the statement holding it. A read in a compound
+    statement's header is checked where the header is evaluated: before an if (or for); an elif
+    becomes `else:` + the checks + `if`, so they run only once the earlier tests were false; a
+    while's test is checked before the loop and again at the end of its body, before each later
+    test (Triton has no `continue` or `break`, so every later test follows the body's end)."""
 
     def __init__(self, checks: dict[int, cst.BaseSmallStatement], unchecked: dict[int, str], comment: str,
                  renames: dict[int, tuple[str, str]] | None = None):
@@ -172,8 +179,7 @@ class _Insert(cst.CSTTransformer):
         return [self.checks[c] for c in calls if c in self.checks], list(dict.fromkeys(self.unchecked[c] for c in calls if c in self.unchecked))
 
     def _comments(self, checks, unchecked) -> list[cst.EmptyLine]:
-        texts = [f"# syncopy: checked mode cannot look inside {h} (not a @triton.jit function of this file it can copy): "
-                 "its accesses of this tensor are not checked" for h in unchecked]
+        texts = [f"# syncopy: checked mode cannot look inside {h}: its accesses of this tensor are not checked" for h in unchecked]
         return [cst.EmptyLine(comment=cst.Comment(t)) for t in (*texts, *([self.comment] if checks else []))]
 
     def _prepend(self, original, updated):
@@ -201,10 +207,30 @@ class _Insert(cst.CSTTransformer):
             self.elifs.add(id(node.orelse))
 
     def leave_If(self, original, updated):
-        # An elif cannot have statements before it: its test is checked before the first `if`.
+        updated = self._elif_checked(original, updated)
+        # An elif's own checks went into the else it became (its parent's leave_If).
         return updated if id(original) in self.elifs else self._prepend(original, updated)
 
+    def _elif_checked(self, original, updated):
+        """`elif t:` whose test reads the tensor becomes `else:` + its checks + `if t:`."""
+        if not isinstance(original.orelse, cst.If):
+            return updated
+        checked = self._prepend(original.orelse, updated.orelse)
+        if checked is updated.orelse:
+            return updated
+        # Only comments to add (a helper that cannot be checked): an elif keeps them as the else's.
+        inner = checked.nodes if isinstance(checked, cst.FlattenSentinel) else [checked]
+        return updated.with_changes(orelse=cst.Else(body=cst.IndentedBlock(body=list(inner))))
+
     def leave_While(self, original, updated):
+        checks, _ = self._found([original.test])
+        if checks:
+            again = [cst.SimpleStatementLine([c]) for c in checks]
+            again[0] = again[0].with_changes(leading_lines=[cst.EmptyLine(comment=cst.Comment(self.comment + " (the next test)"))])
+            body = updated.body
+            if isinstance(body, cst.SimpleStatementSuite):  # `while t: x += 1`
+                body = cst.IndentedBlock(body=[cst.SimpleStatementLine(body.body)])
+            updated = updated.with_changes(body=body.with_changes(body=[*body.body, *again]))
         return self._prepend(original, updated)
 
     def leave_For(self, original, updated):
@@ -222,54 +248,74 @@ def _comment(tensor: str, producer: bool) -> str:
 
 
 class _Clones:
-    """Checked copies of the @triton.jit helpers of the kernel's file that are handed a pointer into
-    the tensor: the same function with a check before each of its accesses (at the helper's own
-    lines) and three more parameters (signal pad, context, the tensor's base). One per (helper,
-    parameters handed the pointer); helpers they call are copied the same way."""
+    """Checked copies of the @triton.jit helpers that are handed a pointer into the tensor: the same
+    function with a check before each of its accesses and three more parameters (signal pad,
+    context, the tensor's base). One per (helper, parameters handed the pointer); helpers they call
+    are copied the same way. A helper of the kernel's file is checked at its own lines; one imported
+    from another file (frontend/imports.py) at the line of the kernel file's call into it (a
+    violation names a line of the kernel's file), and only where its copy runs among the kernel
+    file's globals as it runs among its own (same imports): otherwise it is left unchecked."""
 
     def __init__(self, ks, tensor: str, dim: int, producer: bool):
         self.ks, self.tensor, self.dim, self.producer = ks, tensor, dim, producer
-        self.defs = helpers.jit_helpers(ks)
-        self.made: dict[tuple[str, tuple[str, ...]], tuple[str, cst.FunctionDef | None]] = {}
+        self.made: dict[tuple[str, str, tuple[str, ...]], tuple[str, cst.FunctionDef | None]] = {}
+        self.refused: dict[str, str] = {}  # helper call name -> why its copy would not run here
 
     def functions(self) -> list[cst.FunctionDef]:
         return [f for _, f in self.made.values() if f is not None]
 
-    def copy_for(self, site: _Helper, derived: set[str]) -> str | None:
-        """The name of the checked copy to call at `site` (None: the helper cannot be copied)."""
-        helper = self.defs.get(site.name)
-        env = helpers.bind_args(helper, site.call, self.ks) if helper is not None else None
+    def _find(self, name: str, origin) -> tuple | None:
+        """(file, function) of the helper a call `name` in the file `origin` runs."""
+        defs = helpers.jit_helpers(origin)
+        if name in defs:
+            return origin, defs[name]
+        return imports.imported_helper(origin, name)
+
+    def copy_for(self, site: _Helper, derived: set[str], origin, line: int) -> str | None:
+        """The name of the checked copy to call at `site` (a call in the file `origin`, at the kernel
+        file's line `line`); None: the helper cannot be copied."""
+        found = self._find(site.name, origin)
+        env = helpers.bind_args(found[1], site.call, found[0]) if found is not None else None
         if env is None:
             return None
+        src, helper = found
         handed = tuple(p for p, code in env.items() if cu.names_in(cst.parse_expression(code)) & derived)
-        key = (site.name, handed)
+        key = (src.path, helper.name.value, handed)
         if key not in self.made:
-            variants = sum(1 for name, _ in self.made if name == site.name)
-            clone = f"{CLONE_PREFIX}{site.name}" + (f"_{variants}" if variants else "")
+            variants = sum(1 for _, name, _ in self.made if name == helper.name.value)
+            clone = f"{CLONE_PREFIX}{helper.name.value}" + (f"_{variants}" if variants else "")
             self.made[key] = (clone, None)  # recursion: a helper that calls itself gets the same copy
-            self.made[key] = (clone, self._copy(helper, handed, clone))
+            foreign = src.path != self.ks.path
+            func = self._copy(src, helper, handed, clone, line if foreign else None)
+            unbound = imports.foreign_names(func, src.module, self.ks.module) if foreign else []
+            if unbound:
+                del self.made[key]
+                self.refused[site.name] = f"it uses {', '.join(unbound)}, which this file does not import as {Path(src.path).name} does"
+                return None
+            self.made[key] = (clone, func)
         return self.made[key][0]
 
-    def _copy(self, helper: cst.FunctionDef, handed: tuple[str, ...], clone: str) -> cst.FunctionDef:
-        ks = self.ks
-        finder = _Finder(helper, self.tensor, CHECK_BASE, self.dim, self.producer, {}, ks.location, seeds=handed)
-        func = instrument(helper, finder, [ks.location(s.call).line for s in finder.sites(helper.body)], self,
-                          _comment(self.tensor, self.producer), CHECK_BASE)
+    def _copy(self, src, helper: cst.FunctionDef, handed: tuple[str, ...], clone: str, line: int | None) -> cst.FunctionDef:
+        finder = _Finder(helper, self.tensor, CHECK_BASE, self.dim, self.producer, {}, src.location, seeds=handed)
+        lines = [src.location(s.call).line if line is None else line for s in finder.sites(helper.body)]
+        func = instrument(helper, finder, lines, self, _comment(self.tensor, self.producer), CHECK_BASE, src)
         func = signature.add_params(func, extra=(names.SIGNALS, names.CTX, CHECK_BASE), flags=())
         return func.with_changes(name=cst.Name(clone), leading_lines=[])
 
 
-def instrument(func: cst.FunctionDef, finder: _Finder, lines: list[int], clones: _Clones, comment: str, base: str) -> cst.FunctionDef:
-    """`func` with a check before each of `finder`'s sites (site k at user line lines[k]) and its
-    helper calls pointed at their checked copies."""
+def instrument(func: cst.FunctionDef, finder: _Finder, lines: list[int], clones: _Clones, comment: str, base: str,
+               origin) -> cst.FunctionDef:
+    """`func` (of the file `origin`) with a check before each of `finder`'s sites (site k at the
+    kernel file's line lines[k]) and its helper calls pointed at their checked copies."""
     sites = finder.sites(func.body)
     checks = {id(s.call): s.statement(lines[k]) for k, s in enumerate(sites) if isinstance(s, _Site)}
     renames, unchecked = {}, {}
-    for s in sites:
+    for k, s in enumerate(sites):
         if isinstance(s, _Helper):
-            clone = clones.copy_for(s, finder.derived)
+            clone = clones.copy_for(s, finder.derived, origin, lines[k])
             if clone is None:
-                unchecked[id(s.call)] = s.name
+                why = clones.refused.get(s.name, "not a @triton.jit function it can find in this file or its imports")
+                unchecked[id(s.call)] = f"{s.name} ({why})"
             else:
                 renames[id(s.call)] = (clone, base)
     return func.visit(_Insert(checks, unchecked, comment, renames))
@@ -286,7 +332,8 @@ def apply(t):
     original = _Finder(ks.func, tensor, binding.base, binding.dim, producer, descs, ks.location).sites(ks.func.body)
     finder = _Finder(t.func, tensor, binding.base, binding.dim, producer, descs, lambda n: ks.location(ks.func))
     clones = _Clones(ks, tensor, binding.dim, producer)
-    func = instrument(t.func, finder, _lines(ks, original, finder.sites(t.func.body)), clones, _comment(tensor, producer), binding.base)
+    func = instrument(t.func, finder, _lines(ks, original, finder.sites(t.func.body)), clones, _comment(tensor, producer),
+                      binding.base, ks)
     out = dataclasses.replace(t, func=func, checked=True, stages=dict(t.stages), checked_helpers=clones.functions())
     out.stages["fused"] = "\n\n".join(out.code(f) for f in (*out.checked_helpers, out.func))
     return out

@@ -20,6 +20,8 @@ class Link:
     jitter_s: float = 0.0
     start_s: float = 0.0
     reorder: bool = False
+    hold_until_waited: bool = False  # see Hold below
+    hold_s: float = 0.3  # hold_until_waited: how long a chunk no program polls is held at most
 
     def delay(self, nbytes: int, rng: random.Random) -> float:
         t = self.latency_s + (nbytes / self.bandwidth_Bps if self.bandwidth_Bps != float("inf") else 0.0)
@@ -27,6 +29,34 @@ class Link:
 
     def start_delay(self, rng: random.Random) -> float:
         return rng.uniform(0, self.start_s) if self.start_s else 0.0
+
+
+class Hold:
+    """Link.hold_until_waited, an oracle for "the tile really blocked": the receiving rank keeps each
+    arrived chunk out of the receive buffer, its flag down, until a program of the running kernel
+    has been seen polling that flag (down) in this launch, or for `hold_s` at most (a chunk no
+    program polls: counted as such). Under the interpreter a wait that finds its flag down calls
+    `note_waiting` (device.wait_chunks) with the flag's address and the launch's epoch word.
+
+        kernel    |-- tile: wait_chunks(c): flag down -> note (addr(c), epoch) -- spin ------|-- reads c
+        receiver       c arrived, held ........ sees the note -> copy c in, flag = epoch ---^
+    """
+
+    waiting: set[tuple[int, int]] = set()  # (flag address, epoch word) seen down by a polling program
+    records: list[dict] = []  # per launch that held chunks: {"epoch", "waited": [chunk], "unwaited": [chunk]}
+
+    @classmethod
+    def note_waiting(cls, address: int, epoch: int) -> None:
+        cls.waiting.add((address, epoch))
+
+    @classmethod
+    def polled(cls, addresses: list[int], epoch: int) -> bool:
+        return any((a, epoch) in cls.waiting for a in addresses)
+
+    @classmethod
+    def forget(cls, addresses: list[int], epoch: int) -> None:
+        for a in addresses:
+            cls.waiting.discard((a, epoch))
 
 
 #: The link of a CPU launch that names none: instant. The CPU-world tests make a slow one the default

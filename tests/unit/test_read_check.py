@@ -115,8 +115,8 @@ def test_a_helper_from_another_file_is_said_to_be_unchecked():
         v = other_module.block_of(X, pid, BLOCK)
         tl.store(Y + pid * BLOCK + tl.arange(0, BLOCK), v)
     ''')
-    assert ("# syncopy: checked mode cannot look inside other_module.block_of (not a @triton.jit function of this file it can "
-            "copy): its accesses of this tensor are not checked") in code
+    assert ("# syncopy: checked mode cannot look inside other_module.block_of (not a @triton.jit function it can find in this "
+            "file or its imports): its accesses of this tensor are not checked") in code
     assert _checks(code) == []
 
 
@@ -130,7 +130,11 @@ def test_a_block_pointer_is_refused_in_one_line(monkeypatch):
             bp = tl.make_block_ptr(X, shape=(n, BLOCK), strides=(BLOCK, 1), offsets=(pid * BLOCK, 0), block_shape=(BLOCK, BLOCK), order=(1, 0))
             tl.store(Y + tl.arange(0, BLOCK), tl.sum(tl.load(bp), 1))
         ''', binding={"rows": "pid * BLOCK + tl.arange(0, BLOCK)"})
-    assert str(info.value).startswith("kern.py:") and "checked mode cannot check the accesses of 'X' through tl.make_block_ptr" in str(info.value)
+    text = str(info.value)
+    assert text.startswith("kern.py:8:") and "\n" not in text
+    assert ": checked mode cannot check the accesses of 'X' through tl.make_block_ptr (the rows a block pointer touches after " \
+           "tl.advance are not known where it is used); use tl.make_tensor_descriptor(X, ...) with desc.load([row, col]), or " \
+           "plain pointers (X + rows[:, None] * stride + cols[None, :]), or launch without checked mode" in text
 
 
 @pytest.mark.parametrize("value, on", [("1", True), ("true", True), ("0", False), ("", False), ("off", False)])
@@ -208,6 +212,13 @@ def _run_check(flags: list[int], read: bool, rows: tuple[int, int]) -> list[int]
     return signals[: dev.SIG_HEADER].tolist()
 
 
+@pytest.fixture(params=[True, False], ids=["on_host", "device_code"], autouse=False)
+def both_checks(request, monkeypatch):
+    """The interpreter checks on the host (device.CHECK_ON_HOST); compiled kernels run the device code."""
+    monkeypatch.setattr(dev, "CHECK_ON_HOST", request.param)
+
+
+@pytest.mark.usefixtures("both_checks")
 def test_device_check_read_flags_the_first_chunk_behind_the_epoch():
     assert _run_check([3, 3, 2, 3], True, (0, 4)) == [0, 0, 0, 0]    # rows 0..3: chunks 0, 1, both arrived
     assert _run_check([3, 3, 2, 3], True, (2, 8)) == [dev.CHECK_BASE.value + 84, 1, 2, 3]  # chunk 2 is behind
@@ -215,6 +226,7 @@ def test_device_check_read_flags_the_first_chunk_behind_the_epoch():
     assert _run_check([4, 3, 3, 3], True, (0, 8)) == [0, 0, 0, 0]    # a later epoch counts as arrived
 
 
+@pytest.mark.usefixtures("both_checks")
 def test_device_check_store_flags_a_chunk_announced_already():
     assert _run_check([2, 2, 2, 2], False, (0, 8)) == [0, 0, 0, 0]
     assert _run_check([2, 3, 2, 2], False, (0, 4)) == [dev.CHECK_BASE.value + 85, 1, 1, 3]
@@ -281,3 +293,123 @@ def test_a_deferred_launch_reports_the_violation_through_the_error_ring():
                 if "a = tl.load(a_ptrs" in text)
     assert str(info.value).startswith(f"{ag_gemm_kernel.fn.__code__.co_filename}:{line}: rank 0 read chunk (1, 1) of A "
                                       "before it arrived (epoch 1); ")
+
+
+# -- reads checked where they are evaluated (elif tests, every while test), imported helpers --------
+def test_an_elif_test_is_checked_in_the_else_it_becomes_only_after_the_earlier_tests_were_false():
+    code = _fused('''\
+        pid = tl.program_id(0)
+        if pid == 0:
+            v = 1.0
+        elif tl.load(X + pid) > 0:
+            v = 2.0
+        else:
+            v = 3.0
+        tl.store(Y + pid, v)
+    ''', binding={"rows": "pid + tl.arange(0, 1)"})
+    assert textwrap.dedent('''\
+        if pid == 0:
+            v = 1.0
+        else:
+            # syncopy: checked: the chunks of X this read touches have arrived
+            syncopy_device.check_read(syncopy_signals, syncopy_ctx, X + pid, True, X, 10, True)
+            if tl.load(X + pid) > 0:
+                v = 2.0
+            else:
+                v = 3.0
+        ''') in textwrap.dedent(code[code.index("    if pid == 0:"):])
+
+
+def test_a_while_test_is_checked_before_the_loop_and_before_every_later_test():
+    code = _fused('''\
+        pid = tl.program_id(0)
+        i = 0
+        while tl.load(X + i) > 0:
+            i += 1
+        tl.store(Y + pid, i)
+    ''', binding={"rows": "pid + tl.arange(0, 1)"})
+    check = "syncopy_device.check_read(syncopy_signals, syncopy_ctx, X + i, True, X, 9, True)"
+    assert textwrap.dedent(f'''\
+        # syncopy: checked: the chunks of X this read touches have arrived
+        {check}
+        while tl.load(X + i) > 0:
+            i += 1
+            # syncopy: checked: the chunks of X this read touches have arrived (the next test)
+            {check}
+        ''') in textwrap.dedent(code[code.index("    # syncopy: checked"):])
+
+
+def _imported(tmp_path, monkeypatch, kernel_body: str):
+    """A kernel in kern.py calling helpers of a package `hpkg` (hpkg/rows.py) in tmp_path."""
+    (tmp_path / "hpkg").mkdir()
+    (tmp_path / "hpkg" / "__init__.py").write_text("")
+    (tmp_path / "hpkg" / "rows.py").write_text(HEAD + textwrap.dedent('''\
+        SCALE = 2.0
+
+
+        @triton.jit
+        def block_of(p, pid, BLOCK: tl.constexpr):
+            return first(p + pid * BLOCK, BLOCK)
+
+
+        @triton.jit
+        def first(q, BLOCK: tl.constexpr):
+            return tl.load(q + tl.arange(0, BLOCK))
+
+
+        @triton.jit
+        def scaled(p, pid, BLOCK: tl.constexpr):
+            return tl.load(p + pid * BLOCK + tl.arange(0, BLOCK)) * SCALE
+        '''))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    text = HEAD.replace("\n\n\n", "\nimport hpkg.rows as hr\nfrom hpkg.rows import block_of as bo\n\n\n") + \
+        "@triton.jit\ndef k(X, Y, idx, n, BLOCK: tl.constexpr):\n" + textwrap.indent(textwrap.dedent(kernel_body), "    ")
+    return read_check.apply(transform(find_kernel(text, "kern.py", "k"), Schedule(pattern="all_gather", tensor="X")))
+
+
+def test_a_helper_imported_from_another_file_is_called_through_a_checked_copy_naming_the_call_line(tmp_path, monkeypatch):
+    t = _imported(tmp_path, monkeypatch, '''\
+        pid = tl.program_id(0)
+        v = hr.block_of(X, pid, BLOCK) + bo(X, pid, BLOCK)
+        tl.store(Y + pid * BLOCK + tl.arange(0, BLOCK), v)
+    ''')
+    # Both names reach the same function: one copy (and one of the helper it calls).
+    assert [f.name.value for f in t.checked_helpers] == ["syncopy_checked_block_of", "syncopy_checked_first"]
+    code = t.stages["fused"]
+    assert ("v = syncopy_checked_block_of(X, pid, BLOCK, syncopy_signals=syncopy_signals, syncopy_ctx=syncopy_ctx, "
+            "syncopy_check_base=X) + syncopy_checked_block_of(X, pid, BLOCK, ") in code
+    # The read is in hpkg/rows.py; its check names line 10 of kern.py, where the kernel calls the helper.
+    assert _checks(code) == ["syncopy_device.check_read(syncopy_signals, syncopy_ctx, q + tl.arange(0, BLOCK), True, "
+                             "syncopy_check_base, 10, True)"]
+
+
+def test_an_imported_helper_whose_copy_would_not_run_here_is_said_to_be_unchecked(tmp_path, monkeypatch):
+    t = _imported(tmp_path, monkeypatch, '''\
+        pid = tl.program_id(0)
+        v = hr.scaled(X, pid, BLOCK)
+        tl.store(Y + pid * BLOCK + tl.arange(0, BLOCK), v)
+    ''')
+    assert t.checked_helpers == []
+    assert ("# syncopy: checked mode cannot look inside hr.scaled (it uses SCALE, which this file does not import as "
+            "rows.py does): its accesses of this tensor are not checked") in t.code()
+
+
+@pytest.mark.usefixtures("both_checks")
+def test_device_check_counts_rows_of_an_inner_dimension_and_wraps_epochs():
+    # DIM_OUTER=False: rows are (offset // stride) % size; and a flag past 2^31 launches still compares cyclically.
+    a = torch.zeros(8, 4)
+    ctx = torch.zeros(dev.CTX_LEN, dtype=torch.int64)
+    for key, value in ((dev.CTX_EPOCH, -2**31 + 1), (dev.CTX_RANK, 0), (dev.CTX_ROWS, 4), (dev.CTX_CHUNKS, 2),
+                       (dev.CTX_STRIDE_BYTES, 16), (dev.CTX_SIZE, 8), (dev.CTX_WORLD, 2)):
+        ctx[key.value] = value
+    signals = torch.zeros(dev.SIG_HEADER + 4, dtype=torch.int32)
+    # Chunk 0 carries the epoch, chunk 1 a later one (across the wrap), chunk 2 an earlier one (2^31 - 1).
+    signals[dev.SIG_HEADER:] = torch.tensor([-2**31 + 1, -2**31 + 2, 2**31 - 1, 5], dtype=torch.int32)
+    _inner_kernel[(1,)](a, signals, ctx)
+    assert signals[: dev.SIG_HEADER].tolist() == [dev.CHECK_BASE.value + 2 * 9, 0, 2, -2**31 + 1]
+
+
+@triton.jit
+def _inner_kernel(A, signals, ctx):
+    r = tl.arange(0, 8)
+    dev.check_read(signals, ctx, A + (r + 8) * 4, r >= 1, A, 9, False)  # rows (r + 8) % 8 = 1..7: chunks 0..3

@@ -25,8 +25,10 @@ def spawn(fn, world: int, *args, link: Link = SLOW, checked: bool = False, **opt
     """`syncopy.runtime.world.spawn(fn, world, *args, **options)` with `link` the default link of every
     rank; `checked`: the ranks' operators run in checked mode (SYNCOPY_CHECKED=1, passes/read_check.py),
     so a read of rows a tile did not wait for raises SyncopyReadError naming the kernel's line. On for
-    the worlds of the read-coverage cases (consumer waits, producer semantics); the rest of the suite
-    would take +30% to +55% longer with it ($SYNCOPY_CHECKED=1 make test runs everything checked)."""
+    the worlds of the read-coverage cases (consumer waits, producer semantics). Since checks run on the
+    host under the interpreter (device.CHECK_ON_HOST) the world-2 all-gather matrix costs about +8% in
+    Python calls checked (+7% to +31% CPU on a loaded machine); not yet the default for every world
+    ($SYNCOPY_CHECKED=1 make test runs everything checked)."""
     return _world.spawn(_on_link, world, fn, link, checked, *args, **options)
 
 

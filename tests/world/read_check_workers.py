@@ -66,3 +66,74 @@ def run_case(rank: int, world: int, pattern: str, checked: bool) -> dict:
         except Exception:
             results.append(traceback.format_exc()[-1500:])
     return {"results": results, "file": read_check.__file__}
+
+
+#: The reads checked mode used to check at the wrong time or not at all: kernel -> what each program stores.
+GAPS = ("first_of_block_elif", "finite_rows_while", "block_sum_imported")
+
+
+def _gap_reference(name: str, full):
+    blocks = full[:, 0].reshape(-1, BR)
+    if name == "first_of_block_elif":
+        return blocks[:, 0]
+    if name == "finite_rows_while":
+        return blocks.new_full((blocks.shape[0],), float(BR))
+    return blocks.sum(1)
+
+
+def run_gaps(rank: int, world: int) -> dict:
+    """Each kernel of GAPS, unchecked (two launches) and checked (three), new data every launch:
+    {(kernel, checked): [largest error, or the error's text, per launch]}."""
+    import torch
+    import torch.distributed as dist
+
+    import syncopy
+    from syncopy.runtime.link import Faults, Link
+    from tests.kernels import read_check
+
+    # The chunk the narrow wait misses lands late, also where a rank starts a first launch late.
+    late = {(src, 1): 1.5 for src in range(world)}
+    out: dict = {}
+    for name in GAPS:
+        for checked in (False, True):
+            fused = syncopy.overlap(_schedule("all_gather", "X"), poison_receive=True, checked=checked, timeout_s=30,
+                                    link=Link(latency_s=0.02, jitter_s=0.01), faults=Faults.of(delay=late))(getattr(read_check, name))
+            results = []
+            for epoch in (1, 2, 3)[: 3 if checked else 2]:
+                x = torch.randn(BR, NC, generator=torch.Generator().manual_seed(epoch * 131 + rank))
+                full = torch.empty(BR * world, NC)
+                dist.all_gather_into_tensor(full, x)
+                got = torch.full((world,), float("nan"))
+                dist.barrier()
+                try:
+                    fused[(world,)](x, got, BR * world, NC=NC, BR=BR)
+                    results.append(float(torch.nan_to_num((got - _gap_reference(name, full)).abs(), nan=float("inf")).max()))
+                except syncopy.SyncopyError as exc:
+                    results.append(f"{type(exc).__name__}: {exc}")
+                except Exception:
+                    results.append(traceback.format_exc()[-1500:])
+            out[(name, checked)] = results
+    return {"results": out, "file": read_check.__file__}
+
+
+def run_hold_oracle(rank: int, world: int, launches: int) -> list[dict]:
+    """An all-gather GEMM under Link(hold_until_waited=True) with poisoned receive buffers, new data
+    each launch: per launch its error, the remote chunks, and which chunks landed while a program was
+    polling their flag ("waited") or after the hold's bound with none polling ("unwaited")."""
+    import syncopy
+    from syncopy.runtime.link import Hold, Link
+    from tests.world import workers
+
+    # A bound far above a tile's time here: a chunk that lands by the bound says no program waited.
+    link = Link(latency_s=0.004, jitter_s=0.004, hold_until_waited=True, hold_s=3.0)
+    fused = syncopy.overlap(workers.schedule("gemm2d", 2, "ring"), poison_receive=True, link=link)(workers._kernel("gemm2d"))
+    out = []
+    for epoch in range(launches):
+        p = workers.Problem("gemm2d", rank, world, 24, "float32", seed=70 + epoch)
+        before = len(Hold.records)
+        p.launch(fused)
+        held = Hold.records[before:]
+        remote = [g for g in range(world * 2) if g // 2 != rank]
+        out.append({"err": p.error(), "remote": remote, "waited": sorted(g for r in held for g in r["waited"]),
+                    "unwaited": sorted(g for r in held for g in r["unwaited"])})
+    return out

@@ -60,3 +60,47 @@ def test_checked_a_store_after_its_chunk_was_announced_raises():
         for epoch, text in enumerate(r["results"], start=1):
             assert isinstance(text, str) and text.startswith(f"SyncopyReadError: {line}"), text
             assert re.search(rf": rank {rank} wrote chunk \(\d, 1\) of C after it was announced \(epoch {epoch}\); ", text), text
+
+
+# -- reads checked mode used to check at the wrong time or not at all ------------------------------
+@once
+def _gaps() -> list[dict]:
+    return spawn(rw.run_gaps, 2, timeout_s=300)
+
+
+def _line_of(kernel: str, text: str) -> int:
+    from tests.kernels import read_check
+
+    lines = open(read_check.__file__).read().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"def {kernel}("))
+    return next(i for i in range(start, len(lines)) if text in lines[i]) + 1
+
+
+@pytest.mark.world
+@pytest.mark.parametrize("kernel", rw.GAPS)
+def test_unchecked_the_gap_cases_are_silently_wrong(kernel):
+    # The precondition: each narrow wait really misses a chunk that lands after the read, on the
+    # rank that reads the other's block remotely (rank 1 reads rank 0's block only where it reads at all).
+    for rank, r in enumerate(_gaps()):
+        results = r["results"][(kernel, False)]
+        if rank == 0 or kernel != "first_of_block_elif":
+            assert all(isinstance(x, float) and x > 1e-3 for x in results), (rank, results)
+
+
+@pytest.mark.world
+@pytest.mark.parametrize("kernel, read", [
+    ("first_of_block_elif", "elif tl.sum(tl.load(base"),  # checked where the elif's test runs
+    ("finite_rows_while", "while (i < BR)"),               # on the test that reads row 4, not only the first
+    ("block_sum_imported", "s = rch.block_sum("),          # inside the imported helper, named at the call
+])
+def test_checked_a_gap_read_before_its_chunk_arrived_raises(kernel, read):
+    for rank, r in enumerate(_gaps()):
+        results = r["results"][(kernel, True)]
+        if rank == 1 and kernel == "first_of_block_elif":
+            # Program 0 takes the `if` (its elif test never runs, so it reads nothing unwaited), program 1
+            # reads this rank's own rows: exact, no violation (checked before the `if`, this was one).
+            assert results == [0.0, 0.0, 0.0], results  # exact: the sum of one element
+            continue
+        for epoch, text in enumerate(results, start=1):
+            assert isinstance(text, str) and text.startswith(f"SyncopyReadError: {r['file']}:{_line_of(kernel, read)}: "), text
+            assert f": rank {rank} read chunk ({1 - rank}, 1) of X before it arrived (epoch {epoch}); " in text, text

@@ -190,12 +190,15 @@ class Transfer(_Threads):
         pending = []
         for node in ctx.plan.recvs():
             view = ctx.chunk_view(node.chunk)
-            target = self._receive_target(view, self.link.reorder or not view.is_contiguous())
+            target = self._receive_target(view, self.link.reorder or self.link.hold_until_waited or not view.is_contiguous())
             work = self._post(target, node.peer, self.tag(node.chunk))
             pending.append((node, view, target, work))
         # Chunks are awaited in their planned arrival order and flagged as each lands.
         order = {g: k for k, g in enumerate(ctx.plan.arrival)}
         pending.sort(key=lambda p: order.get(p[0].chunk, 0))
+        if self.link.hold_until_waited:
+            self._land_when_waited(pending)
+            return
         if self.link.reorder:
             self._land_shuffled(pending)
             return
@@ -259,6 +262,37 @@ class Transfer(_Threads):
                     return
                 held.append((node.chunk, view, target, node.peer))
             self._place(*held.pop(self.rng.randrange(len(held))))
+
+    def _land_when_waited(self, pending: list) -> None:
+        """Link.hold_until_waited (link.Hold): each arrived chunk stays out of the receive buffer,
+        its flag down, until a program of the kernel was seen polling its flag in this launch (or
+        for link.hold_s at most); records which chunks were waited for and which were not."""
+        came: queue.Queue = queue.Queue()
+        for p in pending:
+            threading.Thread(target=lambda p=p: came.put((p, self._arrived(p[0], p[3]))), daemon=True).start()
+        ctx, word = self.ctx, self.ctx.word
+        record = {"epoch": ctx.epoch, "waited": [], "unwaited": []}
+        links.Hold.records.append(record)
+        held: list = []  # (chunk, peer, view, target, flag addresses, arrival time)
+        left = len(pending)
+        while left or held:
+            try:
+                (node, view, target, _), ok = came.get(timeout=0.001)
+                left -= 1
+                if not ok:
+                    return
+                flags = [ctx.flag_address(f) for f in ctx.plan.flags(node.chunk)]
+                held.append((node.chunk, node.peer, view, target, flags, time.monotonic()))
+            except queue.Empty:
+                pass
+            for item in list(held):
+                chunk, peer, view, target, flags, since = item
+                waited = links.Hold.polled(flags, word)
+                if waited or time.monotonic() - since > self.link.hold_s:
+                    held.remove(item)
+                    record["waited" if waited else "unwaited"].append(chunk)
+                    self._place(chunk, view, target, peer)
+                    links.Hold.forget(flags, word)
 
     def _send(self, nodes):
         ctx = self.ctx

@@ -1,0 +1,24 @@
+"""The "tiles really blocked" oracle (issue 10): under Link(hold_until_waited=True) the receiving rank
+keeps every remote chunk out of the receive buffer, its flag down, until a program of the running
+kernel was seen polling that flag (runtime/link.py, Hold). So each remote chunk lands while a tile is
+waiting for it, and the numbers (poisoned buffers, new data every launch) prove the waits held."""
+from __future__ import annotations
+
+import pytest
+
+from tests.world import read_check_workers as rw
+from tests.world import workers
+from tests.world.harness import spawn
+
+
+@pytest.mark.world
+@pytest.mark.parametrize("world", [2, 3])
+def test_every_remote_chunk_lands_while_a_tile_waits_for_it_and_results_are_exact(world):
+    launches = 3
+    for rank, log in enumerate(spawn(rw.run_hold_oracle, world, launches, timeout_s=180)):
+        assert len(log) == launches, log
+        for epoch, rec in enumerate(log, start=1):
+            where = f"rank {rank} epoch {epoch}"
+            assert rec["err"] <= workers.TOL["float32"], (where, rec)
+            assert rec["unwaited"] == [], f"{where}: no program polled chunks {rec['unwaited']} before the hold's bound"
+            assert rec["waited"] == rec["remote"], (where, rec)
