@@ -88,6 +88,8 @@ class TensorBinding:
     # The kernel reaches the tensor through a tensor descriptor (TMA copies on sm_90, which the
     # async proxy performs): its waits and notifies fence that proxy (see device.py).
     descriptors: bool = False
+    # The context pointer its waits read (one block per listed tensor: its own row stride).
+    ctx: str = "syncopy_ctx"
 
 
 @dataclass
@@ -670,6 +672,32 @@ def _corners(pointer: str, mask: str | None, levels: list[str], dim: int, desc, 
     return out
 
 
+def _rows_move(pointer: str, desc, dim: int, levels: int) -> bool:
+    """Does a read in a loop take other rows (along dim 0) at each iteration, so that a wait before
+    the loop would wait for all of them (attention's key/value loop, a GEMM reducing along the
+    communicated dim)? Seen where a loop counter indexes the first axis of a 2-D block
+    (`(start + tl.arange(0, BN))[:, None] * stride`) or a descriptor's row coordinate. A pointer
+    stepped by a stride (`p += BK * stride`) does not say which axis it walks: it keeps its wait
+    before the loop unless the schedule's `loop_order` asks for waits per iteration."""
+    if dim != 0:
+        return False
+    syms = {_ITER.format(i) for i in range(levels)}
+    if desc is not None:
+        return bool(cu.names_in(cst.parse_expression(pointer)) & syms)
+    found = []
+
+    class _Rows(cst.CSTVisitor):
+        def visit_Subscript(self, node: cst.Subscript) -> None:
+            parts = [e.slice for e in node.slice]
+            if (len(parts) == 2 and isinstance(parts[0], cst.Slice) and parts[0].lower is None and parts[0].upper is None
+                    and isinstance(parts[1], cst.Index) and isinstance(parts[1].value, cst.Name)
+                    and parts[1].value.value == "None" and cu.names_in(node.value) & syms):
+                found.append(node)
+
+    cst.parse_expression(pointer).visit(_Rows())
+    return bool(found)
+
+
 def _last_corner(levels: list[str]) -> dict[str, str]:
     env: dict[str, str] = {}
     for i, done in enumerate(levels):
@@ -848,6 +876,8 @@ def _hoist(ks: KernelSource, block: list[cst.CSTNode], reads, before: set[str], 
             bad = sorted(n for n in used if (n in unknown) or (n in inner and n not in before))
             if bad:
                 raise _Fallback(f"{', '.join(bad)} changes inside the loop in a way inference cannot follow")
+            if not writes and state["levels"] and _rows_move(pointer, desc, dim, len(state["levels"])):
+                raise _Fallback(f"each iteration reads other rows of '{tensor}', so each waits for its own chunks")
             corners = _corners(pointer, mask_code, state["levels"], dim, desc, writes)
         except _Fallback as exc:
             if fallbacks is None or writes:
