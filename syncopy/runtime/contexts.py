@@ -55,7 +55,8 @@ class Contexts:
         world, rank = dist.get_world_size(group), dist.get_rank(group)
         # The group by its token, never by id(): a destroyed group's id may come back with another group.
         # The device with its index: a context's buffers and signal pad live on one GPU.
-        key = (control.group_token(group), tuple(shard.shape), shard.dtype, shard.device)
+        extras = tuple((tuple(args[n].shape), args[n].dtype) for n in self.schedule.tensors[1:])
+        key = (control.group_token(group), tuple(shard.shape), shard.dtype, shard.device, extras)
         if key in self._contexts:
             return self._contexts[key]
         # A world of one moves nothing: its "backend" is the local copy in _launch.
@@ -66,13 +67,16 @@ class Contexts:
         choice = self._resolve(shard, world, args) if self.schedule.planned and rank == 0 else None
         # Every rank must bring the same shard shape: check once, collectively, and fail everywhere.
         # It carries an id for the context: rank 0's is taken, so the ranks agree on it (gloo tags).
-        mine = (tuple(shard.shape), str(shard.dtype), self.schedule.key(), choice, next(context_ids))
+        mine = (tuple(shard.shape), str(shard.dtype), self.schedule.key(), choice, next(context_ids), str(extras))
         theirs: list = [mine]
         if world > 1:
             # The first launch of a shape is collective: a rank that never comes is named, in bounded time.
-            what = f"the first launch of {self.local.fn.__name__} with '{self.schedule.tensor}' of shape {list(shard.shape)}"
+            what = f"the first launch of {self.local.fn.__name__} with '{self.schedule.tensors[0]}' of shape {list(shard.shape)}"
             try:
                 name = self.backend_for(shard.device, group)
+                if extras and name != "gloo":
+                    raise LaunchError(f"several communicated tensors ({', '.join(self.schedule.tensors)}) move on the gloo backend "
+                                      f"only so far, not {name}; list one tensor on GPUs")
                 backend = backends.select(name, shard.device.type)(group, self.timeout_s, self.link, self.faults)
                 control.join(group, self.timeout_s, what)
                 theirs = [None] * world
@@ -85,12 +89,15 @@ class Contexts:
                 raise LaunchError(_schedule_difference(r, other[2], rank, mine[2]))
             if other[:2] != mine[:2]:
                 raise LaunchError(self._shard_difference(r, other, rank, mine))
-        ctx = self._make_context(shard, rank, world, theirs[0][3])
+            if other[5] != mine[5]:
+                raise LaunchError(f"rank {r} passed the other listed tensors ({', '.join(self.schedule.tensors[1:])}) as "
+                                  f"{other[5]} but rank {rank} as {mine[5]} (shape, dtype); pass the same on every rank")
+        ctx = self._make_context(shard, rank, world, theirs[0][3], extras)
         ctx.uid = theirs[0][4]
         self._contexts[key] = (ctx, backend)
         return ctx, backend
 
-    def _make_context(self, shard: torch.Tensor, rank: int, world: int, choice) -> Context:
+    def _make_context(self, shard: torch.Tensor, rank: int, world: int, choice, extras: tuple = ()) -> Context:
         """The context of `shard`'s shape for rank `rank` of `world`, lowered with the planner's
         `choice` (None: the schedule as written)."""
         schedule, resolution = self._lowered(choice)
@@ -109,7 +116,7 @@ class Contexts:
             ctx = Context(p, tuple(block), shard.dtype, shard.device, self.schedule.dim)
         else:
             p = planning.all_gather(schedule, rank, world, rows)
-            ctx = Context(p, tuple(shard.shape), shard.dtype, shard.device, self.schedule.dim)
+            ctx = Context(p, tuple(shard.shape), shard.dtype, shard.device, self.schedule.dim, extras=extras)
         ctx.schedule, ctx.resolution = schedule, resolution
         ctx.kernel_file = self._built[0].source.path  # where checked-mode violations point
         return ctx
@@ -144,7 +151,7 @@ class Contexts:
         try:
             device_name = torch.cuda.get_device_name(shard.device) if shard.device.type == "cuda" else None
             hardware = auto.hardware_name(self.hardware, shard.device.type, device_name)
-            others = [tuple(v.shape) for k, v in args.items() if isinstance(v, torch.Tensor) and k != self.schedule.tensor]
+            others = [tuple(v.shape) for k, v in args.items() if isinstance(v, torch.Tensor) and k not in self.schedule.tensors]
             resolution = auto.resolve(
                 self.schedule.pattern, self.schedule.chunks_per_rank, self.schedule.order, world=world,
                 shard_shape=tuple(shard.shape), dim=self.schedule.dim, dtype=str(shard.dtype), others=others,

@@ -138,6 +138,8 @@ class Transfer(_Threads):
             view = ctx.chunk_view(node.chunk)
             staged = self.link.reorder or not view.is_contiguous()
             target = torch.empty_like(view, memory_format=torch.contiguous_format) if staged else view
+            if ctx.extras:  # several listed tensors: the chunk travels as one byte string
+                target = torch.empty_like(ctx.packed(node.chunk))
             work = self._post(target, node.peer, self.tag(node.chunk))
             pending.append((node, view, target, work))
         # Chunks are awaited in their planned arrival order and flagged as each lands.
@@ -171,7 +173,9 @@ class Transfer(_Threads):
         return True
 
     def _place(self, chunk: int, view: torch.Tensor, target: torch.Tensor) -> None:
-        if target is not view:
+        if self.ctx.extras:
+            self.ctx.unpack(chunk, target)
+        elif target is not view:
             view.copy_(target)
         self.ctx.land(chunk)
         self.landed[chunk].set()
@@ -220,7 +224,7 @@ class Transfer(_Threads):
                 self.faults.die_if_killed(src, index)
                 if (src, index) in self.faults.drop:
                     continue
-            view = ctx.send_view(node.chunk, node.peer)
+            view = ctx.send_view(node.chunk, node.peer) if not ctx.extras else ctx.packed(node.chunk)
             data = view if view.is_contiguous() else view.contiguous()
             wait = self.link.delay(data.numel() * data.element_size(), self.rng)
             if src == ctx.plan.rank:
@@ -395,7 +399,7 @@ class GlooBackend:
         rank, c, rows = ctx.plan.rank, ctx.plan.chunks_per_rank, ctx.plan.rows_per_rank
         # all_to_all: our input's block `rank` is ours to keep; all_gather: the whole shard.
         mine = shard.narrow(ctx.dim, rank * rows, rows) if ctx.source is not None else shard
-        ctx.buffer.narrow(ctx.dim, rank * rows, rows).copy_(mine)
+        ctx.place_local(mine)
         for i in range(c):
             ctx.land(rank * c + i)
 
