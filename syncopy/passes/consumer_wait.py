@@ -146,10 +146,12 @@ def nested_edits(binding: TensorBinding, groups: list[ReadGroup]) -> list:
 
 
 def insert_waits(body: list[cst.BaseStatement], binding: TensorBinding, table: bool = False,
-                 notes: tuple[str, ...] = (), others: tuple[TensorBinding, ...] = ()) -> list[cst.BaseStatement]:
+                 notes: tuple[str, ...] = (), others: tuple[TensorBinding, ...] = (),
+                 loops: dict | None = None) -> list[cst.BaseStatement]:
     """`body` is the original function body (indices match `binding.groups`). `others` are the
     bindings of the other listed tensors: their waits go next to the main tensor's, and the first
-    statement that reads any of them starts the tile (the table stands for the main tensor only)."""
+    statement that reads any of them starts the tile (the table stands for the main tensor only).
+    `loops` maps a statement index to a rewrite of that statement once its waits are in (loop_order.py)."""
     bindings = (binding, *others)
     out: list[cst.BaseStatement] = []
     first = True
@@ -164,9 +166,12 @@ def insert_waits(body: list[cst.BaseStatement], binding: TensorBinding, table: b
             last = b is next(x for x in reversed(bindings) if any(g.stmt_index == index and not g.nested for g in x.groups))
             waits += wait_statements(b, group, first, table and b is binding, notes=notes if first and not waits else (),
                                      trace=last)
+        if edits and first and not waits:
+            # Its only waits are inside (a loop that waits per iteration): the tile starts here.
+            waits = [cst.parse_statement(f"{D}.trace_tile_start({names.SIGNALS}, {names.TRACE}, {names.CTX}, {names.TRACE_FLAG})\n")]
         if waits:
             waits, stmt = _with_leading(waits, stmt)
             out.extend(waits)
             first = False
-        out.append(stmt)
+        out.extend(loops[index](stmt) if loops and index in loops else [stmt])
     return out

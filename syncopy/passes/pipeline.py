@@ -12,7 +12,7 @@ from syncopy.frontend import infer as inference
 from syncopy.frontend import persistent as persistent_flow
 from syncopy.frontend import scope
 from syncopy.frontend.source import KernelSource
-from syncopy.passes import consumer_wait, names, probe, producer_notify, signature, tile_reorder
+from syncopy.passes import consumer_wait, loop_order, names, probe, producer_notify, signature, tile_reorder
 from syncopy.schedule.model import IMPLEMENTED_PATTERNS, PRODUCER_PATTERNS, Schedule
 
 
@@ -51,7 +51,8 @@ def transform(ks: KernelSource, schedule: Schedule) -> Transformed:
     before_line = schedule.binding.before_line if schedule.binding else None
     if schedule.pattern in PRODUCER_PATTERNS:
         return _producer(ks, schedule, rows, before_line)
-    binding = inference.infer(ks, schedule.tensors[0], schedule.dim, rows, before_line=before_line)
+    loops = schedule.loop_order is not None
+    binding = inference.infer(ks, schedule.tensors[0], schedule.dim, rows, before_line=before_line, loops=loops)
     others = _other_bindings(ks, schedule, binding)
     stages = {"kernel": ks.code(ks.func), "binding": "".join(_describe(b) for b in (binding, *others))}
     if binding.persistent is not None:
@@ -69,7 +70,9 @@ def transform(ks: KernelSource, schedule: Schedule) -> Transformed:
         no_remap = f"'{others[0].tensor}' is read before '{binding.tensor}', whose rows order the tiles"
     remaps = tile_reorder.remap_program_ids(ks, body)[1] and not no_remap
     notes = (f"# syncopy: tiles keep their launch order: {no_remap}",) if no_remap else ()
-    waited = consumer_wait.insert_waits(body, binding, table=remaps, notes=notes, others=tuple(others))
+    arrival = loop_order.plan(ks, body, (binding, *others), schedule.loop_order)
+    rewrites = {i: (lambda stmt, a=a: loop_order.rewrite(ks, stmt, a)) for i, a in arrival.items()}
+    waited = consumer_wait.insert_waits(body, binding, table=remaps, notes=notes, others=tuple(others), loops=rewrites)
     remapped_body, remapped = tile_reorder.remap_program_ids(ks, waited) if remaps else (waited, False)
     head: list[cst.BaseStatement] = []
     if binding.copy_base:
@@ -100,7 +103,7 @@ def _other_bindings(ks: KernelSource, schedule: Schedule, main: inference.Tensor
                               "yet; name one tensor", ks.location(ks.func))
     out = []
     for i, name in enumerate(schedule.tensors[1:], start=1):
-        b = inference.infer(ks, name, schedule.dim)
+        b = inference.infer(ks, name, schedule.dim, loops=schedule.loop_order is not None)
         if b.persistent is not None:
             raise KernelError(f"'{name}' is read in a persistent loop; a list of communicated tensors needs one program per tile; "
                               "name one tensor", ks.location(ks.func))
