@@ -684,18 +684,20 @@ def _moves_at_all(pointer: str, levels: int, loops: bool) -> bool:
     return loops and bool(cu.names_in(cst.parse_expression(pointer)) & {_ITER.format(i) for i in range(levels)})
 
 
-def _rows_move(pointer: str, desc, dim: int, levels: int) -> bool:
-    """Does a read in a loop take other rows (along dim 0) at each iteration, so that a wait before
-    the loop would wait for all of them (attention's key/value loop, a GEMM reducing along the
-    communicated dim)? Seen where a loop counter indexes the first axis of a 2-D block
-    (`(start + tl.arange(0, BN))[:, None] * stride`) or a descriptor's row coordinate. A pointer
-    stepped by a stride (`p += BK * stride`) does not say which axis it walks: it keeps its wait
-    before the loop unless the schedule's `loop_order` asks for waits per iteration."""
-    if dim != 0:
+def _rows_move(pointer: str, desc, dim: int, levels: int, tiles: set[str] | None) -> bool:
+    """Does a read in a loop sweep rows (along dim 0) that every program reads alike, so that a wait
+    before the loop would wait for all of them (attention's key/value loop, a GEMM reducing along
+    the communicated dim)? Seen where a loop counter, and no program id, indexes the first axis of a
+    2-D block (`(start + tl.arange(0, BN))[:, None] * stride`) or a descriptor's row coordinate.
+    Rows that also follow the program id (a tile's own row blocks) keep their wait before the loop:
+    tiles are then reordered instead. A pointer stepped by a stride (`p += BK * stride`) does not
+    say which axis it walks: it keeps its wait before the loop unless `loop_order` is set."""
+    if dim != 0 or tiles is None:
         return False
     syms = {_ITER.format(i) for i in range(levels)}
     if desc is not None:
-        return bool(cu.names_in(cst.parse_expression(pointer)) & syms)
+        names = cu.names_in(cst.parse_expression(pointer))
+        return bool(names & syms) and not names & tiles and "program_id" not in pointer
     found = []
 
     class _Rows(cst.CSTVisitor):
@@ -703,7 +705,8 @@ def _rows_move(pointer: str, desc, dim: int, levels: int) -> bool:
             parts = [e.slice for e in node.slice]
             if (len(parts) == 2 and isinstance(parts[0], cst.Slice) and parts[0].lower is None and parts[0].upper is None
                     and isinstance(parts[1], cst.Index) and isinstance(parts[1].value, cst.Name)
-                    and parts[1].value.value == "None" and cu.names_in(node.value) & syms):
+                    and parts[1].value.value == "None" and cu.names_in(node.value) & syms
+                    and not cu.names_in(node.value) & tiles and "program_id" not in _code(node.value)):
                 found.append(node)
 
     cst.parse_expression(pointer).visit(_Rows())
@@ -847,14 +850,15 @@ def _descriptors(ks: KernelSource, func: cst.FunctionDef, derived: set[str], ten
 
 
 def _hoist(ks: KernelSource, block: list[cst.CSTNode], reads, before: set[str], tensor: str, dim: int,
-           writes: bool = False, fallbacks: list | None = None, loops: bool = False) -> list[Access]:
+           writes: bool = False, fallbacks: list | None = None, loops: bool = False,
+           tiles: set[str] | None = None) -> list[Access]:
     """The reads of the last statement of `block`, as expressions valid right before `block[0]`
     (every statement of `block` but the last runs in between and is inlined).
 
     A read whose rows cannot be bounded there (see `_Fallback`) goes to `fallbacks` as
     (call, pointer, mask, why, rows_at) when a list is given; otherwise it is an InferenceError.
     `loops` (the schedule sets `loop_order`): every read whose pointer changes with its loop waits
-    per iteration, not only those `_rows_move` recognises."""
+    per iteration, not only those `_rows_move` recognises. `tiles`: the names derived from program ids."""
     accesses: list[Access] = []
     inner = set().union(*(cu.assigned_in(s) for s in block[:-1])) if len(block) > 1 else set()
     if not isinstance(block[-1], cst.SimpleStatementLine):
@@ -891,7 +895,7 @@ def _hoist(ks: KernelSource, block: list[cst.CSTNode], reads, before: set[str], 
             if bad:
                 raise _Fallback(f"{', '.join(bad)} changes inside the loop in a way inference cannot follow")
             levels = len(state["levels"])
-            if not writes and levels and (_rows_move(pointer, desc, dim, levels) or _moves_at_all(pointer, levels, loops)):
+            if not writes and levels and (_rows_move(pointer, desc, dim, levels, tiles) or _moves_at_all(pointer, levels, loops)):
                 at = None
                 if levels == 1 and isinstance(block[0], cst.For) and desc is None and len(block) == 1:
                     at = (_at_corner(pointer, {_ITER.format(0): "0"}), _at_corner(pointer, {_ITER.format(0): "1"}))
@@ -1197,7 +1201,8 @@ def _infer(ks: KernelSource, tensor: str, dim: int, rows: str | None, writes: bo
             binding.groups.append(ReadGroup(at, [], line))
             break
         fallbacks: list = []
-        accesses = _hoist(ks, [stmt], reads, before, tensor, dim, writes, None if writes else fallbacks, loops) if reads else []
+        accesses = _hoist(ks, [stmt], reads, before, tensor, dim, writes, None if writes else fallbacks, loops,
+                          tainted) if reads else []
         # A read of rows already waited for needs no second wait; every write counts, because the
         # announcement must follow the last one.
         if accesses and (writes or not _covered([g for g in binding.groups if not g.inner and not g.nested], accesses, body, index)):

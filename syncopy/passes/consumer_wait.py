@@ -166,8 +166,8 @@ def insert_waits(body: list[cst.BaseStatement], binding: TensorBinding, table: b
             last = b is next(x for x in reversed(bindings) if any(g.stmt_index == index and not g.nested for g in x.groups))
             waits += wait_statements(b, group, first, table and b is binding, notes=notes if first and not waits else (),
                                      trace=last)
-        if edits and first and not waits:
-            # Its only waits are inside (a loop that waits per iteration): the tile starts here.
+        if first and not waits and any(g.stmt_index == index and g.rows_at for b in bindings for g in b.groups):
+            # Its only waits are inside a loop that sweeps the rows, per iteration: the tile starts here.
             waits = [cst.parse_statement(f"{D}.trace_tile_start({names.SIGNALS}, {names.TRACE}, {names.CTX}, {names.TRACE_FLAG})\n")]
         if waits:
             waits, stmt = _with_leading(waits, stmt)
