@@ -1,0 +1,131 @@
+"""Issue 13 items 2 and 3 without ranks: a schedule listing several communicated tensors (`tensor:
+[K, V]`), reads inside loops whose iterations take other rows (each waits for its own chunks), the
+arrival order of loops that only accumulate, and `loop_order`. Each misuse is one located line.
+(CPU worlds: tests/templates/test_templates.py runs ag_attention; tests/golden the two loop forms.)
+"""
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+import syncopy
+from syncopy import device
+from syncopy.errors import KernelError, LaunchError, ScheduleError
+from syncopy.frontend.source import find_kernel, from_file
+from syncopy.passes import names, transform
+from syncopy.schedule import loads
+from syncopy.templates import get
+
+ROWS_LOOP = textwrap.dedent(
+    '''\
+    import triton
+    import triton.language as tl
+
+
+    @triton.jit
+    def rows_loop(X, out, M, NC: tl.constexpr, BR: tl.constexpr):
+        c = tl.arange(0, NC)
+        acc = tl.zeros([BR, NC], dtype=tl.float32)
+        for r0 in range(0, M, BR):
+            rows = r0 + tl.arange(0, BR)
+            v = tl.load(X + rows[:, None] * NC + c[None, :], mask=rows[:, None] < M, other=0.0)
+            acc = acc * 0.5 + v
+        tl.store(out + tl.arange(0, BR)[:, None] * NC + c[None, :], acc)
+    '''
+)
+
+
+def _schedule(extra: str = "", tensor: str = "X", pattern: str = "all_gather"):
+    return loads(f"pattern: {pattern}\ntensor: {tensor}\ndim: 0\nchunks_per_rank: 2\n{extra}")
+
+
+def _fused(text: str, name: str, schedule) -> str:
+    return transform(find_kernel(text, "k.py", name), schedule).code()
+
+
+def test_context_block_words_match_the_device():
+    assert names.CTX_WORDS == device.CTX_LEN
+    assert names.ctx_of(0) == "syncopy_ctx" and names.ctx_of(2) == "(syncopy_ctx + 16)"
+
+
+def test_a_list_of_tensors_validates_and_names_each():
+    assert _schedule(tensor="[K, V]").tensors == ("K", "V")
+    assert _schedule(tensor="K").tensors == ("K",)
+
+
+@pytest.mark.parametrize("tensor, pattern, message", [
+    ("[K, K]", "all_gather", "schedule:2: tensor: lists 'K' twice; name each communicated argument once"),
+    ("[C, D]", "reduce_scatter", "schedule:2: tensor: a list of tensors (C, D) is supported for pattern all_gather only, not "
+                                 "reduce_scatter; name one tensor"),
+], ids=["twice", "producer"])
+def test_a_wrong_list_is_one_line(tensor, pattern, message):
+    with pytest.raises(ScheduleError) as err:
+        _schedule(tensor=tensor, pattern=pattern)
+    assert str(err.value) == message
+
+
+def test_every_listed_tensor_waits_through_its_own_context_block():
+    ks = from_file(Path(syncopy.__file__).parent / "templates" / "ag_attention" / "kernel.py", "attention")
+    code = transform(ks, get("ag_attention").schedule()).code()
+    assert "wait_chunks(syncopy_signals, syncopy_ctx, syncopy_lo, syncopy_hi)" in code
+    assert "chunk_range_masked(V + (rn[:, None] * H + h) * D + rd[None, :], rn[:, None] < N, V, (syncopy_ctx + 8), True)" in code
+    assert "wait_chunks(syncopy_signals, (syncopy_ctx + 8), syncopy_lo, syncopy_hi)" in code
+    # The online softmax only accumulates: its key/value loop runs in arrival order.
+    assert "for syncopy_t in range(0, syncopy_n):" in code
+
+
+def test_a_listed_tensor_the_kernel_lacks_is_refused_at_decoration():
+    from syncopy.templates.ag_attention.kernel import attention
+
+    with pytest.raises(LaunchError, match="kernel 'attention' has no argument 'W' \\(schedule key tensor\\)"):
+        syncopy.overlap({"pattern": "all_gather", "tensor": ["K", "W"], "dim": 0})(attention)
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda k: torch.randn(k.shape[0] + 1, 2, 16), "'V' has 33 rows along dim 0 but 'K' has 32; every tensor listed in "
+                                                  "`tensor:` needs the same rows per rank along `dim`"),
+    (lambda k: torch.randn(16, 2, k.shape[0]).transpose(0, 2), "'V' must be contiguous; pass V.contiguous()"),
+    (lambda k: 3.0, "argument 'V' (listed in `tensor:`) must be this rank's shard as a tensor, got float"),
+], ids=["rows", "strided", "scalar"])
+def test_a_listed_shard_that_does_not_fit_is_named(make, message):
+    from syncopy.templates.ag_attention.kernel import attention
+
+    fused = syncopy.overlap({"pattern": "all_gather", "tensor": ["K", "V"], "dim": 0})(attention)
+    q = k = torch.randn(32, 2, 16)
+    v = make(k)
+    with pytest.raises(LaunchError) as err:
+        fused._bind((q, k, v, torch.empty_like(q), 32, 64, 0, 0.25), dict(H=2, D=16, BM=16, BN=16, CAUSAL=False))
+    assert str(err.value) == message
+
+
+def test_a_loop_that_carries_state_keeps_its_order_and_waits_per_iteration():
+    code = _fused(ROWS_LOOP, "rows_loop", _schedule())
+    assert "    for r0 in range(0, M, BR):" in code and "syncopy_n" not in code
+    assert code.index("wait_chunks(") > code.index("for r0 in range")
+
+
+def test_arrival_forced_where_iterations_carry_state_is_one_located_line():
+    with pytest.raises(KernelError) as err:
+        _fused(ROWS_LOOP, "rows_loop", _schedule("loop_order: arrival\n"))
+    assert str(err.value) == ("k.py:9:5: loop_order: arrival, but the loop at line 9 carries 'acc' from iteration to iteration "
+                              "(not a sum into it), so its iterations must keep their order; set loop_order: as_written "
+                              "(or drop it)")
+
+
+def test_as_written_forced_keeps_an_accumulating_loop_in_order():
+    text = ROWS_LOOP.replace("acc = acc * 0.5 + v", "acc += v")
+    assert "for syncopy_t in range(0, syncopy_n):" in _fused(text, "rows_loop", _schedule())
+    code = _fused(text, "rows_loop", _schedule("loop_order: as_written\n"))
+    assert "    for r0 in range(0, M, BR):" in code and "syncopy_n" not in code
+
+
+def test_a_loop_order_with_no_loop_over_the_rows_is_refused():
+    text = ROWS_LOOP.replace("for r0 in range(0, M, BR):", "for r0 in range(0, 1, BR):").replace(
+        "rows = r0 + tl.arange(0, BR)", "rows = tl.program_id(0) * BR + tl.arange(0, BR)")
+    with pytest.raises(KernelError) as err:
+        _fused(text, "rows_loop", _schedule("loop_order: as_written\n"))
+    assert str(err.value).endswith("loop_order: as_written is set but no loop of kernel 'rows_loop' reads other rows of 'X' "
+                                   "at each iteration; drop loop_order")
