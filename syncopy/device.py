@@ -193,13 +193,16 @@ def arrival_iteration(t, n, r0, r1, ctx):
     each rank's in their written order. Iteration j's rows begin at r0 + j (r1 - r0); where they do
     not grow (r1 <= r0) the loop keeps its order. A bijection of 0..n-1 either way: the blocks'
     first iterations never decrease, so the ranks' ranges tile 0..n-1."""
+    zero = tl.full([], 0, tl.int64)  # every value below in int64: loop-carried types must not change
+    t = zero + t
+    n = zero + n
     dr = r1 - r0
     j = t
     if dr > 0:
         rows_per_rank = tl.load(ctx + CTX_ROWS)
         world = tl.load(ctx + CTX_WORLD)
         rank = tl.load(ctx + CTX_RANK)
-        before = t * 0
+        before = zero
         for p in range(0, world):
             src = (rank - p + world) % world
             lo = _first_iteration(src, r0, dr, rows_per_rank, world, n)
