@@ -129,3 +129,36 @@ def test_a_loop_order_with_no_loop_over_the_rows_is_refused():
         _fused(text, "rows_loop", _schedule("loop_order: as_written\n"))
     assert str(err.value).endswith("loop_order: as_written is set but no loop of kernel 'rows_loop' reads other rows of 'X' "
                                    "at each iteration; drop loop_order")
+
+
+def _arrival_order(rank: int, world: int, rows_per_rank: int, n: int, r0: int, step: int) -> list[int]:
+    """The iterations a loop runs, in turn, under arrival order (device.arrival_iteration, interpreted)."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def order_of(ctx, out, n, r0, r1):
+        for t in range(0, n):
+            tl.store(out + t, device.arrival_iteration(t, n, r0, r1, ctx))
+
+    ctx = torch.zeros(device.CTX_LEN, dtype=torch.int64)
+    ctx[device.CTX_RANK.value], ctx[device.CTX_WORLD.value], ctx[device.CTX_ROWS.value] = rank, world, rows_per_rank
+    out = torch.full((n,), -1, dtype=torch.int64)
+    order_of[(1,)](ctx, out, n, r0, r0 + step)
+    return out.tolist()
+
+
+@pytest.mark.parametrize("rank, world, rows, n, step, want", [
+    (0, 2, 8, 4, 4, [0, 1, 2, 3]),
+    (1, 2, 8, 4, 4, [2, 3, 0, 1]),
+    (1, 3, 5, 4, 4, [2, 0, 1, 3]),          # iteration j starts at row 4j: rank 1 owns rows 5..9 (iteration 2)
+    (2, 3, 6, 3, 8, [2, 1, 0]),             # blocks wider than a rank: each counts where it starts
+    (0, 4, 4, 2, 8, [0, 1]),                # ranks whose rows no iteration starts in are skipped
+], ids=["w2-r0", "w2-r1", "w3-ragged", "w3-wide", "w4-empty-ranks"])
+def test_arrival_order_runs_own_rows_first_then_the_ring_and_is_a_permutation(rank, world, rows, n, step, want):
+    got = _arrival_order(rank, world, rows, n, 0, step)
+    assert got == want and sorted(got) == list(range(n))
+
+
+def test_arrival_order_keeps_a_loop_whose_rows_do_not_grow():
+    assert _arrival_order(1, 2, 8, 4, 12, -4) == [0, 1, 2, 3]
