@@ -162,3 +162,11 @@ def test_arrival_order_runs_own_rows_first_then_the_ring_and_is_a_permutation(ra
 
 def test_arrival_order_keeps_a_loop_whose_rows_do_not_grow():
     assert _arrival_order(1, 2, 8, 4, 12, -4) == [0, 1, 2, 3]
+
+
+def test_a_list_and_a_loop_order_survive_the_yaml_round_trip():
+    from syncopy.schedule.explicit import to_yaml
+
+    s = _schedule("kernel: attention\nloop_order: as_written\n", tensor="[K, V]")
+    assert "tensor: [K, V]" in to_yaml(s) and "loop_order: as_written" in to_yaml(s)
+    assert loads(to_yaml(s)) == s
