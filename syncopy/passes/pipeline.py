@@ -58,6 +58,10 @@ def transform(ks: KernelSource, schedule: Schedule) -> Transformed:
     if binding.persistent is not None:
         from syncopy.passes import persistent
 
+        if schedule.loop_order is not None:
+            raise KernelError(f"loop_order applies to kernels with one program per tile, but '{ks.name}' loops over its tiles "
+                              f"(line {ks.location(ks.func.body.body[binding.persistent.index]).line}); drop loop_order",
+                              ks.location(ks.func))
         return persistent.transform(ks, schedule, binding, stages)
 
     func = ks.func

@@ -201,6 +201,11 @@ class Schedule(BaseModel):
 
             raise PlanError(("tensor",), f"a list of tensors ({', '.join(self.tensor)}) is supported for pattern all_gather "
                             f"only, not {self.pattern}; name one tensor")
+        if self.loop_order is not None and self.pattern in PRODUCER_PATTERNS:
+            from syncopy.schedule.explicit import PlanError
+
+            raise PlanError(("loop_order",), f"applies to the patterns whose kernel reads `tensor` (all_gather, all_to_all), "
+                            f"not {self.pattern}; drop loop_order")
         return self
 
     @property

@@ -170,3 +170,14 @@ def test_a_list_and_a_loop_order_survive_the_yaml_round_trip():
     s = _schedule("kernel: attention\nloop_order: as_written\n", tensor="[K, V]")
     assert "tensor: [K, V]" in to_yaml(s) and "loop_order: as_written" in to_yaml(s)
     assert loads(to_yaml(s)) == s
+
+
+def test_a_loop_order_where_no_loop_waits_is_refused():
+    with pytest.raises(ScheduleError) as err:
+        _schedule("loop_order: arrival\n", tensor="C", pattern="reduce_scatter")
+    assert str(err.value) == ("schedule:5: loop_order: applies to the patterns whose kernel reads `tensor` (all_gather, "
+                              "all_to_all), not reduce_scatter; drop loop_order")
+    ks = from_file(Path(syncopy.__file__).parent / "templates" / "ag_gemm_persistent" / "kernel.py", "ag_gemm_persistent_kernel")
+    with pytest.raises(KernelError, match="loop_order applies to kernels with one program per tile, but "
+                                          "'ag_gemm_persistent_kernel' loops over its tiles \\(line \\d+\\); drop loop_order"):
+        transform(ks, _schedule("loop_order: as_written\n", tensor="A"))
