@@ -92,7 +92,8 @@ class Contexts:
             if other[5] != mine[5]:
                 raise LaunchError(f"rank {r} passed the other listed tensors ({', '.join(self.schedule.tensors[1:])}) as "
                                   f"{other[5]} but rank {rank} as {mine[5]} (shape, dtype); pass the same on every rank")
-        ctx = self._make_context(shard, rank, world, theirs[0][3], extras)
+        # The other listed tensors' (shape, dtype), by keyword: the common case keeps its four arguments.
+        ctx = self._make_context(shard, rank, world, theirs[0][3], **({"extras": extras} if extras else {}))
         ctx.uid = theirs[0][4]
         self._contexts[key] = (ctx, backend)
         return ctx, backend
