@@ -212,20 +212,17 @@ class FusedKernel(Binding, Contexts, TileOrder, Tracing, LaunchSequence):
             call_args[self.schedule.tensor] = received
             self._run_local(grid, call_args, options, group)
             return
+        from syncopy.runtime.reference import all_gather_rows
+
         call_args = dict(bound)
-        for name in self.schedule.tensors:
-            call_args[name] = self._gathered(bound[name], group)
+        for name in self.schedule.tensors:  # every listed tensor, gathered along `dim`
+            if self.schedule.dim == 0:
+                call_args[name] = all_gather_rows(bound[name], group)
+            else:
+                parts = [torch.empty_like(bound[name]) for _ in range(dist.get_world_size(group))]
+                dist.all_gather(parts, bound[name], group=group)
+                call_args[name] = torch.cat(parts, dim=self.schedule.dim).contiguous()
         self._run_local(grid, call_args, options, group)
-
-    def _gathered(self, shard: torch.Tensor, group) -> torch.Tensor:
-        """all_gather of every rank's `shard` along the schedule's dim."""
-        if self.schedule.dim == 0:
-            from syncopy.runtime.reference import all_gather_rows
-
-            return all_gather_rows(shard, group)
-        parts = [torch.empty_like(shard) for _ in range(dist.get_world_size(group))]
-        dist.all_gather(parts, shard, group=group)
-        return torch.cat(parts, dim=self.schedule.dim).contiguous()
 
 
     def _reference_producer(self, grid, bound: dict, out: torch.Tensor, options: dict, group) -> None:

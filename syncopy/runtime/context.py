@@ -78,6 +78,16 @@ class Trace:
 context_ids = itertools.count()  # ids of this process's contexts (a launch takes rank 0's, see FusedKernel._context)
 
 
+def refuse_listed(schedule, backend: str) -> None:
+    """Several communicated tensors (`tensor: [K, V]`) move on the gloo backend only so far: every
+    other mover copies one buffer, and would hand the kernel the other tensors' shards unGathered."""
+    if len(schedule.tensors) > 1:
+        from syncopy.errors import LaunchError
+
+        raise LaunchError(f"several communicated tensors ({', '.join(schedule.tensors)}) move on the gloo backend only so far, "
+                          f"not {backend}; list one tensor, or run on CPU ranks (gloo)")
+
+
 def _gathered(shape: tuple[int, ...], dim: int, world: int) -> list[int]:
     full = list(shape)
     full[dim] *= world

@@ -10,7 +10,7 @@ from syncopy.errors import LaunchError
 from syncopy.runtime import backends
 from syncopy.runtime import plan as planning
 from syncopy.runtime.backends import control
-from syncopy.runtime.context import Context, context_ids
+from syncopy.runtime.context import Context, context_ids, refuse_listed
 from syncopy.schedule import Schedule
 from syncopy.schedule.model import AUTO
 
@@ -74,9 +74,8 @@ class Contexts:
             what = f"the first launch of {self.local.fn.__name__} with '{self.schedule.tensors[0]}' of shape {list(shard.shape)}"
             try:
                 name = self.backend_for(shard.device, group)
-                if extras and name != "gloo":
-                    raise LaunchError(f"several communicated tensors ({', '.join(self.schedule.tensors)}) move on the gloo backend "
-                                      f"only so far, not {name}; list one tensor on GPUs")
+                if name != "gloo":
+                    refuse_listed(self.schedule, name)
                 backend = backends.select(name, shard.device.type)(group, self.timeout_s, self.link, self.faults)
                 control.join(group, self.timeout_s, what)
                 theirs = [None] * world
