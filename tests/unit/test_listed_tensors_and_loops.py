@@ -181,3 +181,12 @@ def test_a_loop_order_where_no_loop_waits_is_refused():
     with pytest.raises(KernelError, match="loop_order applies to kernels with one program per tile, but "
                                           "'ag_gemm_persistent_kernel' loops over its tiles \\(line \\d+\\); drop loop_order"):
         transform(ks, _schedule("loop_order: as_written\n", tensor="A"))
+
+
+def test_the_planner_costs_attention_by_key_rows_with_k_and_v_on_the_wire():
+    from syncopy.planner import make_workload
+
+    w = make_workload("ag_attention", 4096, 512, 1024, "bf16")
+    assert w.pattern == "all_gather" and w.consumer
+    assert w.comm_row_bytes == 2 * 1024 * 2            # a row of K and a row of V, bf16
+    assert w.tile_flops(128, 0) == 4.0 * 128 * 512 * 1024  # Q K^T and P V: 128 keys against 512 query rows
