@@ -55,7 +55,8 @@ def plan(ks: KernelSource, body: list[cst.BaseStatement], bindings: tuple[Tensor
     for index, stmt in enumerate(body):
         if index in moving:
             group, binding = moving[index]
-            problem = _why_not(ks, stmt, before_names, group)
+            after = set().union(*(cu.names_in(s) for s in body[index + 1:]))
+            problem = _why_not(ks, stmt, before_names, after, group)
             if not problem:
                 out[index] = ArrivalLoop(group.rows_at, binding)
             elif forced == "arrival":
@@ -76,8 +77,10 @@ def _moving_loops(bindings) -> dict[int, tuple[ReadGroup, TensorBinding]]:
     return out
 
 
-def _why_not(ks: KernelSource, stmt: cst.CSTNode, before: set[str], group: ReadGroup) -> str:
-    """'' where the loop's iterations may run in any order, else what stops them (as a clause)."""
+def _why_not(ks: KernelSource, stmt: cst.CSTNode, before: set[str], after: set[str], group: ReadGroup) -> str:
+    """'' where the loop's iterations may run in any order, else what stops them (as a clause).
+    `before`: the names defined before the loop; `after`: those the kernel uses after it. A name the
+    loop assigns and that lives across iterations or past the loop must be an accumulator."""
     if group.rows_at is None or not isinstance(stmt, cst.For):
         return "is nested in another statement (only a loop directly in the kernel's body is reordered)"
     if not isinstance(stmt.target, cst.Name) or stmt.orelse is not None:
@@ -94,7 +97,10 @@ def _why_not(ks: KernelSource, stmt: cst.CSTNode, before: set[str], group: ReadG
             return f"calls {cu.call_name(call)} (a side effect whose order may matter)"
     if any(isinstance(n, (cst.Break, cst.Continue, cst.Return)) for n in _walk(stmt.body)):
         return "leaves early (break, continue or return)"
-    carried = sorted((cu.assigned_in(stmt.body) & before) - {stmt.target.value})
+    var = stmt.target.value
+    if var in cu.assigned_in(stmt.body) or var in after:
+        return f"assigns its variable '{var}' in its body or reads it after the loop"
+    carried = sorted((cu.assigned_in(stmt.body) & (before | after)) - {var})
     updates = _updates(stmt.body)
     maxes = {x for x in carried if _is_reduced(x, updates)}
     for x in carried:

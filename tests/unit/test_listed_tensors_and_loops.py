@@ -190,3 +190,17 @@ def test_the_planner_costs_attention_by_key_rows_with_k_and_v_on_the_wire():
     assert w.pattern == "all_gather" and w.consumer
     assert w.comm_row_bytes == 2 * 1024 * 2            # a row of K and a row of V, bf16
     assert w.tile_flops(128, 0) == 4.0 * 128 * 512 * 1024  # Q K^T and P V: 128 keys against 512 query rows
+
+
+@pytest.mark.parametrize("change, problem", [
+    (("tl.store(out", "tl.store(out + r0"), "assigns its variable 'r0' in its body or reads it after the loop"),
+    (("        acc = acc * 0.5 + v\n", "        acc += v\n        last = v\n"), "carries 'last' from iteration to iteration"),
+], ids=["loop-variable-after", "last-value-after"])
+def test_arrival_forced_where_the_last_iteration_leaks_out_is_refused(change, problem):
+    text = ROWS_LOOP.replace(*change)
+    if "last" in change[1]:
+        text = text.replace("tl.store(out + tl.arange(0, BR)[:, None] * NC + c[None, :], acc)",
+                            "tl.store(out + tl.arange(0, BR)[:, None] * NC + c[None, :], acc + last)")
+    assert "syncopy_n" not in _fused(text, "rows_loop", _schedule())  # unforced: kept in order
+    with pytest.raises(KernelError, match=problem):
+        _fused(text, "rows_loop", _schedule("loop_order: arrival\n"))
