@@ -15,7 +15,7 @@ from tests.world.harness import IN_ORDER, spawn
 def test_attention_tiles_start_on_local_rows_before_remote_chunks_land():
     results = spawn(traced_attention, 2, 0.3, link=IN_ORDER, timeout_s=300)
     for rank, r in enumerate(results):
-        assert all(err <= 1e-4 for err in r["errors"]), (rank, r["errors"])
+        assert all(err <= 1e-4 for err in r["errors"]) and r["op_error"] <= 1e-4, (rank, r["errors"], r["op_error"])
         chunks_per_rank = r["total"] // 2
         for launch, starts in enumerate(r["starts"]):
             assert len(starts) == 2, starts  # 16 query rows / BM=16, times 2 heads
