@@ -13,6 +13,9 @@ Layers (Megatron-style tensor parallelism with sequence parallelism, `tokens` to
     mlp.down   gemm_rs    M=tokens  K=ffn / TP        N=hidden       (gemm_ar without SP)
     norm       ag_rmsnorm M=tokens  N=hidden
     moe        a2a_gemm   M=2 * tokens / EP (top-2)   K=hidden  N=2 * ffn  (Mixtral-8x7B, EP=TP)
+    attn.cp    ag_attention  long context, 16 * tokens in all, context parallel over CP=TP ranks:
+                          M=16 * tokens keys  N=16 * tokens / CP * heads / kv_heads query rows  K=kv_heads * 128
+                          (grouped-query heads folded into the query rows; non-causal)
 
     python benchmarks/model_shapes.py [--json] [--tokens 8192] [--hardware h100-nvlink ...]
 """
@@ -34,6 +37,7 @@ from syncopy.planner import choose_for, load_profile, make_workload  # noqa: E40
 GPU_PROFILES = ("h100-nvlink", "h200-nvlink", "a100-nvlink", "h100-pcie")
 PAPER = {"average": 1.3, "best": 4.7}  # Syncopate, measured end to end on its own workloads
 HEAD_DIM = 128
+LONG = 16  # the long-context attention layer sees this many times `tokens` in all (context parallelism)
 
 LLAMA3 = {  # Llama-3 configs (hidden size, MLP size, attention heads, KV heads)
     "Llama-3-8B": (4096, 14336, 32, 8),
@@ -56,6 +60,7 @@ def layers(tokens: int, tps=(2, 4, 8)) -> list[dict]:
                 ("mlp.down", "gemm_rs", (tokens, hidden, ffn // tp)),
                 ("mlp.down", "gemm_ar", (tokens, hidden, ffn // tp)),
                 ("norm", "ag_rmsnorm", (tokens, hidden, 1)),
+                ("attn.cp", "ag_attention", (LONG * tokens, LONG * tokens // tp * heads // kv, kv * HEAD_DIM)),
             ]:
                 rows.append({"model": model, "layer": layer, "template": template, "tp": tp, "shape": (m, n, k)})
         name, hidden, ffn = MIXTRAL

@@ -117,11 +117,12 @@ class FusedKernel(Binding, Contexts, TileOrder, Tracing, LaunchSequence):
                 f"the schedule is for kernel '{schedule.kernel}' but decorates '{jit_fn.fn.__name__}'; "
                 "fix `kernel:` or drop it"
             )
-        if schedule.tensor not in self.signature.parameters:
-            raise LaunchError(
-                f"kernel '{jit_fn.fn.__name__}' has no argument '{schedule.tensor}' (schedule key tensor); "
-                f"its arguments are {', '.join(self.signature.parameters)}"
-            )
+        for tensor in schedule.tensors:
+            if tensor not in self.signature.parameters:
+                raise LaunchError(
+                    f"kernel '{jit_fn.fn.__name__}' has no argument '{tensor}' (schedule key tensor); "
+                    f"its arguments are {', '.join(self.signature.parameters)}"
+                )
         self._built: tuple[Transformed, object, object, Path] | None = None
         self.loaded = _loaded is not None
         if _loaded is not None:  # (probe, what the runtime needs to know): built by `syncopy transform --loadable`
@@ -216,16 +217,16 @@ class FusedKernel(Binding, Contexts, TileOrder, Tracing, LaunchSequence):
             call_args[self.schedule.tensor] = received
             self._run_local(grid, call_args, options, group)
             return
-        if self.schedule.dim == 0:
-            from syncopy.runtime.reference import all_gather_rows
+        from syncopy.runtime.reference import all_gather_rows
 
-            gathered = all_gather_rows(shard, group)
-        else:
-            parts = [torch.empty_like(shard) for _ in range(dist.get_world_size(group))]
-            dist.all_gather(parts, shard, group=group)
-            gathered = torch.cat(parts, dim=self.schedule.dim).contiguous()
         call_args = dict(bound)
-        call_args[self.schedule.tensor] = gathered
+        for name in self.schedule.tensors:  # every listed tensor, gathered along `dim`
+            if self.schedule.dim == 0:
+                call_args[name] = all_gather_rows(bound[name], group)
+            else:
+                parts = [torch.empty_like(bound[name]) for _ in range(dist.get_world_size(group))]
+                dist.all_gather(parts, bound[name], group=group)
+                call_args[name] = torch.cat(parts, dim=self.schedule.dim).contiguous()
         self._run_local(grid, call_args, options, group)
 
 

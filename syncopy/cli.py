@@ -82,7 +82,7 @@ def _check(args) -> int:
         order = f"order explicit: {len(s.transfers)} transfers for {s.world} ranks"
     else:
         order = "order chosen at launch" if s.order == "auto" else f"order {s.order}"
-    print(f"{args.schedule}: ok ({s.pattern} of {s.tensor} along dim {s.dim}, {chunks}, {order})")
+    print(f"{args.schedule}: ok ({s.pattern} of {', '.join(s.tensors)} along dim {s.dim}, {chunks}, {order})")
     return 0
 
 

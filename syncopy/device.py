@@ -168,6 +168,53 @@ def chunk_range_affine(p0, p1, keep, v0, v1, n, base, ctx, DIM_OUTER: tl.constex
 
 
 @triton.jit
+def trip_count(start, stop, step):
+    """How many iterations `range(start, stop, step)` runs (step > 0; none: zero or less)."""
+    return (stop - start + step - 1) // step
+
+
+@triton.jit
+def first_row(ptrs, base, ctx):
+    """The first row (along dim 0) a pointer block points into, masks aside: where a loop iteration's
+    rows begin, to order iterations by the rank that owns them."""
+    off = ptrs.to(tl.int64) - base.to(tl.int64) + tl.zeros([1], dtype=tl.int64)
+    return tl.min(off) // tl.load(ctx + CTX_STRIDE_BYTES)
+
+
+@triton.jit
+def _first_iteration(src, r0, dr, rows_per_rank, world, n):
+    # The first iteration whose rows begin in rank src's block or later (iteration j begins at r0 + j*dr).
+    j = (tl.maximum(src * rows_per_rank - r0, 0) + dr - 1) // dr
+    return tl.where(src <= 0, 0, tl.where(src >= world, n, tl.minimum(j, n)))
+
+
+@triton.jit
+def arrival_iteration(t, n, r0, r1, ctx):
+    """The iteration a loop runs t-th when it runs in chunk-arrival order: iterations whose rows begin
+    in this rank's block first, then those of rank - 1, rank - 2, ... (the ring's arrival order),
+    each rank's in their written order. Iteration j's rows begin at r0 + j (r1 - r0); where they do
+    not grow (r1 <= r0) the loop keeps its order. A bijection of 0..n-1 either way: the blocks'
+    first iterations never decrease, so the ranks' ranges tile 0..n-1."""
+    zero = tl.full([], 0, tl.int64)  # every value below in int64: loop-carried types must not change
+    t = zero + t
+    n = zero + n
+    dr = r1 - r0
+    j = t
+    if dr > 0:
+        rows_per_rank = tl.load(ctx + CTX_ROWS)
+        world = tl.load(ctx + CTX_WORLD)
+        rank = tl.load(ctx + CTX_RANK)
+        before = zero
+        for p in range(0, world):
+            src = (rank - p + world) % world
+            lo = _first_iteration(src, r0, dr, rows_per_rank, world, n)
+            count = _first_iteration(src + 1, r0, dr, rows_per_rank, world, n) - lo
+            j = tl.where((t >= before) & (t < before + count), lo + t - before, j)
+            before += count
+    return j
+
+
+@triton.jit
 def all_chunks(ctx):
     """Every chunk: the range of a read whose rows syncopy cannot tell."""
     last = (tl.load(ctx + CTX_WORLD) * tl.load(ctx + CTX_CHUNKS) - 1).to(tl.int32)

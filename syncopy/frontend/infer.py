@@ -71,6 +71,10 @@ class ReadGroup:
     nested: tuple[tuple[str, int], ...] = ()
     why: str = ""
     data: bool = False
+    # A read whose rows move with the loop that is its top-level statement: the code of its pointer
+    # at that loop's first and second iterations, valid before the loop (the loop may then run its
+    # iterations in chunk-arrival order, passes/loop_order.py).
+    rows_at: tuple[str, str] | None = None
 
 
 @dataclass
@@ -88,6 +92,8 @@ class TensorBinding:
     # The kernel reaches the tensor through a tensor descriptor (TMA copies on sm_90, which the
     # async proxy performs): its waits and notifies fence that proxy (see device.py).
     descriptors: bool = False
+    # The context pointer its waits read (one block per listed tensor: its own row stride).
+    ctx: str = "syncopy_ctx"
 
 
 @dataclass
@@ -429,10 +435,13 @@ class _Unknown(Exception):
 
 
 class _Fallback(Exception):
-    """The rows a read needs cannot be bounded before the statement holding it; `why` says why."""
+    """The rows a read needs cannot be bounded before the statement holding it; `why` says why.
+    `rows_at` (a read whose rows move with the loop the statement is): its pointer at the loop's
+    first and second iterations, valid before the loop (see ReadGroup.rows_at)."""
 
-    def __init__(self, why: str):
+    def __init__(self, why: str, rows_at: tuple[str, str] | None = None):
         self.why = why
+        self.rows_at = rows_at
 
 
 #: The iteration counter of the loop at nesting level i (0, 1, ... trips - 1) in symbolic pointers.
@@ -670,6 +679,40 @@ def _corners(pointer: str, mask: str | None, levels: list[str], dim: int, desc, 
     return out
 
 
+def _moves_at_all(pointer: str, levels: int, loops: bool) -> bool:
+    """With `loop_order` set: does the pointer change with its loop at all (a stepped pointer too)?"""
+    return loops and bool(cu.names_in(cst.parse_expression(pointer)) & {_ITER.format(i) for i in range(levels)})
+
+
+def _rows_move(pointer: str, desc, dim: int, levels: int, tiles: set[str] | None) -> bool:
+    """Does a read in a loop sweep rows (along dim 0) that every program reads alike, so that a wait
+    before the loop would wait for all of them (attention's key/value loop, a GEMM reducing along
+    the communicated dim)? Seen where a loop counter, and no program id, indexes the first axis of a
+    2-D block (`(start + tl.arange(0, BN))[:, None] * stride`) or a descriptor's row coordinate.
+    Rows that also follow the program id (a tile's own row blocks) keep their wait before the loop:
+    tiles are then reordered instead. A pointer stepped by a stride (`p += BK * stride`) does not
+    say which axis it walks: it keeps its wait before the loop unless `loop_order` is set."""
+    if dim != 0 or tiles is None:
+        return False
+    syms = {_ITER.format(i) for i in range(levels)}
+    if desc is not None:
+        names = cu.names_in(cst.parse_expression(pointer))
+        return bool(names & syms) and not names & tiles and "program_id" not in pointer
+    found = []
+
+    class _Rows(cst.CSTVisitor):
+        def visit_Subscript(self, node: cst.Subscript) -> None:
+            parts = [e.slice for e in node.slice]
+            if (len(parts) == 2 and isinstance(parts[0], cst.Slice) and parts[0].lower is None and parts[0].upper is None
+                    and isinstance(parts[1], cst.Index) and isinstance(parts[1].value, cst.Name)
+                    and parts[1].value.value == "None" and cu.names_in(node.value) & syms
+                    and not cu.names_in(node.value) & tiles and "program_id" not in _code(node.value)):
+                found.append(node)
+
+    cst.parse_expression(pointer).visit(_Rows())
+    return bool(found)
+
+
 def _last_corner(levels: list[str]) -> dict[str, str]:
     env: dict[str, str] = {}
     for i, done in enumerate(levels):
@@ -807,12 +850,15 @@ def _descriptors(ks: KernelSource, func: cst.FunctionDef, derived: set[str], ten
 
 
 def _hoist(ks: KernelSource, block: list[cst.CSTNode], reads, before: set[str], tensor: str, dim: int,
-           writes: bool = False, fallbacks: list | None = None) -> list[Access]:
+           writes: bool = False, fallbacks: list | None = None, loops: bool = False,
+           tiles: set[str] | None = None) -> list[Access]:
     """The reads of the last statement of `block`, as expressions valid right before `block[0]`
     (every statement of `block` but the last runs in between and is inlined).
 
     A read whose rows cannot be bounded there (see `_Fallback`) goes to `fallbacks` as
-    (call, pointer, mask, why) when a list is given; otherwise it is an InferenceError."""
+    (call, pointer, mask, why, rows_at) when a list is given; otherwise it is an InferenceError.
+    `loops` (the schedule sets `loop_order`): every read whose pointer changes with its loop waits
+    per iteration, not only those `_rows_move` recognises. `tiles`: the names derived from program ids."""
     accesses: list[Access] = []
     inner = set().union(*(cu.assigned_in(s) for s in block[:-1])) if len(block) > 1 else set()
     if not isinstance(block[-1], cst.SimpleStatementLine):
@@ -848,6 +894,12 @@ def _hoist(ks: KernelSource, block: list[cst.CSTNode], reads, before: set[str], 
             bad = sorted(n for n in used if (n in unknown) or (n in inner and n not in before))
             if bad:
                 raise _Fallback(f"{', '.join(bad)} changes inside the loop in a way inference cannot follow")
+            levels = len(state["levels"])
+            if not writes and levels and (_rows_move(pointer, desc, dim, levels, tiles) or _moves_at_all(pointer, levels, loops)):
+                at = None
+                if levels == 1 and isinstance(block[0], cst.For) and desc is None and len(block) == 1:
+                    at = (_at_corner(pointer, {_ITER.format(0): "0"}), _at_corner(pointer, {_ITER.format(0): "1"}))
+                raise _Fallback(f"each iteration reads other rows of '{tensor}', so each waits for its own chunks", at)
             corners = _corners(pointer, mask_code, state["levels"], dim, desc, writes)
         except _Fallback as exc:
             if fallbacks is None or writes:
@@ -856,7 +908,7 @@ def _hoist(ks: KernelSource, block: list[cst.CSTNode], reads, before: set[str], 
                     f"{_binding_hint(tensor, dim, writes)}",
                     ks.location(call),
                 ) from None
-            fallbacks.append((call, ptr, mask, exc.why))
+            fallbacks.append((call, ptr, mask, exc.why, exc.rows_at))
             continue
         for access in corners:
             access.clamped = access.clamped or clamped
@@ -891,7 +943,8 @@ def _site(anchor: cst.CSTNode, call: cst.Call) -> tuple[tuple[tuple[str, int], .
     return tuple(path), node
 
 
-def _fallback_group(ks: KernelSource, index: int, anchor: cst.CSTNode, call: cst.Call, ptr, mask, why: str) -> ReadGroup:
+def _fallback_group(ks: KernelSource, index: int, anchor: cst.CSTNode, call: cst.Call, ptr, mask, why: str,
+                    rows_at: tuple[str, str] | None = None) -> ReadGroup:
     """A wait right before the statement holding the read, computed from its own pointer and mask."""
     path, site = _site(anchor, call)
     env: dict[str, str] = {}
@@ -907,7 +960,7 @@ def _fallback_group(ks: KernelSource, index: int, anchor: cst.CSTNode, call: cst
                         clamped=ptr.access.clamped)
     else:
         access = Access(cu.substitute(ks.module, ptr, env), cu.substitute(ks.module, mask, env) if mask is not None else None)
-    return ReadGroup(index, [access], ks.location(call).line, nested=path, why=why)
+    return ReadGroup(index, [access], ks.location(call).line, nested=path, why=why, rows_at=rows_at)
 
 
 def _is_data(access: Access, data: set[str]) -> bool:
@@ -1062,7 +1115,7 @@ def _wait_index(ks: KernelSource, body: list, start: int, read_index: int, befor
 
 
 def infer(ks: KernelSource, tensor: str, dim: int, rows: str | None = None, writes: bool = False,
-          before_line: int | None = None) -> TensorBinding:
+          before_line: int | None = None, loops: bool = False) -> TensorBinding:
     """Find every read of `tensor` and express its pointer at the point a wait can be placed.
 
     With `writes` (reduce_scatter, all_reduce), find every store into `tensor` instead: the same
@@ -1076,7 +1129,7 @@ def infer(ks: KernelSource, tensor: str, dim: int, rows: str | None = None, writ
             ks.location(ks.func),
         )
     try:
-        return _infer(ks, tensor, dim, rows, writes, before_line)
+        return _infer(ks, tensor, dim, rows, writes, before_line, loops=loops)
     except (KernelError, InferenceError):
         # Only a kernel that failed is asked whether `tensor:` names a scalar (an `M` used in
         # arithmetic): then that is the mistake to report, not whatever the search tripped on.
@@ -1085,7 +1138,7 @@ def infer(ks: KernelSource, tensor: str, dim: int, rows: str | None = None, writ
 
 
 def _infer(ks: KernelSource, tensor: str, dim: int, rows: str | None, writes: bool, before_line: int | None,
-           depth: int = 0) -> TensorBinding:
+           depth: int = 0, loops: bool = False) -> TensorBinding:
     if before_line is not None and writes:
         raise KernelError(
             "binding.before_line applies to the patterns that read the tensor (all_gather, all_to_all); a producer "
@@ -1148,7 +1201,8 @@ def _infer(ks: KernelSource, tensor: str, dim: int, rows: str | None, writes: bo
             binding.groups.append(ReadGroup(at, [], line))
             break
         fallbacks: list = []
-        accesses = _hoist(ks, [stmt], reads, before, tensor, dim, writes, None if writes else fallbacks) if reads else []
+        accesses = _hoist(ks, [stmt], reads, before, tensor, dim, writes, None if writes else fallbacks, loops,
+                          tainted) if reads else []
         # A read of rows already waited for needs no second wait; every write counts, because the
         # announcement must follow the last one.
         if accesses and (writes or not _covered([g for g in binding.groups if not g.inner and not g.nested], accesses, body, index)):

@@ -22,26 +22,27 @@ def range_statements(binding: TensorBinding, group: ReadGroup, lo: str = names.L
     """Statements computing (lo, hi), by default (syncopy_lo, syncopy_hi): the chunk range a group
     of reads (or, on the producer side, of stores) touches."""
     outer = "True" if binding.dim == 0 else "False"
+    ctx = binding.ctx
     if binding.explicit_rows is not None:
-        return [cst.parse_statement(f"{lo}, {hi} = {D}.chunk_range_of_rows({binding.explicit_rows}, {names.CTX})\n")]
+        return [cst.parse_statement(f"{lo}, {hi} = {D}.chunk_range_of_rows({binding.explicit_rows}, {ctx})\n")]
     out = []
     for i, access in enumerate(group.accesses):
         tl_, th_ = (lo, hi) if i == 0 else (f"{lo}_{i}", f"{hi}_{i}")
         if access.every:
-            call = f"{D}.all_chunks({names.CTX})"
+            call = f"{D}.all_chunks({ctx})"
         elif access.affine is not None:
             last, v0, v1, n = access.affine
             call = (f"{D}.chunk_range_affine({access.pointer}, {last}, {access.mask or 'True'}, {v0}, {v1}, {n}, "
-                    f"{binding.base}, {names.CTX}, {outer})")
+                    f"{binding.base}, {ctx}, {outer})")
         elif access.clamped:
-            call = f"{D}.chunk_range_clamped({access.pointer}, {access.mask or 'True'}, {binding.base}, {names.CTX}, {outer})"
+            call = f"{D}.chunk_range_clamped({access.pointer}, {access.mask or 'True'}, {binding.base}, {ctx}, {outer})"
         elif access.desc is not None:
             d_base, block_rows, rows, row_stride, tail = access.desc
-            call = f"{D}.desc_chunk_range({d_base}, {access.pointer}, {block_rows}, {rows}, {row_stride}, {tail}, {binding.base}, {names.CTX})"
+            call = f"{D}.desc_chunk_range({d_base}, {access.pointer}, {block_rows}, {rows}, {row_stride}, {tail}, {binding.base}, {ctx})"
         elif access.mask is None:
-            call = f"{D}.chunk_range({access.pointer}, {binding.base}, {names.CTX}, {outer})"
+            call = f"{D}.chunk_range({access.pointer}, {binding.base}, {ctx}, {outer})"
         else:
-            call = f"{D}.chunk_range_masked({access.pointer}, {access.mask}, {binding.base}, {names.CTX}, {outer})"
+            call = f"{D}.chunk_range_masked({access.pointer}, {access.mask}, {binding.base}, {ctx}, {outer})"
         out.append(cst.parse_statement(f"{tl_}, {th_} = {call}\n"))
         if i:
             out.append(cst.parse_statement(f"{lo}, {hi} = {D}.merge_ranges({lo}, {hi}, {tl_}, {th_})\n"))
@@ -76,13 +77,13 @@ def async_proxy_acquire(binding: TensorBinding) -> list[cst.BaseStatement]:
 
 
 def wait_statements(binding: TensorBinding, group: ReadGroup, first: bool, table: bool = False,
-                    what: str = "this program reads", notes: tuple[str, ...] = ()) -> list[cst.BaseStatement]:
+                    what: str = "this program reads", notes: tuple[str, ...] = (), trace: bool = True) -> list[cst.BaseStatement]:
     stmts = range_statements(binding, group)
     if first and table:
         stmts = [from_table_or(stmts)]
-    stmts.append(cst.parse_statement(f"{D}.wait_chunks({names.SIGNALS}, {names.CTX}, {names.LO}, {names.HI})\n"))
+    stmts.append(cst.parse_statement(f"{D}.wait_chunks({names.SIGNALS}, {binding.ctx}, {names.LO}, {names.HI})\n"))
     stmts += async_proxy_acquire(binding)
-    if first:
+    if first and trace:
         stmts.append(cst.parse_statement(f"{D}.trace_tile_start({names.SIGNALS}, {names.TRACE}, {names.CTX}, {names.TRACE_FLAG})\n"))
     comments = [cst.EmptyLine(comment=cst.Comment(c)) for c in (*notes, *_comments(binding, group, what))]
     stmts[0] = stmts[0].with_changes(leading_lines=[*stmts[0].leading_lines, *comments])
@@ -145,18 +146,32 @@ def nested_edits(binding: TensorBinding, groups: list[ReadGroup]) -> list:
 
 
 def insert_waits(body: list[cst.BaseStatement], binding: TensorBinding, table: bool = False,
-                 notes: tuple[str, ...] = ()) -> list[cst.BaseStatement]:
-    """`body` is the original function body (indices match `binding.groups`)."""
-    at = {g.stmt_index: g for g in binding.groups if not g.nested}
+                 notes: tuple[str, ...] = (), others: tuple[TensorBinding, ...] = (),
+                 loops: dict | None = None) -> list[cst.BaseStatement]:
+    """`body` is the original function body (indices match `binding.groups`). `others` are the
+    bindings of the other listed tensors: their waits go next to the main tensor's, and the first
+    statement that reads any of them starts the tile (the table stands for the main tensor only).
+    `loops` maps a statement index to a rewrite of that statement once its waits are in (loop_order.py)."""
+    bindings = (binding, *others)
     out: list[cst.BaseStatement] = []
     first = True
     for index, stmt in enumerate(body):
-        group = at.get(index)
-        stmt = insert_nested(stmt, nested_edits(binding, [g for g in binding.groups if g.stmt_index == index]))
-        if group is not None:
-            waits = wait_statements(binding, group, first, table, notes=notes if first else ())
+        edits = [e for b in bindings for e in nested_edits(b, [g for g in b.groups if g.stmt_index == index])]
+        stmt = insert_nested(stmt, edits)
+        waits: list[cst.BaseStatement] = []
+        for b in bindings:
+            group = next((g for g in b.groups if g.stmt_index == index and not g.nested), None)
+            if group is None:
+                continue
+            last = b is next(x for x in reversed(bindings) if any(g.stmt_index == index and not g.nested for g in x.groups))
+            waits += wait_statements(b, group, first, table and b is binding, notes=notes if first and not waits else (),
+                                     trace=last)
+        if first and not waits and any(g.stmt_index == index and g.rows_at for b in bindings for g in b.groups):
+            # Its only waits are inside a loop that sweeps the rows, per iteration: the tile starts here.
+            waits = [cst.parse_statement(f"{D}.trace_tile_start({names.SIGNALS}, {names.TRACE}, {names.CTX}, {names.TRACE_FLAG})\n")]
+        if waits:
             waits, stmt = _with_leading(waits, stmt)
             out.extend(waits)
             first = False
-        out.append(stmt)
+        out.extend(loops[index](stmt) if loops and index in loops else [stmt])
     return out

@@ -15,5 +15,15 @@ PIDS = ("syncopy_pid0", "syncopy_pid1", "syncopy_pid2")
 LO, HI = "syncopy_lo", "syncopy_hi"
 TABLE_LO, TABLE_HI = "syncopy_table_lo", "syncopy_table_hi"
 
+#: Words of one context block (syncopy.device.CTX_LEN). With several communicated tensors, the
+#: context holds one block per tensor (its own row stride), so tensor i's waits read `ctx_of(i)`.
+CTX_WORDS = 8
+
+
+def ctx_of(i: int) -> str:
+    """The context pointer the waits for the i-th listed tensor pass (0: the main one)."""
+    return CTX if i == 0 else f"({CTX} + {CTX_WORDS * i})"
+
+
 #: Extra kernel parameters, in order, after the user's parameters without defaults.
 EXTRA_PARAMS = (CTX, SIGNALS, ORDER, TRACE)

@@ -12,7 +12,7 @@ from syncopy.frontend import infer as inference
 from syncopy.frontend import persistent as persistent_flow
 from syncopy.frontend import scope
 from syncopy.frontend.source import KernelSource
-from syncopy.passes import consumer_wait, names, probe, producer_notify, signature, tile_reorder
+from syncopy.passes import consumer_wait, loop_order, names, probe, producer_notify, signature, tile_reorder
 from syncopy.schedule.model import IMPLEMENTED_PATTERNS, PRODUCER_PATTERNS, Schedule
 
 
@@ -32,6 +32,7 @@ class Transformed:
     fresh_probe: bool = False
     checked: bool = False  # checked mode: every read (or store) of the tensor checks its chunks (read_check.py)
     checked_helpers: list[cst.FunctionDef] = field(default_factory=list)  # checked copies of helpers it calls
+    others: list[inference.TensorBinding] = field(default_factory=list)  # the other listed tensors (`tensor: [K, V]`)
 
     def code(self, node: cst.CSTNode | None = None) -> str:
         return self.source.module.code_for_node(node if node is not None else self.func)
@@ -50,11 +51,17 @@ def transform(ks: KernelSource, schedule: Schedule) -> Transformed:
     before_line = schedule.binding.before_line if schedule.binding else None
     if schedule.pattern in PRODUCER_PATTERNS:
         return _producer(ks, schedule, rows, before_line)
-    binding = inference.infer(ks, schedule.tensor, schedule.dim, rows, before_line=before_line)
-    stages = {"kernel": ks.code(ks.func), "binding": _describe(binding)}
+    loops = schedule.loop_order is not None
+    binding = inference.infer(ks, schedule.tensors[0], schedule.dim, rows, before_line=before_line, loops=loops)
+    others = _other_bindings(ks, schedule, binding)
+    stages = {"kernel": ks.code(ks.func), "binding": "".join(_describe(b) for b in (binding, *others))}
     if binding.persistent is not None:
         from syncopy.passes import persistent
 
+        if schedule.loop_order is not None:
+            raise KernelError(f"loop_order applies to kernels with one program per tile, but '{ks.name}' loops over its tiles "
+                              f"(line {ks.location(ks.func.body.body[binding.persistent.index]).line}); drop loop_order",
+                              ks.location(ks.func))
         return persistent.transform(ks, schedule, binding, stages)
 
     func = ks.func
@@ -62,9 +69,14 @@ def transform(ks: KernelSource, schedule: Schedule) -> Transformed:
     start = inference.body_start(func)
     # Tiles are remapped (and their chunk ranges tabulated by the probe) only if the kernel asks
     # for its program id; a kernel that never does has nothing to reorder.
-    remaps = tile_reorder.remap_program_ids(ks, body)[1] and not binding.no_remap
-    notes = (f"# syncopy: tiles keep their launch order: {binding.no_remap}",) if binding.no_remap else ()
-    waited = consumer_wait.insert_waits(body, binding, table=remaps, notes=notes)
+    no_remap = next((b.no_remap for b in (binding, *others) if b.no_remap), "")
+    if not no_remap and any(o.groups[0].stmt_index < binding.groups[0].stmt_index for o in others):
+        no_remap = f"'{others[0].tensor}' is read before '{binding.tensor}', whose rows order the tiles"
+    remaps = tile_reorder.remap_program_ids(ks, body)[1] and not no_remap
+    notes = (f"# syncopy: tiles keep their launch order: {no_remap}",) if no_remap else ()
+    arrival = loop_order.plan(ks, body, (binding, *others), schedule.loop_order)
+    rewrites = {i: (lambda stmt, a=a: loop_order.rewrite(ks, stmt, a)) for i, a in arrival.items()}
+    waited = consumer_wait.insert_waits(body, binding, table=remaps, notes=notes, others=tuple(others), loops=rewrites)
     remapped_body, remapped = tile_reorder.remap_program_ids(ks, waited) if remaps else (waited, False)
     head: list[cst.BaseStatement] = []
     if binding.copy_base:
@@ -78,11 +90,30 @@ def transform(ks: KernelSource, schedule: Schedule) -> Transformed:
     prefix = head[:1] if binding.copy_base else []
     prefix += body[start:first.stmt_index]
     probe_fn = probe.build(signature.add_params(func, flags=signature.flags_for(binding)), prefix, consumer_wait.range_statements(binding, first)) if remapped else None
-    t = Transformed(ks, schedule, binding, fused, probe_fn, remapped, stages)
+    t = Transformed(ks, schedule, binding, fused, probe_fn, remapped, stages, others=others)
     stages["fused"] = t.code()
     if probe_fn is not None:
         stages["probe"] = t.code(probe_fn)
     return t
+
+
+def _other_bindings(ks: KernelSource, schedule: Schedule, main: inference.TensorBinding) -> list[inference.TensorBinding]:
+    """The bindings of the listed tensors after the first; each wait reads its own context block."""
+    if len(schedule.tensors) == 1:
+        return []
+    for what, refused in (("binding:", schedule.binding is not None), ("a persistent kernel", main.persistent is not None)):
+        if refused:
+            raise KernelError(f"a list of communicated tensors ({', '.join(schedule.tensors)}) cannot be combined with {what} "
+                              "yet; name one tensor", ks.location(ks.func))
+    out = []
+    for i, name in enumerate(schedule.tensors[1:], start=1):
+        b = inference.infer(ks, name, schedule.dim, loops=schedule.loop_order is not None)
+        if b.persistent is not None:
+            raise KernelError(f"'{name}' is read in a persistent loop; a list of communicated tensors needs one program per tile; "
+                              "name one tensor", ks.location(ks.func))
+        b.ctx = names.ctx_of(i)
+        out.append(b)
+    return out
 
 
 def _producer(ks: KernelSource, schedule: Schedule, rows: str | None, before_line: int | None = None) -> Transformed:

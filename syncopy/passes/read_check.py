@@ -331,6 +331,10 @@ def apply(t):
         if binding.dim == 0 else {}
     original = _Finder(ks.func, tensor, binding.base, binding.dim, producer, descs, ks.location).sites(ks.func.body)
     finder = _Finder(t.func, tensor, binding.base, binding.dim, producer, descs, lambda n: ks.location(ks.func))
+    # A user name the passes make depend on the tensor (a loop variable set from the arrival order,
+    # computed from the tensor's rows) still points where it did: only the user's own pointers count.
+    first = _Finder(ks.func, tensor, binding.base, binding.dim, producer, descs, ks.location)
+    finder.derived = {n for n in finder.derived if n in first.derived or n.startswith(("syncopy_", "SYNCOPY_"))}
     clones = _Clones(ks, tensor, binding.dim, producer)
     func = instrument(t.func, finder, _lines(ks, original, finder.sites(t.func.body)), clones, _comment(tensor, producer),
                       binding.base, ks)

@@ -54,7 +54,7 @@ def compute_cost(workload: Workload, profile: HardwareProfile, world: int, sms: 
     """The cost of `workload`'s tiles on `sms` SMs of `profile`, with `world` ranks on the machine."""
     c = profile.compute
     tile_m, tile_n = c.tile
-    peak = profile.gemm_flops(workload.dtype) if workload.kind == "gemm" else profile.vector_flops()
+    peak = profile.gemm_flops(workload.dtype) if workload.kind in ("gemm", "attention") else profile.vector_flops()
     # More ranks than the machine runs at once (CPU cores) share the cores' time.
     scale = max(1.0, world / c.concurrent_ranks) if c.concurrent_ranks else 1.0
     return ComputeCost(

@@ -205,7 +205,7 @@ def _reason(best: Prediction, bound: str, predictions: list[Prediction], profile
     w = best.workload
     if bound == "no communication":
         return "no communication: world is 1, so the fused kernel is the local kernel plus its wait checks"
-    what = "kernel" if w.kind == "gemm" else "RMSNorm"
+    what = "RMSNorm" if w.kind == "rmsnorm" else "kernel"
     parts = [
         f"{bound}: the {what} takes {_ms(best.compute_s)} and the {w.pattern} {_ms(best.comm_s)} "
         f"({_plural(best.sequential.messages, 'message')} over {profile.network.link}, {profile.link.alpha_s * 1e6:.3g} us each fixed)"

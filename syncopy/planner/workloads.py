@@ -10,6 +10,8 @@
     a2a_gemm    all_to_all      tokens: M x K per rank, M/W each  grouped GEMM of the M received tokens
                                 way (uniform routing)            (M x K) @ W_expert (K x N)
     ag_rmsnorm  all_gather      X: M x N, M/W rows per rank      RMSNorm of the gathered M x N (K unused)
+    ag_attention all_gather     K and V: M x K each, M/W rows    attention of N local queries over the M
+                                per rank (K = heads x head dim)  gathered keys and values (causal: about half)
 
 M is always the number of rows one rank's kernel computes; for a2a_gemm that is the tokens a rank
 holds (top-k copies included) and, with uniform routing, also the tokens it receives.
@@ -23,7 +25,7 @@ from typing import Literal
 from syncopy.planner.hardware import DTYPE_BYTES
 
 Pattern = Literal["all_gather", "reduce_scatter", "all_reduce", "all_to_all"]
-Kind = Literal["gemm", "rmsnorm"]
+Kind = Literal["gemm", "rmsnorm", "attention"]
 
 #: The largest operand the planner models (256 TiB): far beyond any machine's memory, and well
 #: within the exact integers of a float, so the seconds it predicts still mean something.
@@ -53,6 +55,10 @@ TEMPLATES: dict[str, Template] = {
         Template("gemm_ar", "all_reduce", "gemm", "A @ B, then all_reduce of the output", "N"),
         Template("a2a_gemm", "all_to_all", "gemm", "all_to_all of tokens, then grouped GEMM (MoE)", "K"),
         Template("ag_rmsnorm", "all_gather", "rmsnorm", "all_gather of rows, then RMSNorm (memory bound)", "N"),
+        # Its work follows the key rows: a block of keys is attended to by every local query as it
+        # lands (the kernel's key/value loop waits per iteration), so "rows" below are key rows.
+        Template("ag_attention", "all_gather", "attention", "all_gather of K and V along the sequence, then flash "
+                 "attention (context parallelism)", "K"),
     )
 }
 
@@ -86,7 +92,7 @@ class Workload:
     def comm_row_bytes(self) -> int:
         """Bytes of one row of the communicated tensor."""
         width = self.k if TEMPLATES[self.template].comm_width == "K" else self.n
-        return width * self.elem_bytes
+        return width * self.elem_bytes * (2 if self.kind == "attention" else 1)  # attention: a row of K and one of V
 
     def col_tiles(self, tile_n: int) -> int:
         """Tiles across the output's columns (an RMSNorm program owns whole rows)."""
@@ -96,6 +102,8 @@ class Workload:
         """FLOPs of one tile."""
         if self.kind == "gemm":
             return 2.0 * tile_m * tile_n * self.k
+        if self.kind == "attention":
+            return 4.0 * tile_m * self.n * self.k  # Q K^T and P V for tile_m keys against the N queries
         return 4.0 * tile_m * self.n  # square, sum, scale by rsqrt, multiply by the weight
 
     def kernel_bytes(self, rows: int | None = None) -> float:
@@ -108,6 +116,8 @@ class Workload:
         b = self.elem_bytes
         if self.kind == "gemm":
             return float((rows * self.k + self.k * self.n + rows * self.n) * b)
+        if self.kind == "attention":
+            return float((2 * rows * self.k + 2 * self.n * self.k) * b)  # K, V rows; Q and the output once
         return float((2 * rows * self.n + self.n) * b)
 
 

@@ -28,7 +28,7 @@ class Binding:
 
     def _run_local(self, grid, call_args: dict, options: dict, group) -> None:
         """The local kernel, with the config (and heuristics) a fused launch of these arguments takes."""
-        call_args, options = self._tuned(grid, call_args, options, group, lambda: torch.empty_like(call_args[self.schedule.tensor]))
+        call_args, options = self._tuned(grid, call_args, options, group, lambda: torch.empty_like(call_args[self.schedule.tensors[0]]))
         self.local[grid](**call_args, **options)
 
     def _bind(self, args, kwargs):
@@ -37,21 +37,38 @@ class Binding:
         options = {k: kwargs.pop(k) for k in list(kwargs) if k in _LAUNCH_OPTIONS and k not in self.signature.parameters}
         arguments = self._arguments(args, kwargs)
         self._refuse_interpreted_bf16(arguments)
-        shard = arguments.get(self.schedule.tensor)
+        shard = arguments.get(self.schedule.tensors[0])
         if not isinstance(shard, torch.Tensor):
-            raise LaunchError(f"argument '{self.schedule.tensor}' must be this rank's shard as a tensor, got {type(shard).__name__}")
+            raise LaunchError(f"argument '{self.schedule.tensors[0]}' must be this rank's shard as a tensor, got {type(shard).__name__}")
         if shard.device.type not in ("cpu", "cuda"):
             raise LaunchError(
-                f"'{self.schedule.tensor}' is on a {shard.device.type} device, which syncopy cannot launch on; pass CPU tensors "
+                f"'{self.schedule.tensors[0]}' is on a {shard.device.type} device, which syncopy cannot launch on; pass CPU tensors "
                 "(gloo backend) or CUDA tensors (p2p or nccl backend)"
             )
         if self.schedule.dim >= shard.dim():
             raise LaunchError(
-                f"schedule dim {self.schedule.dim} but '{self.schedule.tensor}' has {shard.dim()} dimensions; set `dim:` below {shard.dim()}"
+                f"schedule dim {self.schedule.dim} but '{self.schedule.tensors[0]}' has {shard.dim()} dimensions; set `dim:` below {shard.dim()}"
             )
         if not shard.is_contiguous():
-            raise LaunchError(f"'{self.schedule.tensor}' must be contiguous; pass {self.schedule.tensor}.contiguous()")
+            raise LaunchError(f"'{self.schedule.tensors[0]}' must be contiguous; pass {self.schedule.tensors[0]}.contiguous()")
+        for name in self.schedule.tensors[1:]:
+            self._check_listed(name, arguments.get(name), shard)
         return arguments, shard, options
+
+    def _check_listed(self, name: str, value, shard: torch.Tensor) -> None:
+        """Another listed tensor (`tensor: [K, V]`): a contiguous shard beside the first one, with
+        as many rows along `dim` (its dtype and other sizes are its own)."""
+        first, dim = self.schedule.tensors[0], self.schedule.dim
+        if not isinstance(value, torch.Tensor):
+            raise LaunchError(f"argument '{name}' (listed in `tensor:`) must be this rank's shard as a tensor, got {type(value).__name__}")
+        if value.device != shard.device:
+            raise LaunchError(f"'{name}' is on {value.device} but '{first}' on {shard.device}; pass every listed tensor on one device")
+        if dim >= value.dim() or value.shape[dim] != shard.shape[dim]:
+            rows = f"{value.shape[dim]} rows" if dim < value.dim() else f"only {value.dim()} dimensions"
+            raise LaunchError(f"'{name}' has {rows} along dim {dim} but '{first}' has {shard.shape[dim]}; every tensor listed in "
+                              f"`tensor:` needs the same rows per rank along `dim`")
+        if not value.is_contiguous():
+            raise LaunchError(f"'{name}' must be contiguous; pass {name}.contiguous()")
 
     def _tuned(self, grid, arguments: dict, options: dict, group, scratch) -> tuple[dict, dict]:
         """`arguments` and `options` with what an autotune/heuristics wrapper adds (runtime/tuning.py):
@@ -59,7 +76,7 @@ class Binding:
         `scratch()` makes the tensor that stands for the communicated one while configs are timed."""
         if self.tuning is None:
             return arguments, options
-        tensor = self.schedule.tensor
+        tensor = self.schedule.tensors[0]
         added = self.tuning.resolve({**arguments, **options}, grid=grid, group=group, timeout_s=self.timeout_s,
                                     timing=lambda named: {**named, tensor: scratch()})
         params = self.signature.parameters

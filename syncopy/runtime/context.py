@@ -104,6 +104,22 @@ class Recent(dict):
 context_ids = itertools.count()  # ids of this process's contexts (a launch takes rank 0's, see FusedKernel._context)
 
 
+def refuse_listed(schedule, backend: str) -> None:
+    """Several communicated tensors (`tensor: [K, V]`) move on the gloo backend only so far: every
+    other mover copies one buffer, and would hand the kernel the other tensors' shards unGathered."""
+    if len(schedule.tensors) > 1:
+        from syncopy.errors import LaunchError
+
+        raise LaunchError(f"several communicated tensors ({', '.join(schedule.tensors)}) move on the gloo backend only so far, "
+                          f"not {backend}; list one tensor, or run on CPU ranks (gloo)")
+
+
+def _gathered(shape: tuple[int, ...], dim: int, world: int) -> list[int]:
+    full = list(shape)
+    full[dim] *= world
+    return full
+
+
 class Context:
     """Buffers and signals of one fused all-gather operator on one rank."""
 
@@ -111,7 +127,8 @@ class Context:
     # inference tensor may not be updated in place outside that mode, and a context serves every launch.
     @torch.inference_mode(False)
     def __init__(self, plan: RankPlan, shard_shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, dim: int,
-                 producer: bool = False, full_shape: tuple[int, ...] | None = None):
+                 producer: bool = False, full_shape: tuple[int, ...] | None = None,
+                 extras: tuple[tuple[tuple[int, ...], torch.dtype], ...] = ()):
         self.plan = plan
         self.producer = producer
         self.dim = dim
@@ -133,13 +150,20 @@ class Context:
         self.signals = torch.zeros(self._delivered + (plan.world if producer else 0), dtype=torch.int32, device=device)
         self.targets = [0] * n
         self.tiles_per_chunk: dict[tuple, list[int]] = Recent(MAX_LAUNCH_SHAPES)  # producer: per launch shape, from the probe
-        self.ctx = torch.zeros(dev.CTX_LEN, dtype=torch.int64, device=device)
-        self.ctx[dev.CTX_RANK.value] = plan.rank
-        self.ctx[dev.CTX_ROWS.value] = plan.rows_per_rank
-        self.ctx[dev.CTX_CHUNKS.value] = plan.flags_per_rank
-        self.ctx[dev.CTX_STRIDE_BYTES.value] = self.buffer.stride(dim) * self.buffer.element_size()
-        self.ctx[dev.CTX_SIZE.value] = full[dim]
-        self.ctx[dev.CTX_WORLD.value] = plan.world
+        # The other listed tensors (`tensor: [K, V]`): gathered buffers of their own shapes and dtypes,
+        # moved with the main one (a chunk's flag rises once all of them landed).
+        self.extras = [torch.empty(_gathered(shape, dim, plan.world), dtype=dt, device=device) for shape, dt in extras]
+        self.extra_shards: list[torch.Tensor] = []  # this launch's shards of the extras (set by the launcher)
+        # One context block per tensor: the same words, but each its own row stride (names.ctx_of).
+        self.ctx = torch.zeros(dev.CTX_LEN * (1 + len(extras)), dtype=torch.int64, device=device)
+        for i, t in enumerate([self.buffer, *self.extras]):
+            block = self.ctx[i * dev.CTX_LEN : (i + 1) * dev.CTX_LEN]
+            block[dev.CTX_RANK.value] = plan.rank
+            block[dev.CTX_ROWS.value] = plan.rows_per_rank
+            block[dev.CTX_CHUNKS.value] = plan.flags_per_rank
+            block[dev.CTX_STRIDE_BYTES.value] = t.stride(dim) * t.element_size()
+            block[dev.CTX_SIZE.value] = full[dim]
+            block[dev.CTX_WORLD.value] = plan.world
         self.epoch = 0
         # Per launch shape (grid and scalar arguments): its tile order table, ranges and execution order.
         self.orders: dict[tuple, tuple[torch.Tensor, list[tuple[int, int]], list[int]]] = Recent(MAX_LAUNCH_SHAPES)
@@ -159,9 +183,10 @@ class Context:
 
     @property
     def nbytes(self) -> int:
-        """Bytes this context holds on its device (the buffer, the signal pad and the tile tables)."""
+        """Bytes this context holds on its device (the buffers, the signal pad and the tile tables)."""
         tables = sum(entry[0].numel() * entry[0].element_size() for entry in self.orders.values())
-        return self.buffer.numel() * self.buffer.element_size() + self.signals.numel() * 4 + tables
+        buffers = sum(t.numel() * t.element_size() for t in [self.buffer, *self.extras])
+        return buffers + self.signals.numel() * 4 + tables
 
     def word_address(self, index: int, pad: torch.Tensor | None = None) -> int:
         """The address of word `index` of a signal pad: this context's, or a peer's mapped one (p2p),
@@ -196,10 +221,37 @@ class Context:
         shift = (peer - self.plan.rank) * self.plan.rows_per_rank
         return self.source.narrow(self.dim, lo + shift, hi - lo)
 
+    def tensors(self) -> list[torch.Tensor]:
+        """The gathered buffers: the main tensor's, then the other listed tensors'."""
+        return [self.buffer, *self.extras]
+
+    def packed(self, chunk: int) -> torch.Tensor:
+        """With several listed tensors: chunk `chunk` of every one of them, as one byte string (what
+        travels, so that the chunk lands whole before its flag rises)."""
+        lo, hi = self.plan.bounds(chunk)
+        return torch.cat([t.narrow(self.dim, lo, hi - lo).contiguous().reshape(-1).view(torch.uint8) for t in self.tensors()])
+
+    def unpack(self, chunk: int, data: torch.Tensor) -> None:
+        """Put a received `packed(chunk)` in place in every buffer."""
+        lo, hi = self.plan.bounds(chunk)
+        at = 0
+        for t in self.tensors():
+            view = t.narrow(self.dim, lo, hi - lo)
+            n = view.numel() * view.element_size()
+            view.copy_(data[at : at + n].view(t.dtype).view(view.shape))
+            at += n
+
+    def place_local(self, shard: torch.Tensor) -> None:
+        """This rank's shards (the main one and the extras) in their slots of the gathered buffers."""
+        rows = self.plan.rows_per_rank
+        for t, s in zip(self.tensors(), [shard, *self.extra_shards]):
+            t.narrow(self.dim, self.plan.rank * rows, rows).copy_(s)
+
     def begin(self, spin_limit: int) -> int:
         self.epoch += 1
-        self.ctx[dev.CTX_EPOCH.value] = self.word
-        self.ctx[dev.CTX_SPIN_LIMIT.value] = spin_limit
+        for at in range(0, self.ctx.numel(), dev.CTX_LEN):
+            self.ctx[at + dev.CTX_EPOCH.value] = self.word
+            self.ctx[at + dev.CTX_SPIN_LIMIT.value] = spin_limit
         self.signals[: dev.SIG_HEADER] = 0
         self.signals[dev.SIG_HEADER + self.n_flags : dev.SIG_HEADER + self.n_flags + 2] = 0
         self.t0 = time.perf_counter()

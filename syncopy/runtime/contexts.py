@@ -20,7 +20,7 @@ from syncopy.errors import LaunchError
 from syncopy.runtime import backends
 from syncopy.runtime import plan as planning
 from syncopy.runtime.backends import control
-from syncopy.runtime.context import Context, context_ids
+from syncopy.runtime.context import Context, context_ids, refuse_listed
 from syncopy.runtime.launch import _deferred
 from syncopy.schedule import Schedule
 from syncopy.schedule.model import AUTO
@@ -116,7 +116,8 @@ class Contexts:
     def _context(self, shard: torch.Tensor, group, args: dict) -> tuple[Context, object]:
         # The group by its token, never by id(): a destroyed group's id may come back with another group.
         # The device with its index: a context's buffers and signal pad live on one GPU.
-        key = (control.group_token(group), tuple(shard.shape), shard.dtype, shard.device)
+        extras = self._listed_shapes(args)
+        key = (control.group_token(group), tuple(shard.shape), shard.dtype, shard.device, extras)
         with _cache_lock:
             hit = self._contexts.pop(key, None)
             if hit is not None:
@@ -157,10 +158,15 @@ class Contexts:
             if close is not None:
                 close()
 
+    def _listed_shapes(self, args: dict) -> tuple:
+        """(shape, dtype) of each other listed tensor (`tensor: [K, V]`): part of a context's key."""
+        return tuple((tuple(args[n].shape), args[n].dtype) for n in self.schedule.tensors[1:])
+
     def _new_context(self, shard: torch.Tensor, group, args: dict) -> tuple[Context, object]:
         """The context of `shard`'s shape on `group`: made collectively, every rank's shard, schedule
         and context budget checked against the others'."""
         world, rank = dist.get_world_size(group), dist.get_rank(group)
+        extras = self._listed_shapes(args)
         # A world of one moves nothing: its "backend" is the local copy in _launch.
         backend = None
         # `auto` is resolved by rank 0 alone and travels with the shape check below, so that every
@@ -169,13 +175,16 @@ class Contexts:
         choice = self._resolve(shard, world, args) if self.schedule.planned and rank == 0 else None
         # Every rank must bring the same shard shape: check once, collectively, and fail everywhere.
         # It carries an id for the context: rank 0's is taken, so the ranks agree on it (gloo tags).
-        mine = (tuple(shard.shape), str(shard.dtype), self.schedule.key(), choice, next(context_ids), self.context_budget())
+        mine = (tuple(shard.shape), str(shard.dtype), self.schedule.key(), choice, next(context_ids), self.context_budget(),
+                str(extras))
         theirs: list = [mine]
         if world > 1:
             # The first launch of a shape is collective: a rank that never comes is named, in bounded time.
-            what = f"the first launch of {self.local.fn.__name__} with '{self.schedule.tensor}' of shape {list(shard.shape)}"
+            what = f"the first launch of {self.local.fn.__name__} with '{self.schedule.tensors[0]}' of shape {list(shard.shape)}"
             try:
                 name = self.backend_for(shard.device, group)
+                if name != "gloo":
+                    refuse_listed(self.schedule, name)
                 backend = backends.select(name, shard.device.type)(group, self.timeout_s, self.link, self.faults)
                 backends.verify_chunks(backend, getattr(self, "verify_chunks", False))
                 control.join(group, self.timeout_s, what)
@@ -193,11 +202,15 @@ class Contexts:
                 raise LaunchError(f"rank {r} keeps {other[5][0]} contexts of {other[5][1]} bytes per group but rank {rank} "
                                   f"keeps {mine[5][0]} of {mine[5][1]}; give every rank the same max_contexts and "
                                   "max_context_bytes (or $SYNCOPY_MAX_CONTEXTS and $SYNCOPY_MAX_CONTEXT_BYTES)")
-        ctx = self._make_context(shard, rank, world, theirs[0][3])
+            if other[6] != mine[6]:
+                raise LaunchError(f"rank {r} passed the other listed tensors ({', '.join(self.schedule.tensors[1:])}) as "
+                                  f"{other[6]} but rank {rank} as {mine[6]} (shape, dtype); pass the same on every rank")
+        # The other listed tensors' (shape, dtype), by keyword: the common case keeps its four arguments.
+        ctx = self._make_context(shard, rank, world, theirs[0][3], **({"extras": extras} if extras else {}))
         ctx.uid = theirs[0][4]
         return ctx, backend
 
-    def _make_context(self, shard: torch.Tensor, rank: int, world: int, choice) -> Context:
+    def _make_context(self, shard: torch.Tensor, rank: int, world: int, choice, extras: tuple = ()) -> Context:
         """The context of `shard`'s shape for rank `rank` of `world`, lowered with the planner's
         `choice` (None: the schedule as written)."""
         schedule, resolution = self._lowered(choice)
@@ -216,7 +229,7 @@ class Contexts:
             ctx = Context(p, tuple(block), shard.dtype, shard.device, self.schedule.dim)
         else:
             p = planning.all_gather(schedule, rank, world, rows)
-            ctx = Context(p, tuple(shard.shape), shard.dtype, shard.device, self.schedule.dim)
+            ctx = Context(p, tuple(shard.shape), shard.dtype, shard.device, self.schedule.dim, extras=extras)
         ctx.schedule, ctx.resolution = schedule, resolution
         ctx.kernel_file = self._built[0].source.path  # where checked-mode violations point
         return ctx
@@ -251,7 +264,7 @@ class Contexts:
         try:
             device_name = torch.cuda.get_device_name(shard.device) if shard.device.type == "cuda" else None
             hardware = auto.hardware_name(self.hardware, shard.device.type, device_name)
-            others = [tuple(v.shape) for k, v in args.items() if isinstance(v, torch.Tensor) and k != self.schedule.tensor]
+            others = [tuple(v.shape) for k, v in args.items() if isinstance(v, torch.Tensor) and k not in self.schedule.tensors]
             resolution = auto.resolve(
                 self.schedule.pattern, self.schedule.chunks_per_rank, self.schedule.order, world=world,
                 shard_shape=tuple(shard.shape), dim=self.schedule.dim, dtype=str(shard.dtype), others=others,

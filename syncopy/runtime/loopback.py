@@ -38,7 +38,7 @@ from syncopy.runtime.launch import _ensure_allocator, _spin_limit
 from syncopy.errors import LaunchError, SyncopyTimeout
 from syncopy.runtime import graph as graphs
 from syncopy.runtime import streamops
-from syncopy.runtime.context import Context
+from syncopy.runtime.context import Context, refuse_listed
 from syncopy.runtime.pending import LaunchErrors
 from syncopy.runtime.streamops import ptr, wrap32
 
@@ -184,6 +184,7 @@ class LoopbackWorld:
     def __init__(self, fused: FusedKernel, world: int, rank: int = 0, device: str = "cuda", graph: bool = False):
         """graph: advance every launch's epoch on the device (runtime/graph.py) from the first
         launch on, as a context does anyway from its first captured launch."""
+        refuse_listed(fused.schedule, "a loopback world")
         if device == "cuda" and not torch.cuda.is_available():
             raise LaunchError("the loopback world needs a CUDA device (or device='cpu' under the Triton interpreter)")
         self.fk, self.world, self.rank = fused, world, rank

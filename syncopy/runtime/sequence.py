@@ -93,7 +93,8 @@ class LaunchSequence:
         if self.producer:
             return self._launch_producer(grid, bound, shard, options, ctx, backend, group)
         call_args = dict(bound)
-        call_args[self.schedule.tensor] = ctx.buffer
+        ctx.extra_shards = [bound[n] for n in self.schedule.tensors[1:]]
+        call_args.update(zip(self.schedule.tensors, ctx.tensors()))
         if backend is not None:
             g0, g1, g2 = self._grid(grid, call_args)
             # Each program is num_ctas CTAs (a cluster on sm_90): what could hold SMs is their product.
@@ -104,10 +105,12 @@ class LaunchSequence:
             backend.check()  # earlier launches that are done: their errors surface here
         epoch = ctx.begin(_spin_limit(self.timeout_s, shard.device.type))
         trace, trace_buf = self._new_trace(ctx, epoch, len(ranges))
-        if self.poison_receive and ctx.buffer.is_floating_point():
-            ctx.buffer.fill_(float("nan"))
+        if self.poison_receive:
+            for buffer in ctx.tensors():
+                if buffer.is_floating_point():
+                    buffer.fill_(float("nan"))
         if backend is None:
-            ctx.buffer.copy_(shard)
+            ctx.place_local(shard)
             for g in range(ctx.n_chunks):
                 ctx.land(g)
             transfer = None

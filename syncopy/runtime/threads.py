@@ -66,7 +66,7 @@ from syncopy import device as dev
 from syncopy.runtime.launch import _ensure_allocator, _spin_limit
 from syncopy.errors import LaunchError
 from syncopy.runtime import streamops
-from syncopy.runtime.context import Context
+from syncopy.runtime.context import Context, refuse_listed
 from syncopy.runtime.loopback import _Cuda, _Host, _Loop, _Timeline, launch_args
 from syncopy.runtime.streamops import ptr, wrap32
 
@@ -180,6 +180,7 @@ class ThreadWorld:
         """pushes: "in-kernel" (tiles wait for chunks that land while the kernels run) or
         "before-kernel" (each rank's kernel starts once the pushes into it are done); default
         $SYNCOPY_THREAD_PUSHES, else before-kernel on a GPU and in-kernel on the CPU engine (module doc)."""
+        refuse_listed(fused.schedule, "a thread world")
         pushes = pushes or os.environ.get("SYNCOPY_THREAD_PUSHES") or None
         if pushes is not None and pushes not in PUSH_MODES:
             raise LaunchError(f"pushes={pushes!r}: expected one of {', '.join(PUSH_MODES)} (or unset: before-kernel on a GPU)")

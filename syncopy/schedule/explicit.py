@@ -716,6 +716,8 @@ def to_yaml(s: "Schedule") -> str:
     if s.chunks is not None:
         lines += [f"units_per_rank: {s.units_per_rank}", f"chunks: {_scalar(s.chunks)}"]
     lines.append(f"order: {_scalar(s.order)}")
+    if s.loop_order is not None:
+        lines.append(f"loop_order: {s.loop_order}")
     if s.binding is not None:
         lines += ["binding:", f"  rows: {json.dumps(s.binding.rows)}"]
         if s.binding.before_line is not None:

@@ -121,7 +121,10 @@ class Schedule(BaseModel):
                              "`all_reduce` (it writes `tensor`)")
     kernel: str | None = Field(default=None, min_length=1, description="the `@triton.jit` function to transform (required by "
                                "the CLI, checked by the decorator)")
-    tensor: str = Field(min_length=1, description="the kernel argument that is communicated")
+    tensor: Union[Annotated[str, Field(min_length=1)], Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]] = Field(
+        description="the kernel argument that is communicated, or a list of them (`[K, V]`, all_gather only): every listed "
+        "tensor is sharded along the same `dim` with the same rows per rank (any dtypes and trailing shapes), and a chunk's "
+        "flag rises once its rows of every listed tensor have landed")
     dim: StrictInt = Field(default=0, ge=0, description="its sharded dimension")
     chunks_per_rank: Union[Annotated[StrictInt, Field(ge=1)], Auto] = Field(
         default=1, description="each shard is cut into this many chunks (boundaries `floor(i*S/C)`: never empty, ragged is "
@@ -133,6 +136,12 @@ class Schedule(BaseModel):
     )
     binding: Binding | None = Field(default=None, description="for kernels inference cannot follow: which rows a program "
                                     "reads (`rows`) and where its wait goes (`before_line`)")
+    loop_order: Literal["arrival", "as_written"] | None = Field(
+        default=None, description="how a loop whose iterations read other rows of `tensor` runs (attention's key/value "
+        "loop, a GEMM reducing along `dim`): each iteration waits for its own chunks; `arrival` runs the iterations in "
+        "chunk-arrival order, this rank's rows first (refused where iterations carry state other than accumulators), "
+        "`as_written` keeps their order; unset: `arrival` where the loop is seen to only accumulate, else `as_written`. "
+        "Set, it also moves the waits into loops whose pointer is stepped")
     units_per_rank: StrictInt | None = Field(default=None, ge=1, description="full form: each shard is cut into this many "
                                              "equal units, which `chunks` slices")
     chunks: list[tuple[StrictInt, StrictInt]] | None = Field(default=None, description="full form: chunk i's units "
@@ -175,6 +184,34 @@ class Schedule(BaseModel):
                     "list every peer offset exactly once"
                 )
         return order
+
+    @field_validator("tensor")
+    @classmethod
+    def _tensor_list_is_distinct(cls, tensor):
+        if isinstance(tensor, list):
+            twice = sorted({t for t in tensor if tensor.count(t) > 1})
+            if twice:
+                raise ValueError(f"lists '{twice[0]}' twice; name each communicated argument once")
+        return tensor
+
+    @model_validator(mode="after")
+    def _lists_only_for_all_gather(self):
+        if isinstance(self.tensor, list) and len(self.tensor) > 1 and self.pattern != "all_gather":
+            from syncopy.schedule.explicit import PlanError
+
+            raise PlanError(("tensor",), f"a list of tensors ({', '.join(self.tensor)}) is supported for pattern all_gather "
+                            f"only, not {self.pattern}; name one tensor")
+        if self.loop_order is not None and self.pattern in PRODUCER_PATTERNS:
+            from syncopy.schedule.explicit import PlanError
+
+            raise PlanError(("loop_order",), f"applies to the patterns whose kernel reads `tensor` (all_gather, all_to_all), "
+                            f"not {self.pattern}; drop loop_order")
+        return self
+
+    @property
+    def tensors(self) -> tuple[str, ...]:
+        """Every communicated argument: `tensor`, or the names it lists (the first is the main one)."""
+        return tuple(self.tensor) if isinstance(self.tensor, list) else (self.tensor,)
 
     @model_validator(mode="after")
     def _full_form_is_consistent(self):

@@ -150,6 +150,16 @@ def _rolling_tiles(x, m, gen):
     return (3,), [x, q, r, m, 32, 24, *x.stride(), *q.stride(), *r.stride()], dict(BM=16, BN=16, BK=16, LANES=3), r
 
 
+def _column_stats(x, m, gen):
+    out = _nan(2, 8)  # row 0: the column sums, row 1: the column maxima
+    return (2,), [x, out[0], out[1], m], dict(NC=8, BR=4, BC=4), out
+
+
+def _mm_k_gathered(x, m, gen):
+    a, c = _t(20, m, gen=gen), _nan(20, 16)
+    return (2, 1), [a, x, c, 20, 16, m], dict(BM=16, BN=16, BK=16), c
+
+
 #: case -> (rows per rank, columns of the communicated tensor (None: 1-D), make)
 RECIPES = {
     "defaulted_constexpr": (7, None, _act_rows),
@@ -173,6 +183,8 @@ RECIPES = {
     "persistent_flat_pointers": (13, 24, _matmul_kernel_persistent),
     "persistent_tutorial_two_counters": (16, 32, _matmul_kernel_descriptor_persistent),
     "persistent_while_pointers": (11, 24, _rolling_tiles),
+    "loop_arrival_colsum": (7, 8, _column_stats),
+    "loop_as_written_gemm": (13, 16, _mm_k_gathered),
 }
 
 

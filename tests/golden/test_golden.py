@@ -39,7 +39,12 @@ KEEP_ORDER = {"waits_data_rows": "tiles keep their launch order: the rows of its
               "waits_helper_pid": "tiles keep their launch order: the helper _my_rows calls tl.program_id itself",
               "waits_nested_step": "no bound before the loop (p changes inside the loop",
               "waits_wrapped_rows": "no bound before the loop (the rows read are not affine in the loop counter)",
-              "waits_persistent_index": "tiles keep their order: the rows of its first read depend on loaded data"}
+              "waits_persistent_index": "tiles keep their order: the rows of its first read depend on loaded data",
+              "loop_arrival_colsum": "no bound before the loop (each iteration reads other rows of 'X', so each waits",
+              "loop_as_written_gemm": "no bound before the loop (each iteration reads other rows of 'B', so each waits"}
+# Kernels whose loop over the communicated rows runs in chunk-arrival order (issue 13 item 3): its
+# `for` header becomes a loop over arrival slots, which reassigns the user's loop variable first.
+ARRIVAL = {"loop_arrival_colsum": ("for r0 in range(0, M, BR):", "r0 = 0 + syncopy_device.arrival_iteration(")}
 EXTRA_PARAMS = ["syncopy_ctx", "syncopy_signals", "syncopy_order", "syncopy_trace", "SYNCOPY_TRACE", "SYNCOPY_TABLE"]
 
 
@@ -72,6 +77,8 @@ def test_every_case_is_present():
         "docstring_comments",
         "gemm_2d_launch",
         "grouped_gemm_1d",
+        "loop_arrival_colsum",
+        "loop_as_written_gemm",
         "masked_loads",
         "persistent_desc_helper",
         "persistent_flat_desc",
@@ -173,11 +180,27 @@ def test_every_user_line_of_the_kernel_survives(case):
     before = inside((HERE / case / "kernel.py").read_text(), name).splitlines()
     after = inside(_expected(case), name).splitlines()
     body = before[_header_lines(before) :]
+    body = [line for line in body if case not in ARRIVAL or line.strip() != ARRIVAL[case][0]]
     if case not in PERSISTENT and case not in KEEP_ORDER:  # persistent loops remap tile ids, not program ids
         body = [re.sub(r"tl\.program_id\((?:axis=)?(\d)\)", r"syncopy_pid\1", line) for line in body]
     it = iter(after)
     missing = [line for line in body if not any(line == other for other in it)]
     assert not missing, f"lost or reordered: {missing}"
+
+
+def test_loops_over_the_gathered_rows_wait_per_iteration_in_either_order():
+    # Arrival order (the loop only accumulates): a loop over arrival slots whose first statement
+    # sets the user's loop variable, then the user's body with its own wait; as written: the user's
+    # loop header unchanged, a wait inside it before each read.
+    header, first = ARRIVAL["loop_arrival_colsum"]
+    lines = [line.strip() for line in inside(_expected("loop_arrival_colsum"), "column_stats").splitlines()]
+    at = lines.index("for syncopy_t in range(0, syncopy_n):")
+    assert header not in lines and lines[at + 1].startswith(first)
+    assert lines.index("syncopy_device.wait_chunks(syncopy_signals, syncopy_ctx, syncopy_lo, syncopy_hi)") > at
+    lines = [line.strip() for line in inside(_expected("loop_as_written_gemm"), "mm_k_gathered").splitlines()]
+    at = lines.index("for k in range(0, K, BK):")
+    assert "syncopy_n" not in " ".join(lines)
+    assert lines.index("syncopy_device.wait_chunks(syncopy_signals, syncopy_ctx, syncopy_lo, syncopy_hi)") > at
 
 
 def test_two_kernels_other_kernels_are_byte_identical():

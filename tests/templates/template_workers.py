@@ -48,6 +48,17 @@ def meaning(name: str, rank: int, world: int, inp: dict):
                 rows = slice(s * t + e * per, s * t + (e + 1) * per)
                 out[rows] = received[rows] @ inp["w"][e].float()
         return out
+    if name == "ag_attention":
+        # Context parallelism: this rank's queries sit at global positions rank*M .. rank*M + M - 1 and
+        # attend to every rank's keys and values (causal: to those at positions <= their own).
+        keys, values = (torch.cat([t.float() for t in _every_rank(inp[n])]) for n in ("k", "v"))
+        q = inp["q"].float()
+        m, n = q.shape[0], keys.shape[0]
+        scores = torch.einsum("mhd,nhd->hmn", q, keys) / q.shape[2] ** 0.5
+        if inp["causal"]:
+            seen = torch.arange(n)[None, :] <= rank * m + torch.arange(m)[:, None]
+            scores = scores.masked_fill(~seen, float("-inf"))
+        return torch.einsum("hmn,nhd->mhd", torch.softmax(scores, -1), values)
     raise KeyError(name)
 
 

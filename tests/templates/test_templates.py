@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_every_template_folder_is_discovered_with_its_parts():
     found = templates.available()
-    assert {"ag_gemm", "ag_gemm_persistent", "ag_rmsnorm", "gemm_rs", "gemm_ar", "a2a_gemm"} <= set(found)
+    assert {"ag_gemm", "ag_gemm_persistent", "ag_rmsnorm", "gemm_rs", "gemm_ar", "a2a_gemm", "ag_attention"} <= set(found)
     for name, t in found.items():
         assert t.description, name
         s = t.schedule()
@@ -60,10 +60,12 @@ RUNS = [
     ("ag_gemm_persistent", 4, ["--chunks", "2", "--order", "local_first"]),
     ("a2a_gemm", 2, ["--chunks", "1", "--order", "ring"]),
     ("ag_rmsnorm", 2, ["--chunks", "3", "--order", "ring"]),
+    ("ag_attention", 3, ["--chunks", "2", "--shape", "20,2,16"]),
 ]
 RUN_IDS = ["ag_gemm-w2-ragged", "ag_gemm-w3-bidir-fp16", "ag_rmsnorm-w4-direct", "gemm_rs-w3-ring", "gemm_ar-w4-direct-fp16",
            "a2a_gemm-w3-fp16", "a2a_gemm-w4-explicit", "ag_gemm_persistent-w3", "ag_gemm_persistent-w2-ragged-fp16",
-           "ag_gemm_persistent-w4-direct", "a2a_gemm-w2-ring", "ag_rmsnorm-w2-ring"]
+           "ag_gemm_persistent-w4-direct", "a2a_gemm-w2-ring", "ag_rmsnorm-w2-ring",
+           "ag_attention-w3-ragged"]
 
 
 def _case(run_id: str, name: str, extra: list[str]) -> dict:

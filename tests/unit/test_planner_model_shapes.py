@@ -18,10 +18,12 @@ def model_shapes():
 
 def test_layers_cover_every_template_at_every_tp(model_shapes):
     rows = model_shapes.layers(8192)
-    assert {r["template"] for r in rows} == {"ag_gemm", "gemm_rs", "gemm_ar", "a2a_gemm", "ag_rmsnorm"}
+    assert {r["template"] for r in rows} == {"ag_gemm", "gemm_rs", "gemm_ar", "a2a_gemm", "ag_rmsnorm", "ag_attention"}
     assert {r["tp"] for r in rows} == {2, 4, 8}
     qkv_70b_tp8 = next(r for r in rows if r["model"] == "Llama-3-70B" and r["layer"] == "attn.qkv" and r["tp"] == 8)
     assert qkv_70b_tp8["shape"] == (8192, (64 + 16) * 128 // 8, 8192)
+    cp_8b_tp4 = next(r for r in rows if r["model"] == "Llama-3-8B" and r["layer"] == "attn.cp" and r["tp"] == 4)
+    assert cp_8b_tp4["shape"] == (16 * 8192, 16 * 8192 // 4 * 32 // 8, 8 * 128)  # keys, query rows x GQA group, K width
 
 
 def test_json_is_labelled_and_summarised(model_shapes, capsys):

@@ -21,7 +21,7 @@ GOOD = textwrap.dedent(
     order: ring
     """
 )
-KEYS = ["version", "pattern", "kernel", "tensor", "dim", "chunks_per_rank", "order", "binding", "units_per_rank", "chunks", "world", "transfers"]
+KEYS = ["version", "pattern", "kernel", "tensor", "dim", "chunks_per_rank", "order", "binding", "loop_order", "units_per_rank", "chunks", "world", "transfers"]
 
 
 def _error(text: str, file: str | None = "s.yaml") -> ScheduleError:
@@ -147,14 +147,14 @@ ERRORS = [
         GOOD + "chunk_per_rank: 2\n",
         ("chunk_per_rank", 8),
         "unknown key; the schedule keys are version, pattern, kernel, tensor, dim, chunks_per_rank, order, binding, "
-        "units_per_rank, chunks, world, transfers",
+        "loop_order, units_per_rank, chunks, world, transfers",
         id="unknown-key-at-end",
     ),
     pytest.param(
         GOOD.replace("dim: 0\n", "dim: 0\nstreams: 2\n"),
         ("streams", 6),
         "unknown key; the schedule keys are version, pattern, kernel, tensor, dim, chunks_per_rank, order, binding, "
-        "units_per_rank, chunks, world, transfers",
+        "loop_order, units_per_rank, chunks, world, transfers",
         id="unknown-key-in-the-middle",
     ),
     pytest.param(

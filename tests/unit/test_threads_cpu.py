@@ -66,12 +66,20 @@ def run_template(tw: ThreadWorld, name: str, seed: int, dtype=torch.float32, dev
     return worst
 
 
-@pytest.mark.parametrize("name", sorted(templates.available()))
+# ag_attention lists K and V (`tensor: [K, V]`), which move on the gloo backend only so far.
+@pytest.mark.parametrize("name", sorted(set(templates.available()) - {"ag_attention"}))
 def test_every_template_on_a_thread_world_of_three_launch_after_launch(name):
     tw = ThreadWorld(templates.get(name).fused(timeout_s=30.0, poison_receive=True), 3, device="cpu")
     for seed in range(2):
         assert run_template(tw, name, seed) < 1e-4, f"{name} launch {seed}"
     assert tw.epochs == {next(iter(tw.worlds)): 2}
+
+
+def test_a_thread_world_refuses_several_listed_tensors_in_one_line():
+    with pytest.raises(LaunchError) as err:
+        ThreadWorld(templates.get("ag_attention").fused(), 3, device="cpu")
+    assert str(err.value) == ("several communicated tensors (K, V) move on the gloo backend only so far, not a thread world; "
+                              "list one tensor, or run on CPU ranks (gloo)")
 
 
 def _ag(chunks=2, timeout_s=30.0, order="ring"):

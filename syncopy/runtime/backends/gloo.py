@@ -146,6 +146,12 @@ class _Threads:
         for t in self.threads:
             t.join(wait_bound(self.timeout_s))
 
+    def _packed_like(self, chunk: int) -> torch.Tensor:
+        """A stand-in of `ctx.packed(chunk)`'s size and dtype (listed tensors), without copying anything."""
+        ctx = self.ctx
+        lo, hi = ctx.plan.bounds(chunk)
+        return torch.empty(sum(t.narrow(ctx.dim, lo, hi - lo).numel() * t.element_size() for t in ctx.tensors()), dtype=torch.uint8)
+
     def _receive_target(self, view: torch.Tensor, staged: bool) -> torch.Tensor:
         """Where a chunk for `view` lands: a message buffer with checksums, a staging copy, or `view`."""
         if self.verify:
@@ -190,7 +196,9 @@ class Transfer(_Threads):
         pending = []
         for node in ctx.plan.recvs():
             view = ctx.chunk_view(node.chunk)
-            target = self._receive_target(view, self.link.reorder or self.link.hold_until_waited or not view.is_contiguous())
+            like = self._packed_like(node.chunk) if ctx.extras else view  # several listed tensors: one byte string
+            target = self._receive_target(like, bool(ctx.extras) or self.link.reorder or self.link.hold_until_waited
+                                          or not view.is_contiguous())
             work = self._post(target, node.peer, self.tag(node.chunk))
             pending.append((node, view, target, work))
         # Chunks are awaited in their planned arrival order and flagged as each lands.
@@ -227,8 +235,11 @@ class Transfer(_Threads):
         return True
 
     def _place(self, chunk: int, view: torch.Tensor, target: torch.Tensor, peer: int) -> None:
-        data = self._unpack(chunk, peer, target, view)
-        if data is not view:
+        extras = self.ctx.extras
+        data = self._unpack(chunk, peer, target, self._packed_like(chunk) if extras else view)
+        if extras:
+            self.ctx.unpack(chunk, data)
+        elif data is not view:
             view.copy_(data)
         self.ctx.land(chunk)
         self.landed[chunk].set()
@@ -308,7 +319,7 @@ class Transfer(_Threads):
                 self.faults.die_if_killed(src, index)
                 if (src, index) in self.faults.drop:
                     continue
-            view = ctx.send_view(node.chunk, node.peer)
+            view = ctx.send_view(node.chunk, node.peer) if not ctx.extras else ctx.packed(node.chunk)
             data = view if view.is_contiguous() else view.contiguous()
             # A relay passes on the checksum its chunk came with: a first hop's corruption fails every check.
             own = src == ctx.plan.rank
@@ -511,7 +522,7 @@ class GlooBackend:
         rank, c, rows = ctx.plan.rank, ctx.plan.chunks_per_rank, ctx.plan.rows_per_rank
         # all_to_all: our input's block `rank` is ours to keep; all_gather: the whole shard.
         mine = shard.narrow(ctx.dim, rank * rows, rows) if ctx.source is not None else shard
-        ctx.buffer.narrow(ctx.dim, rank * rows, rows).copy_(mine)
+        ctx.place_local(mine)
         for i in range(c):
             ctx.land(rank * c + i)
 
