@@ -183,7 +183,7 @@ def test_random_schedule_dicts_load_or_name_a_key(data):
 
 
 # What the fuzzer found, pinned with the exact text users see.
-KEYS_ARE = "the schedule keys are version, pattern, kernel, tensor, dim, chunks_per_rank, order, binding, units_per_rank, chunks, world, transfers"
+KEYS_ARE = "the schedule keys are version, pattern, kernel, tensor, dim, chunks_per_rank, order, binding, loop_order, units_per_rank, chunks, world, transfers"
 
 
 def test_json_surrogate_pair_escapes_load_as_the_character():
