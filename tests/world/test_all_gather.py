@@ -36,7 +36,8 @@ def _matrix(world: int) -> list[dict]:
 
 def test_matrix_covers_the_space():
     """The covering design in cases.py gives every kernel every chunk count, every order (worlds >= 2),
-    both row counts, both dtypes, and every world every (order, chunks) pair."""
+    both row counts and both dtypes (in each case up to world 2, across its cases from world 3), and
+    every world every (order, chunks) pair."""
     for world in WORLDS:
         cases = matrix_cases(world)
         for kernel in KERNELS:
@@ -44,7 +45,7 @@ def test_matrix_covers_the_space():
             assert {c["chunks"] for c in mine} == set(CHUNKS), (world, kernel)
             variants = {v for c in mine for v in c["variants"]}
             assert variants == {(r, d) for r in ROWS[kernel] for d in DTYPES}, (world, kernel, variants)
-            for c in mine:
+            for c in mine if world < 3 else ():  # worlds 3 and 4 run one shard shape per case
                 assert {r for r, _ in c["variants"]} == set(ROWS[kernel]), c
                 assert {d for _, d in c["variants"]} == set(DTYPES), c
             if world > 1:
