@@ -25,9 +25,9 @@ def test_group_cycles_leak_no_thread_and_no_file_descriptor(cycles):
     for rank, r in enumerate(cycles):
         threads = [t for t, _ in r["seen"][:-1]]
         fds = [f for _, f in r["seen"][:-1]]
-        # no growth from the second cycle on (a thread or fd still closing as we count only lowers later counts)
-        assert max(threads[2:]) <= max(threads[:2]), (rank, r["seen"])
-        assert max(fds[2:]) <= max(fds[:2]), (rank, r["seen"])  # fewer is fine: a cycle's closing may lag
+        # no growth from the second cycle on, one of slack (a leak was ~4 threads and ~15 fds per cycle)
+        assert max(threads[2:]) <= max(threads[:2]) + 1, (rank, r["seen"])
+        assert max(fds[2:]) <= max(fds[:2]) + 1, (rank, r["seen"])  # fewer is fine: a cycle's closing may lag
 
 
 def test_release_after_the_last_group_frees_its_resources(cycles):

@@ -21,14 +21,13 @@ IN_ORDER = dataclasses.replace(SLOW, reorder=False)  # as slow, flags in the pla
 INSTANT = Link()
 
 
-def spawn(fn, world: int, *args, link: Link = SLOW, checked: bool = False, **options) -> list:
+def spawn(fn, world: int, *args, link: Link = SLOW, checked: bool = True, **options) -> list:
     """`syncopy.runtime.world.spawn(fn, world, *args, **options)` with `link` the default link of every
-    rank; `checked`: the ranks' operators run in checked mode (SYNCOPY_CHECKED=1, passes/read_check.py),
-    so a read of rows a tile did not wait for raises SyncopyReadError naming the kernel's line. On for
-    the worlds of the read-coverage cases (consumer waits, producer semantics). Since checks run on the
-    host under the interpreter (device.CHECK_ON_HOST) the world-2 all-gather matrix costs about +8% in
-    Python calls checked (+7% to +31% CPU on a loaded machine); not yet the default for every world
-    ($SYNCOPY_CHECKED=1 make test runs everything checked)."""
+    rank; `checked` (the default): the ranks' operators run in checked mode (SYNCOPY_CHECKED=1,
+    passes/read_check.py) unless they name `checked=` themselves, so a read of rows a tile did not
+    wait for raises SyncopyReadError naming the kernel's line, whatever a test looks at. Under the
+    interpreter the checks run on the host (device.CHECK_ON_HOST): about +8% of a world test's Python
+    calls on the world-2 all-gather matrix."""
     return _world.spawn(_on_link, world, fn, link, checked, *args, **options)
 
 
