@@ -225,20 +225,26 @@ class Context:
         """The gathered buffers: the main tensor's, then the other listed tensors'."""
         return [self.buffer, *self.extras]
 
+    def _chunk_views(self, chunk: int) -> list[torch.Tensor]:
+        """Chunk `chunk` of every listed tensor's buffer, in list order."""
+        lo, hi = self.plan.bounds(chunk)
+        return [t.narrow(self.dim, lo, hi - lo) for t in self.tensors()]
+
     def packed(self, chunk: int) -> torch.Tensor:
         """With several listed tensors: chunk `chunk` of every one of them, as one byte string (what
         travels, so that the chunk lands whole before its flag rises)."""
-        lo, hi = self.plan.bounds(chunk)
-        return torch.cat([t.narrow(self.dim, lo, hi - lo).contiguous().reshape(-1).view(torch.uint8) for t in self.tensors()])
+        return torch.cat([v.contiguous().reshape(-1).view(torch.uint8) for v in self._chunk_views(chunk)])
+
+    def packed_like(self, chunk: int) -> torch.Tensor:
+        """An empty tensor of `packed(chunk)`'s size and dtype, without copying anything (where it lands)."""
+        return torch.empty(sum(v.numel() * v.element_size() for v in self._chunk_views(chunk)), dtype=torch.uint8)
 
     def unpack(self, chunk: int, data: torch.Tensor) -> None:
         """Put a received `packed(chunk)` in place in every buffer."""
-        lo, hi = self.plan.bounds(chunk)
         at = 0
-        for t in self.tensors():
-            view = t.narrow(self.dim, lo, hi - lo)
+        for view in self._chunk_views(chunk):
             n = view.numel() * view.element_size()
-            view.copy_(data[at : at + n].view(t.dtype).view(view.shape))
+            view.copy_(data[at : at + n].view(view.dtype).view(view.shape))
             at += n
 
     def place_local(self, shard: torch.Tensor) -> None:

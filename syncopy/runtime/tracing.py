@@ -1,15 +1,14 @@
 """A traced launch's record: when each tile started, how many chunks had landed, per rank."""
 from __future__ import annotations
 
-
 import torch
 
-from syncopy.device import TRACE_WORDS as _WORDS
+import syncopy.device as device
 from syncopy.runtime.context import Context, Trace
-
-TRACE_WORDS = int(_WORDS)
-CLOCK_WRAP = 1 << 31  # the kernel's clocks are microseconds modulo 2^31 (device.trace_clocks)
 from syncopy.runtime.order import slot_tiles
+
+TRACE_WORDS = int(device.TRACE_WORDS)
+CLOCK_WRAP = 1 << 31  # the kernel's clocks are microseconds modulo 2^31 (device.trace_clocks)
 
 
 #: Launches a trace file keeps (the latest ones): a long job's file stays a size a viewer opens.
@@ -70,18 +69,12 @@ def _tile_times(clocks: dict, trace: Trace, kernel_s: tuple[float, float]) -> di
     the host does not know: their times are placed so that the first tile starts with the kernel's
     enqueue (an approximation of the offset only; the differences between tiles are the GPU's), and
     their wait begins are unknown (None)."""
-    import syncopy.device as device
-
     if not clocks:
         return {}
     if device.INTERPRETED:
-        t0 = int(trace_origin_us(trace)) % CLOCK_WRAP
+        t0 = int(trace.t0_perf * 1e6) % CLOCK_WRAP  # the launch start, in the kernel's microseconds
         return {tile: (((b - t0) % CLOCK_WRAP) / 1e6 if b else None, ((s - t0) % CLOCK_WRAP) / 1e6) for tile, (b, s) in clocks.items()}
     first = min(s for _, s in clocks.values())
     trace.device_clock = True
     return {tile: (None, kernel_s[0] + ((s - first) % CLOCK_WRAP) / 1e6) for tile, (_, s) in clocks.items()}
 
-
-def trace_origin_us(trace: Trace) -> float:
-    """The launch start on the host's perf_counter clock, in microseconds."""
-    return trace.t0_perf * 1e6

@@ -146,12 +146,6 @@ class _Threads:
         for t in self.threads:
             t.join(wait_bound(self.timeout_s))
 
-    def _packed_like(self, chunk: int) -> torch.Tensor:
-        """A stand-in of `ctx.packed(chunk)`'s size and dtype (listed tensors), without copying anything."""
-        ctx = self.ctx
-        lo, hi = ctx.plan.bounds(chunk)
-        return torch.empty(sum(t.narrow(ctx.dim, lo, hi - lo).numel() * t.element_size() for t in ctx.tensors()), dtype=torch.uint8)
-
     def _receive_target(self, view: torch.Tensor, staged: bool) -> torch.Tensor:
         """Where a chunk for `view` lands: a message buffer with checksums, a staging copy, or `view`."""
         if self.verify:
@@ -196,7 +190,7 @@ class Transfer(_Threads):
         pending = []
         for node in ctx.plan.recvs():
             view = ctx.chunk_view(node.chunk)
-            like = self._packed_like(node.chunk) if ctx.extras else view  # several listed tensors: one byte string
+            like = ctx.packed_like(node.chunk) if ctx.extras else view  # several listed tensors: one byte string
             target = self._receive_target(like, bool(ctx.extras) or self.link.reorder or self.link.hold_until_waited
                                           or not view.is_contiguous())
             work = self._post(target, node.peer, self.tag(node.chunk))
@@ -236,7 +230,7 @@ class Transfer(_Threads):
 
     def _place(self, chunk: int, view: torch.Tensor, target: torch.Tensor, peer: int) -> None:
         extras = self.ctx.extras
-        data = self._unpack(chunk, peer, target, self._packed_like(chunk) if extras else view)
+        data = self._unpack(chunk, peer, target, self.ctx.packed_like(chunk) if extras else view)
         if extras:
             self.ctx.unpack(chunk, data)
         elif data is not view:
