@@ -267,12 +267,13 @@ class Context:
     def land(self, chunk: int) -> None:
         """Raise chunk `chunk`'s flags to this epoch (after its data is in place), count it as arrived."""
         with self.lock:
-            # Count first, then raise the flags: a tile released by a flag must see the count.
+            # Stamp and count first, then raise the flags: a tile released by a flag must see the count,
+            # and its start (stamped on the same clock) must never precede the chunk's landing in a trace.
+            if self.trace is not None:
+                self.trace.arrivals[chunk] = time.perf_counter() - self.t0
             self.signals[dev.SIG_HEADER + self.n_flags] += 1
             for f in self.plan.flags(chunk):
                 self.signals[dev.SIG_HEADER + f] = self.word
-            if self.trace is not None:
-                self.trace.arrivals[chunk] = time.perf_counter() - self.t0
 
     def set_targets(self, tiles_per_chunk: list[int]) -> None:
         """Producer: the counts that complete each chunk in the coming launch (counters never reset)."""
