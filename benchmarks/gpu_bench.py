@@ -68,6 +68,26 @@ def _wall(fn, reps: int = 10) -> float:
     return statistics.median(out)
 
 
+def _interleaved(fns, rounds: int = 7, iters: int = 10) -> list[float]:
+    """ms per call of each of `fns`, measured in turns (a batch of `iters` calls back to back each,
+    `rounds` times over) and the median taken: the GPU's clock and temperature drift between runs
+    of seconds, and a comparison of a few percent must not measure the drift."""
+    for fn in fns:
+        fn()
+    torch.cuda.synchronize()
+    out = [[] for _ in fns]
+    for _ in range(rounds):
+        for i, fn in enumerate(fns):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            for _ in range(iters):
+                fn()
+            e.record()
+            torch.cuda.synchronize()
+            out[i].append(s.elapsed_time(e) / iters)
+    return [statistics.median(x) for x in out]
+
+
 def _args(a, b, c, m, n, k):
     return (a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1))
 
@@ -94,15 +114,17 @@ def wait_overhead(shapes, world=4, chunks=4):
         order, _, _ = fk._order(ctx, grid, call, None)
         dummy = torch.zeros(1, dtype=torch.int32, device="cuda")
         launch = {key: v for key, v in META.items() if key in ("num_warps", "num_stages")}
-        t_orig = _time(lambda: ag_gemm_kernel[grid](*_args(full, b, c, m, n, k), **META))
-        t_fused = _time(lambda: fused[grid](**call, **fk._extra(ctx, order, dummy), **launch))
-        # Breakdown: ranges computed in the kernel (no probe table), and no tile reorder at all.
-        t_computed = _time(lambda: fused[grid](**call, **fk._extra(ctx, order, dummy, table=False), **launch))
         n_tiles = grid[0]
         records = dict(zip(slot_tiles(order, n_tiles), slot_records(order, n_tiles)))  # tile -> its record
         identity = torch.tensor([x for tile in range(n_tiles) for x in records[tile]] + list(range(n_tiles)),
                                 dtype=torch.int32, device="cuda")
-        t_identity = _time(lambda: fused[grid](**call, **fk._extra(ctx, identity, dummy), **launch))
+        extra, computed, ident = fk._extra(ctx, order, dummy), fk._extra(ctx, order, dummy, table=False), fk._extra(ctx, identity, dummy)
+        # Breakdown: ranges computed in the kernel (no probe table), and no tile reorder at all.
+        t_orig, t_fused, t_computed, t_identity = _interleaved([
+            lambda: ag_gemm_kernel[grid](*_args(full, b, c, m, n, k), **META),
+            lambda: fused[grid](**call, **extra, **launch),
+            lambda: fused[grid](**call, **computed, **launch),
+            lambda: fused[grid](**call, **ident, **launch)])
         tflops = 2 * m * n * k / (t_orig * 1e-3) / 1e12
         rows_out.append(dict(m=m, n=n, k=k, original_ms=t_orig, fused_all_present_ms=t_fused, overhead=t_fused / t_orig - 1, original_tflops=tflops,
                              fused_ranges_in_kernel_ms=t_computed, fused_grid_order_ms=t_identity))
@@ -201,13 +223,17 @@ def ag_gemm_case(m, n, k, world=4, chunks=4, reps=10):
     def fused():
         lw.launch(grid, _args(shard0, b, c, m, n, k), dict(META), peers, sync=False)
 
+    def fused_copies_before():  # the host order before "split" became the GPU default
+        lw.launch(grid, _args(shard0, b, c, m, n, k), dict(META), peers, sync=False, copies="before")
+
     def copies_only():
         for dst, src in moves:
             dst.copy_(src, non_blocking=True)
 
     res = dict(pattern="ag_gemm", world_kind="loopback", world=world, m=m, n=n, k=k, chunks=chunks)
     compute = lambda: ag_gemm_kernel[grid](*_args(full, b, c, m, n, k), **META)  # noqa: E731
-    tl = _measure(res, lw, copies_only, compute, dict(sequential=sequential, stream_overlap=stream_level, fused=fused), reps,
+    tl = _measure(res, lw, copies_only, compute, dict(sequential=sequential, stream_overlap=stream_level, fused=fused,
+                                                      fused_copies_before=fused_copies_before), reps,
                   lambda: lw.launch(grid, _args(shard0, b, c, m, n, k), dict(META), peers, timeline=True))
     landed = [v for name, v in tl.items() if isinstance(name, int)]
     res["fused_timeline_ms"] = dict(kernel_launched=tl["kernel"], first_chunk=min(landed), last_chunk=max(landed), end=tl["end"], host=tl["host"])
@@ -304,7 +330,8 @@ def gemm_rs_case(m, n, k, world=4, chunks=2, reps=10):
 
     res = dict(pattern="gemm_rs", world_kind="loopback", world=world, m=m, n=n, k=k, chunks=chunks)
     compute = lambda: ag_gemm_kernel[grid](*_args(a, b, partial, m, n, k), **META)  # noqa: E731
-    tl = _measure(res, lw, copies_only, compute, dict(sequential=sequential, stream_overlap=stream_level, fused=fused), reps,
+    tl = _measure(res, lw, copies_only, compute, dict(sequential=sequential, stream_overlap=stream_level, fused=fused,
+                                                      fused_copies_before=fused_copies_before), reps,
                   lambda: lw.launch(grid, _args(a, b, out, m, n, k), dict(META), peers, timeline=True))
     sent = [v for name, v in tl.items() if isinstance(name, tuple)]
     res["fused_timeline_ms"] = dict(kernel_launched=tl["kernel"], first_sent=min(sent), last_sent=max(sent), kernel_end=tl["end"],
@@ -490,8 +517,8 @@ def main(argv=None) -> int:
         ag_thread_shapes, rs_thread_shapes = ag_shapes, rs_shapes
     else:
         # Second shapes: communication about twice the compute (H2D/D2H copies as the link).
-        # GEMM-RS main shape at 2 and 4 chunks per rank (more chunks: the first send starts sooner).
-        ag_shapes, rs_shapes = [(8192, 8192, 4096), (8192, 4096, 4096)], [(8192, 8192, 4096), (8192, 8192, 4096, 4), (8192, 8192, 8192)]
+        # GEMM-RS: comm about twice compute at K=4096, about equal at K=8192.
+        ag_shapes, rs_shapes = [(8192, 8192, 4096), (8192, 4096, 4096)], [(8192, 8192, 4096), (8192, 8192, 8192)]
         wo_shapes = [(4096, 4096, 4096), (8192, 8192, 4096)]
         # Thread world: the link is device memory (D2D copies), so comm is about twice compute only
         # for a narrow GEMM (AG: small N) or a short one (RS: small K).
@@ -509,17 +536,38 @@ def main(argv=None) -> int:
         runs += [("ag_gemm", functools.partial(gpu_threads.ag_gemm_threads_case, this), ag_thread_shapes),
                  ("gemm_rs", functools.partial(gpu_threads.gemm_rs_threads_case, this), rs_thread_shapes)]
     print(f"cases ({' and '.join(sorted(kinds))} worlds, world 4):", flush=True)
-    for pattern, case, shapes in runs:
-        if pattern not in wanted:
-            continue
-        for m, n, k, *chunks in shapes:
-            try:
-                out["cases"].append(case(m, n, k, **({"chunks": chunks[0]} if chunks else {})))
-            except Exception as exc:  # keep the other cases; the run still fails at the end
-                failures.append(f"{getattr(case, '__name__', getattr(case, 'func', case).__name__)}({m}, {n}, {k}): {type(exc).__name__}: {exc}")
-                print(f"    FAILED: {failures[-1]}", flush=True)
-            _save(out, a.json)  # what is measured so far survives a run stopped at its time limit
     out["failures"] = failures
+    # The loopback cases, then the host time and the wait overhead (short), then the thread world:
+    # what a run stopped at its time limit has measured survives in the JSON.
+    for pattern, case, shapes in runs[:2] if "loopback" in kinds else []:
+        _cases(out, failures, pattern, case, shapes, wanted, a.json)
+    _launch_and_wait(out, a, wo_shapes)
+    for pattern, case, shapes in runs[2:] if "loopback" in kinds else runs:
+        _cases(out, failures, pattern, case, shapes, wanted, a.json)
+    if a.poll:
+        _print_poll(out)
+    _print_table(out)
+    out["targets"] = _verdicts(out)
+    print("targets:")
+    for what, (value, met) in out["targets"].items():
+        print(f"  {what:32s} {value!s:>8s}  {'met' if met else 'MISSED'}")
+    _save(out, a.json)
+    return 1 if failures else 0
+
+
+def _cases(out: dict, failures: list, pattern: str, case, shapes, wanted: set, path: str | None) -> None:
+    if pattern not in wanted:
+        return
+    for m, n, k, *chunks in shapes:
+        try:
+            out["cases"].append(case(m, n, k, **({"chunks": chunks[0]} if chunks else {})))
+        except Exception as exc:  # keep the other cases; the run still fails at the end
+            failures.append(f"{getattr(case, '__name__', getattr(case, 'func', case).__name__)}({m}, {n}, {k}): {type(exc).__name__}: {exc}")
+            print(f"    FAILED: {failures[-1]}", flush=True)
+        _save(out, path)  # what is measured so far survives a run stopped at its time limit
+
+
+def _launch_and_wait(out: dict, a, wo_shapes) -> None:
     print("host time of a warm launch:", flush=True)
     out["host_launch"] = host_launch(*((2048, 2048, 1024) if a.quick else (8192, 8192, 4096)))
     out["host_launch_us"] = out["host_launch"]["fused_us"]
@@ -538,8 +586,10 @@ def main(argv=None) -> int:
     for r in out["wait_overhead_gpu_scope_rows"]:
         print(f"  with gpu-scope acquires (SYNCOPY_WAIT_SCOPE=gpu): {r['m']}x{r['n']}x{r['k']}: original {r['original_ms']:.3f} ms, "
               f"fused {r['fused_all_present_ms']:.3f} ms, overhead {r['overhead'] * 100:+.1f}%")
-    if a.poll:
-        _print_poll(out)
+    _save(out, a.json)
+
+
+def _print_table(out: dict) -> None:
     print("\ntable (ms per launch back to back; alone = one launch, call to completion):")
     print(f"  {'case':34s} {'comm':>6s} {'comp':>6s} {'seq':>6s} {'stream':>6s} {'fused':>6s} {'f/str':>6s} {'E':>5s} | "
           f"{'seq':>6s} {'stream':>6s} {'fused':>6s} alone")
@@ -548,12 +598,6 @@ def main(argv=None) -> int:
         print(f"  {label:34s} {c['comm_ms']:6.3f} {c['compute_ms']:6.3f} {c['sequential_ms']:6.3f} {c['stream_overlap_ms']:6.3f} "
               f"{c['fused_ms']:6.3f} {c['fused_over_stream']:6.3f} {c['overlap_efficiency']:5.2f} | {c['sequential_latency_ms']:6.3f} "
               f"{c['stream_overlap_latency_ms']:6.3f} {c['fused_latency_ms']:6.3f}   (err {c['fused_max_rel_err']:.1e})")
-    out["targets"] = _verdicts(out)
-    print("targets:")
-    for what, (value, met) in out["targets"].items():
-        print(f"  {what:32s} {value!s:>8s}  {'met' if met else 'MISSED'}")
-    _save(out, a.json)
-    return 1 if failures else 0
 
 
 def _wait_overhead_at_gpu_scope(quick: bool) -> list[dict]:

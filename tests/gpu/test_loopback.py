@@ -56,7 +56,7 @@ def test_ag_gemm_template_on_loopback(world, chunks, order):
     assert _run_ag_gemm(fk, world, 200, 128, 96, torch.float16, delay_s=0.002) < 2e-2
 
 
-@pytest.mark.parametrize("copies", ["before", "after", "beside"])
+@pytest.mark.parametrize("copies", ["before", "after", "beside", "split", None])
 def test_copies_issued_before_after_or_beside_the_launch(copies):
     # The three host orders the benchmark compares: all correct, launch after launch on one world.
     from syncopy.runtime.loopback import LoopbackWorld

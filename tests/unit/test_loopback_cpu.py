@@ -3,6 +3,8 @@ flags it issues, their order against the kernel, the epoch table, the per-contex
 chunk. (On a GPU, tests/gpu/test_loopback.py runs the same class with the copy engine.)"""
 from __future__ import annotations
 
+import threading
+
 import pytest
 import torch
 import triton
@@ -120,6 +122,34 @@ def test_copies_issued_beside_the_launch_from_a_thread():
         assert list(t["host"])[:2] == ["setup", "own writes"] and set(t["host"]) == {"setup", "own writes", "copies enqueued", "kernel launched"}
 
 
+def test_split_copies_issue_the_first_chunk_before_the_kernel_and_the_rest_after():
+    # The GPU default: the copy engine starts on the first chunk while the host launches the kernel.
+    lw = LoopbackWorld(_fused(), WORLD, 2, device="cpu")
+    copied = []
+    copy = lw.ops.copy
+
+    def counted(*args):
+        copied.append(threading.current_thread().name)
+        copy(*args)
+
+    lw.ops.copy = counted
+    launch = lw.engine.enqueue
+    at_kernel = []
+    lw.engine.enqueue = lambda fn: (at_kernel.append(len(copied)), launch(fn))[1]
+    counts, on_thread = {}, {}
+    for seed, copies in enumerate(["before", "split", "split"]):
+        copied.clear(), at_kernel.clear()
+        shards, b = _case(seed)
+        c, _ = _launch(lw, shards, b, rank=2, copies=copies)
+        assert _err(c, shards, b) < 1e-4
+        counts[copies] = (len(copied), at_kernel[0])
+        on_thread[copies] = copied.count("syncopy-loopback")
+    # own rows and one remote chunk from the launching thread before the kernel, the other 3 from the
+    # copy thread (started just before the kernel on the CPU engine); as many copies as all before it
+    assert counts["split"][0] == counts["before"][0] and counts["split"][1] >= 2
+    assert on_thread == {"before": 0, "split": (WORLD - 1) * 2 - 1}
+
+
 def test_a_failure_in_the_copy_thread_is_raised_by_the_launch():
     import threading
 
@@ -144,7 +174,7 @@ def test_bad_peer_shards_and_copy_modes_are_one_line_errors():
         _launch(lw, shards[:2] + [shards[2][:15]], b)
     with pytest.raises(syncopy.LaunchError, match=r"^the loopback world has 3 ranks but got 2 peer shards"):
         _launch(lw, shards[:2], b)
-    with pytest.raises(ValueError, match=r"^copies='sideways': expected one of before, after, beside$"):
+    with pytest.raises(ValueError, match=r"^copies='sideways': expected one of before, after, beside, split$"):
         _launch(lw, shards, b, copies="sideways")
 
 
