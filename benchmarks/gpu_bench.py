@@ -244,6 +244,11 @@ def ag_gemm_case(m, n, k, world=4, chunks=4, reps=10):
     def fused_copies_before():  # the host order before "split" became the GPU default
         lw.launch(grid, _args(shard0, b, c, m, n, k), dict(META), peers, sync=False, copies="before")
 
+    lw_flags = LoopbackWorld(fk, world, flags="own-stream")
+
+    def fused_flag_stream():  # each chunk's flag on a stream of its own (see flag_cost)
+        lw_flags.launch(grid, _args(shard0, b, c, m, n, k), dict(META), peers, sync=False)
+
     def copies_only():
         for dst, src in moves:
             dst.copy_(src, non_blocking=True)
@@ -251,7 +256,7 @@ def ag_gemm_case(m, n, k, world=4, chunks=4, reps=10):
     res = dict(pattern="ag_gemm", world_kind="loopback", world=world, m=m, n=n, k=k, chunks=chunks)
     compute = lambda: ag_gemm_kernel[grid](*_args(full, b, c, m, n, k), **META)  # noqa: E731
     tl = _measure(res, lw, copies_only, compute, dict(sequential=sequential, stream_overlap=stream_level, fused=fused,
-                                                      fused_copies_before=fused_copies_before,
+                                                      fused_copies_before=fused_copies_before, fused_flag_stream=fused_flag_stream,
                                                       stream_overlap_graph=_graphed(stream_level)), reps,
                   lambda: lw.launch(grid, _args(shard0, b, c, m, n, k), dict(META), peers, timeline=True))
     landed = [v for name, v in tl.items() if isinstance(name, int)]
@@ -261,6 +266,11 @@ def ag_gemm_case(m, n, k, world=4, chunks=4, reps=10):
     lw.synchronize()
     ref = full.float() @ b.float()
     res["fused_max_rel_err"] = ((c.float() - ref).abs().max() / ref.abs().max()).item()
+    c.fill_(float("nan"))
+    fused_flag_stream()
+    lw_flags.synchronize()
+    res["fused_flag_stream_max_rel_err"] = torch.nan_to_num((c.float() - ref).abs().max() / ref.abs().max(), nan=float("inf")).item()
+    print(f"    fused max relative error {res['fused_max_rel_err']:.1e}, with own-stream flags {res['fused_flag_stream_max_rel_err']:.1e}", flush=True)
     return _finish(res)
 
 
@@ -429,6 +439,55 @@ def graph_replay(m, n, k, world, chunks, timed) -> dict:
     return dict(graph_replay_us=replay_us, graph_replay_ms=replay_ms, graph_plain_ms=plain_ms, graph_max_rel_err=err)
 
 
+def flag_cost(chunks: int = 12, chunk_mb: int = 4) -> dict:
+    """What a chunk's flag costs the copy engine: `chunks` H2D copies of `chunk_mb` MiB back to back
+    on one stream, with nothing between them, with a write-value behind each (a memory barrier
+    first: the loopback and p2p default), a write-value without the barrier, an event behind each,
+    or an event and a write-value on a second stream that waits for it (flags="own-stream").
+    ms per batch, back to back."""
+    from syncopy.runtime import streamops
+
+    ops = streamops.cuda_ops()
+    n = chunk_mb << 20
+    src = torch.empty(chunks * n, dtype=torch.uint8).pin_memory()
+    dst = torch.empty(chunks * n, dtype=torch.uint8, device="cuda")
+    flags = torch.zeros(chunks, dtype=torch.int32, device="cuda")
+    side, flag_stream = torch.cuda.Stream(priority=-1), torch.cuda.Stream(priority=-1)
+    hs, hf = side.cuda_stream, flag_stream.cuda_stream
+    events = [ops.event() for _ in range(chunks)]
+    epoch = [0]
+
+    def batch(between):
+        def run():
+            epoch[0] += 1
+            side.wait_stream(torch.cuda.current_stream())
+            for g in range(chunks):
+                ops.copy(dst.data_ptr() + g * n, src.data_ptr() + g * n, n, hs)
+                between(g)
+            torch.cuda.current_stream().wait_stream(side)
+            torch.cuda.current_stream().wait_stream(flag_stream)
+        return run
+
+    def event_and_flag_stream(g):
+        ops.record(events[g], hs)
+        ops.wait_event(hf, events[g])
+        ops.write32(flags.data_ptr() + 4 * g, epoch[0], hf)
+
+    def unfenced(g):
+        rc = ops._write(hs, flags.data_ptr() + 4 * g, epoch[0], 1)  # CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER
+        if rc:
+            ops._check(rc, "cuStreamWriteValue32")
+
+    forms = dict(copies_only=lambda g: None, write_value=lambda g: ops.write32(flags.data_ptr() + 4 * g, epoch[0], hs),
+                 event=lambda g: ops.record(events[g], hs), own_stream=event_and_flag_stream)
+    names = list(forms)
+    times = _interleaved([batch(forms[k]) for k in names], rounds=5, iters=4)
+    out = {f"{k}_ms": t for k, t in zip(names, times)}
+    out.update(chunks=chunks, chunk_mb=chunk_mb)
+    print("  " + ", ".join(f"{k} {t:.3f}" for k, t in zip(names, times)) + f" ms per {chunks} copies of {chunk_mb} MiB", flush=True)
+    return out
+
+
 @triton.jit
 def _poll_block(flag, out, n):
     acc = 0
@@ -589,6 +648,11 @@ def _cases(out: dict, failures: list, pattern: str, case, shapes, wanted: set, p
 
 
 def _launch_and_wait(out: dict, a, wo_shapes) -> None:
+    print("a chunk's flag on the copy engine (ms per batch of copies):", flush=True)
+    try:
+        out["flag_cost"] = flag_cost()
+    except Exception as exc:  # a diagnostic: the rest of the run goes on
+        print(f"  FAILED: {type(exc).__name__}: {exc}", flush=True)
     print("host time of a warm launch:", flush=True)
     out["host_launch"] = host_launch(*((2048, 2048, 1024) if a.quick else (8192, 8192, 4096)))
     out["host_launch_us"] = out["host_launch"]["fused_us"]

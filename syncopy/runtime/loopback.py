@@ -28,6 +28,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import contextlib
+import os
 import threading
 import time
 
@@ -173,6 +174,9 @@ class _Loop:
         self.arrivals: dict[frozenset, list[tuple[int, int, int, list[int]]]] = {}
         self.compute_mark, self.side_mark = ops.event(), ops.event()
         self.side = engine.stream(ctx.buffer.device)  # the chunk copies' stream, on the context's GPU
+        # flags="own-stream": the flags' stream and one event per remote chunk (made at first use).
+        self.flag_stream = None
+        self.flag_events: list = []
         self.wire: _Wire | None = None  # producer contexts: their transfers (made with the first peer list)
 
 
@@ -180,11 +184,23 @@ class LoopbackWorld:
     """Drive a FusedKernel on one GPU with emulated peers (see module docstring)."""
 
     COPIES = ("before", "after", "beside", "split")
+    FLAGS = ("behind-copy", "own-stream")
 
-    def __init__(self, fused: FusedKernel, world: int, rank: int = 0, device: str = "cuda", graph: bool = False):
+    def __init__(self, fused: FusedKernel, world: int, rank: int = 0, device: str = "cuda", graph: bool = False,
+                 flags: str | None = None):
         """graph: advance every launch's epoch on the device (runtime/graph.py) from the first
-        launch on, as a context does anyway from its first captured launch."""
+        launch on, as a context does anyway from its first captured launch.
+        flags: where a chunk's flag is written (host-epoch launches):
+          "behind-copy" (the default): a write-value on the copies' stream, behind the chunk;
+          "own-stream": on a stream of its own that waits for an event recorded behind the chunk,
+                        so the next chunk's copy does not wait for the write-value (each costs the
+                        copy engine a few microseconds on an H100: see benchmarks/gpu_bench.py
+                        `flag_cost`). Default from $SYNCOPY_LOOPBACK_FLAGS."""
         refuse_listed(fused.schedule, "a loopback world")
+        flags = flags or os.environ.get("SYNCOPY_LOOPBACK_FLAGS") or "behind-copy"
+        if flags not in self.FLAGS:
+            raise ValueError(f"flags={flags!r}: expected one of {', '.join(self.FLAGS)}")
+        self.flags = flags
         if device == "cuda" and not torch.cuda.is_available():
             raise LaunchError("the loopback world needs a CUDA device (or device='cpu' under the Triton interpreter)")
         self.fk, self.world, self.rank = fused, world, rank
@@ -327,7 +343,7 @@ class LoopbackWorld:
                     copy(dst, src, n, hs)
                     raise_flags(flags, hs)
                     if marked:
-                        events.mark(g, side)
+                        events.mark(g, loop.flag_stream if loop.flag_stream is not None and loop.device_epoch is None else side)
                 events.host("copies enqueued", host0)
             except BaseException as exc:  # surfaced by the launching thread
                 failed.append(exc)
@@ -378,6 +394,8 @@ class LoopbackWorld:
             ops.copy(own_dst, ptr(shard), own_bytes, hc)
             ops.write_batch(loop.start_writes, epoch, hc)  # error words cleared, the epoch, the own flags
             write32 = ops.write32
+            if self.flags == "own-stream":
+                return self._raise_on_flag_stream(loop, epoch, ops, hs)
 
             def raise_flags(flags, stream, barrier=True):
                 for f in flags:
@@ -399,6 +417,29 @@ class LoopbackWorld:
                 ops.write32(scratch, 0, stream)
             for f in flags:
                 ops.copy(f, mirror, 4, stream)
+
+        return raise_flags
+
+    def _raise_on_flag_stream(self, loop: _Loop, epoch: int, ops, hs):
+        """flags="own-stream": a chunk's flags are written on the flags' stream once an event
+        recorded behind the chunk on the copies' stream `hs` has completed (the chunk is in
+        memory), so the copies' stream goes on to the next chunk at once. A write on another stream
+        (a presignalled chunk on the compute stream) is written there, behind the chunk."""
+        if loop.flag_stream is None:
+            loop.flag_stream = self.engine.stream(loop.ctx.buffer.device)
+            loop.flag_events = [ops.event() for _ in range(loop.ctx.n_chunks)]
+        hf, events, write32 = ops.handle(loop.flag_stream), iter(loop.flag_events), ops.write32
+
+        def raise_flags(flags, stream, barrier=True):
+            if stream != hs:
+                for f in flags:
+                    write32(f, epoch, stream)
+                return
+            ev = next(events)
+            ops.record(ev, stream)
+            ops.wait_event(hf, ev)
+            for f in flags:
+                write32(f, epoch, hf)
 
         return raise_flags
 

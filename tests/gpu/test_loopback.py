@@ -56,14 +56,16 @@ def test_ag_gemm_template_on_loopback(world, chunks, order):
     assert _run_ag_gemm(fk, world, 200, 128, 96, torch.float16, delay_s=0.002) < 2e-2
 
 
+@pytest.mark.parametrize("flags", ["behind-copy", "own-stream"])
 @pytest.mark.parametrize("copies", ["before", "after", "beside", "split", None])
-def test_copies_issued_before_after_or_beside_the_launch(copies):
-    # The three host orders the benchmark compares: all correct, launch after launch on one world.
+def test_copies_issued_before_after_or_beside_the_launch(copies, flags):
+    # The host orders the benchmark compares, each with the flags behind the copies or on their own
+    # stream: all correct, launch after launch on one world, receive buffer poisoned.
     from syncopy.runtime.loopback import LoopbackWorld
     from syncopy.templates.ag_gemm.kernel import ag_gemm_kernel
 
     fk = _fused(ag_gemm_kernel, "A", 3)
-    lw = LoopbackWorld(fk, 4, rank=2)
+    lw = LoopbackWorld(fk, 4, rank=2, flags=flags)
     for seed in range(3):
         assert _run_ag_gemm(fk, 4, 129, 128, 96, torch.float16, rank=2, seed=seed, lw=lw, poison=True, copies=copies) < 2e-2
 
@@ -219,10 +221,12 @@ def test_warm_launches_enqueue_without_host_sync_and_errors_surface_later():
     assert (info.value.rank, info.value.chunk, info.value.epoch) == (1, (2, 1), 11)
 
 
-def test_every_small_chunk_is_complete_when_its_flag_is_seen():
-    # The flag behind each chunk is a stream write-value (a memory barrier first): a kernel polling
-    # the flags checksums each chunk the moment it sees its flag, launch after launch, with the
-    # buffer poisoned in between. Any chunk seen before its data is complete fails the sums.
+@pytest.mark.parametrize("flag_mode", ["behind-copy", "own-stream"])
+def test_every_small_chunk_is_complete_when_its_flag_is_seen(flag_mode):
+    # The flag behind each chunk is a stream write-value (a memory barrier first), on the copies'
+    # stream or (own-stream) on a stream that waits for an event recorded behind the chunk: a kernel
+    # polling the flags checksums each chunk the moment it sees its flag, launch after launch, with
+    # the buffer poisoned in between. Any chunk seen before its data is complete fails the sums.
     import triton
     import triton.language as tl
 
@@ -246,17 +250,24 @@ def test_every_small_chunk_is_complete_when_its_flag_is_seen():
     buf = torch.empty(chunks * rows, cols, device="cuda")
     flags = torch.zeros(chunks, dtype=torch.int32, device="cuda")
     sums = torch.empty(chunks, device="cuda")
-    side = torch.cuda.Stream()
+    flags_ptr = flags.data_ptr()
+    side, flag_stream = torch.cuda.Stream(), torch.cuda.Stream()
+    events = [ops.event() for _ in range(chunks)]
     chunk_bytes = rows * cols * 4
     for epoch in range(1, 41):
         src = sources[epoch % 2]
         buf.fill_(float("nan"))
         side.wait_stream(torch.cuda.current_stream())
         _sum_on_flag[(chunks,)](flags, buf, sums, epoch, ROWS=rows, COLS=cols)
-        h = side.cuda_stream
+        h, hf = side.cuda_stream, flag_stream.cuda_stream
         for g in range(chunks):
             ops.copy(buf.data_ptr() + g * chunk_bytes, src.data_ptr() + g * chunk_bytes, chunk_bytes, h)
-            ops.write32(flags.data_ptr() + 4 * g, epoch, h)
+            if flag_mode == "own-stream":
+                ops.record(events[g], h)
+                ops.wait_event(hf, events[g])
+                ops.write32(flags_ptr + 4 * g, epoch, hf)
+            else:
+                ops.write32(flags_ptr + 4 * g, epoch, h)
         torch.cuda.synchronize()
         assert torch.equal(sums, want[epoch % 2]), f"epoch {epoch}: chunks {torch.nonzero(sums != want[epoch % 2]).flatten().tolist()}"
 

@@ -150,6 +150,21 @@ def test_split_copies_issue_the_first_chunk_before_the_kernel_and_the_rest_after
     assert on_thread == {"before": 0, "split": (WORLD - 1) * 2 - 1}
 
 
+def test_flags_on_their_own_stream_follow_each_chunk_and_a_withheld_one_still_times_out():
+    lw = LoopbackWorld(_fused(timeout_s=0.5), WORLD, 1, device="cpu", flags="own-stream")
+    for seed in range(2):
+        shards, b = _case(seed)
+        c, ctx = _launch(lw, shards, b, rank=1, copies="split")
+        assert _err(c, shards, b) < 1e-4
+    (loop,) = lw.loops.values()
+    assert len(loop.flag_events) == ctx.n_chunks
+    with pytest.raises(syncopy.SyncopyTimeout) as info:
+        _launch(lw, shards, b, rank=1, withhold=frozenset({4}))
+    assert (info.value.rank, info.value.chunk, info.value.epoch) == (1, (2, 0), 3)
+    with pytest.raises(ValueError, match=r"^flags='late': expected one of behind-copy, own-stream$"):
+        LoopbackWorld(_fused(), WORLD, 0, device="cpu", flags="late")
+
+
 def test_a_failure_in_the_copy_thread_is_raised_by_the_launch():
     import threading
 
