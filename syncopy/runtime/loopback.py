@@ -177,6 +177,7 @@ class _Loop:
         # flags="own-stream": the flags' stream and one event per remote chunk (made at first use).
         self.flag_stream = None
         self.flag_events: list = []
+        self.kernel_marked = False  # buffers=2: compute_mark was recorded behind a kernel of this context
         self.wire: _Wire | None = None  # producer contexts: their transfers (made with the first peer list)
 
 
@@ -187,7 +188,7 @@ class LoopbackWorld:
     FLAGS = ("behind-copy", "own-stream")
 
     def __init__(self, fused: FusedKernel, world: int, rank: int = 0, device: str = "cuda", graph: bool = False,
-                 flags: str | None = None):
+                 flags: str | None = None, buffers: int = 1):
         """graph: advance every launch's epoch on the device (runtime/graph.py) from the first
         launch on, as a context does anyway from its first captured launch.
         flags: where a chunk's flag is written (host-epoch launches):
@@ -195,12 +196,25 @@ class LoopbackWorld:
           "own-stream": on a stream of its own that waits for an event recorded behind the chunk,
                         so the next chunk's copy does not wait for the write-value (each costs the
                         copy engine a few microseconds on an H100: see benchmarks/gpu_bench.py
-                        `flag_cost`). Default from $SYNCOPY_LOOPBACK_FLAGS."""
+                        `flag_cost`). Default from $SYNCOPY_LOOPBACK_FLAGS.
+        buffers: 2 gives each shape two contexts (buffers, flags, epochs) that launches alternate
+        between, by epoch parity: a launch's copies then wait only for the kernel two launches
+        back, which read the same buffer, instead of the last one, so back-to-back launches keep
+        the copy engine busy while the last kernel still computes. Twice the receive memory;
+        all_gather launches without graph capture."""
         refuse_listed(fused.schedule, "a loopback world")
         flags = flags or os.environ.get("SYNCOPY_LOOPBACK_FLAGS") or "behind-copy"
         if flags not in self.FLAGS:
             raise ValueError(f"flags={flags!r}: expected one of {', '.join(self.FLAGS)}")
         self.flags = flags
+        if buffers not in (1, 2):
+            raise ValueError(f"buffers={buffers!r}: expected 1 or 2")
+        if buffers == 2 and (graph or fused.producer):
+            raise LaunchError("buffers=2 alternates the receive buffers of all_gather launches without graph capture; "
+                              f"leave it out for {'graph=True' if graph else fused.schedule.pattern}")
+        self.buffers = buffers
+        self.twins: dict[tuple, _Loop] = {}  # buffers=2: each shape's second context
+        self.turns: dict[tuple, int] = {}  # buffers=2: launches so far per shape (parity picks the context)
         if device == "cuda" and not torch.cuda.is_available():
             raise LaunchError("the loopback world needs a CUDA device (or device='cpu' under the Triton interpreter)")
         self.fk, self.world, self.rank = fused, world, rank
@@ -217,14 +231,29 @@ class LoopbackWorld:
     def _loop(self, shard: torch.Tensor, args: dict) -> _Loop:
         key = (tuple(shard.shape), shard.dtype)
         if key not in self.loops:
-            # One process plays every rank here: the planner's choice needs no exchange.
-            choice = self.fk._resolve(shard, self.world, args) if self.fk.schedule.planned else None
-            ctx = self.fk._make_context(shard, self.rank, self.world, choice)
-            ctx.ctx[dev.CTX_SPIN_LIMIT.value] = _spin_limit(self.fk.timeout_s, self.engine.device_type)
-            loop = self.loops[key] = _Loop(ctx, key[0], self.engine, self.fk.timeout_s)
+            loop = self.loops[key] = self._new_loop(shard, args)
             if not self.fk.producer:
                 self._prepare_device_epoch(loop)
         return self.loops[key]
+
+    def _new_loop(self, shard: torch.Tensor, args: dict) -> _Loop:
+        # One process plays every rank here: the planner's choice needs no exchange.
+        choice = self.fk._resolve(shard, self.world, args) if self.fk.schedule.planned else None
+        ctx = self.fk._make_context(shard, self.rank, self.world, choice)
+        ctx.ctx[dev.CTX_SPIN_LIMIT.value] = _spin_limit(self.fk.timeout_s, self.engine.device_type)
+        return _Loop(ctx, tuple(shard.shape), self.engine, self.fk.timeout_s)
+
+    def _turn(self, loop: _Loop, key: tuple, shard: torch.Tensor, args: dict) -> _Loop:
+        """buffers=2: this launch's context, the shape's first or second by launch parity. The
+        second shares the first's copies stream, so a launch's copies still follow the last one's."""
+        turn = self.turns[key] = self.turns.get(key, -1) + 1
+        if turn % 2 == 0:
+            return loop
+        twin = self.twins.get(key)
+        if twin is None:
+            twin = self.twins[key] = self._new_loop(shard, args)
+            twin.side = loop.side
+        return twin
 
     def _prepare_device_epoch(self, loop: _Loop) -> None:
         """Allocate (and on a GPU compile and load) what device-epoch mode needs now, at the first
@@ -283,6 +312,11 @@ class LoopbackWorld:
         if capturing:
             self._check_capture(key, grid, bound, sync, delay_s, copies, timeline)
         loop = self._loop(shard, bound)
+        if self.buffers == 2:
+            if capturing:
+                raise LaunchError("a world with buffers=2 cannot be captured in a CUDA graph (a replay would reuse one "
+                                  "buffer); make the world with buffers=1")
+            loop = self._turn(loop, key, shard, bound)
         if not capturing:  # event queries are not allowed while a stream is captured
             self._check(loop)
         ctx = loop.ctx
@@ -318,6 +352,8 @@ class LoopbackWorld:
         if not capturing:
             ops.record(loop.side_mark, hs)
             ops.wait_event(hc, loop.side_mark)
+        if self.buffers == 2:  # epochs count the shape's launches, whichever buffer takes them
+            ctx.epoch = self.turns[key]
         ctx.epoch = epoch = ctx.epoch + 1
         raise_flags = self._own_writes(loop, shard, epoch, ops, hc, hs)
         if presignal:
@@ -373,6 +409,9 @@ class LoopbackWorld:
             ops.wait_event(hc, loop.side_mark)
         if loop.device_epoch is None:
             self._after_kernel(loop, epoch, hc)
+        if self.buffers == 2:  # this buffer's next copies wait for this kernel (_own_writes)
+            ops.record(loop.compute_mark, hc)
+            loop.kernel_marked = True
         if failed:
             raise failed[0]
         if sync:
@@ -388,9 +427,14 @@ class LoopbackWorld:
         own_dst, own_bytes = loop.own
         de = loop.device_epoch
         if de is None:
-            # The side stream needs nothing of this launch: its copies start at once.
-            ops.record(loop.compute_mark, hc)
-            ops.wait_event(hs, loop.compute_mark)
+            # The side stream needs nothing of this launch: its copies start at once, once the last
+            # kernel that read this buffer is done (buffers=2: the one two launches back, marked
+            # after it; its first launch has none).
+            if self.buffers == 1:
+                ops.record(loop.compute_mark, hc)
+                ops.wait_event(hs, loop.compute_mark)
+            elif loop.kernel_marked:
+                ops.wait_event(hs, loop.compute_mark)
             ops.copy(own_dst, ptr(shard), own_bytes, hc)
             ops.write_batch(loop.start_writes, epoch, hc)  # error words cleared, the epoch, the own flags
             write32 = ops.write32
@@ -487,7 +531,7 @@ class LoopbackWorld:
     def synchronize(self) -> None:
         """Wait for every launch so far and raise the first error among them (SyncopyTimeout);
         in device-epoch mode also those of graph replays, which only the device knows of."""
-        for loop in self.loops.values():
+        for loop in [*self.loops.values(), *self.twins.values()]:
             self.engine.synchronize(loop.ctx.buffer.device)
             streams = [loop.side] + ([loop.wire.send, loop.wire.recv] if loop.wire is not None else [])
             for stream in streams:

@@ -40,7 +40,7 @@ def _run_ag_gemm(fk, world, rows, n, k, dtype, delay_s=0.0, presignal=False, ran
     grid = (triton.cdiv(m, 64) * triton.cdiv(n, 64),)
     lw = lw or LoopbackWorld(fk, world, rank)
     if poison:
-        for ctx in lw.contexts.values():
+        for ctx in [*lw.contexts.values(), *(t.ctx for t in lw.twins.values())]:
             ctx.buffer.fill_(float("nan"))
     lw.launch(grid, (shard, b, c, m, n, k, shard.stride(0), shard.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1)),
               meta, peers, delay_s=delay_s, presignal=presignal, copies=copies)
@@ -68,6 +68,20 @@ def test_copies_issued_before_after_or_beside_the_launch(copies, flags):
     lw = LoopbackWorld(fk, 4, rank=2, flags=flags)
     for seed in range(3):
         assert _run_ag_gemm(fk, 4, 129, 128, 96, torch.float16, rank=2, seed=seed, lw=lw, poison=True, copies=copies) < 2e-2
+
+
+def test_two_receive_buffers_alternate_launch_after_launch():
+    # buffers=2: a launch's copies wait for the kernel two launches back only; every launch is
+    # correct, each buffer poisoned before it, with the default and the own-stream flags.
+    from syncopy.runtime.loopback import LoopbackWorld
+    from syncopy.templates.ag_gemm.kernel import ag_gemm_kernel
+
+    fk = _fused(ag_gemm_kernel, "A", 3)
+    for flags in ("behind-copy", "own-stream"):
+        lw = LoopbackWorld(fk, 4, rank=1, buffers=2, flags=flags)
+        for seed in range(5):
+            assert _run_ag_gemm(fk, 4, 129, 128, 96, torch.float16, rank=1, seed=seed, lw=lw, poison=True) < 2e-2
+        assert len(lw.twins) == 1
 
 
 def test_ag_gemm_fp32_presignalled_equals_reference():

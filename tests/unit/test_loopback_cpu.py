@@ -165,6 +165,56 @@ def test_flags_on_their_own_stream_follow_each_chunk_and_a_withheld_one_still_ti
         LoopbackWorld(_fused(), WORLD, 0, device="cpu", flags="late")
 
 
+def test_two_buffers_alternate_by_launch_and_a_withheld_chunk_names_its_launch():
+    lw = LoopbackWorld(_fused(timeout_s=0.5), WORLD, 2, device="cpu", buffers=2)
+    seen = []
+    for seed in range(4):
+        shards, b = _case(seed)
+        c, ctx = _launch(lw, shards, b, rank=2, copies="split")
+        assert _err(c, shards, b) < 1e-4
+        seen.append((id(ctx), ctx.epoch))
+    # launches 1 and 3 on the first buffer, 2 and 4 on the second; epochs count the launches
+    assert [e for _, e in seen] == [1, 2, 3, 4] and seen[0][0] == seen[2][0] != seen[1][0] == seen[3][0]
+    (first,), (second,) = lw.loops.values(), lw.twins.values()
+    assert first.ctx.buffer.data_ptr() != second.ctx.buffer.data_ptr() and first.side is second.side
+    with pytest.raises(syncopy.SyncopyTimeout) as info:
+        _launch(lw, shards, b, rank=2, withhold=frozenset({0}))
+    assert (info.value.rank, info.value.chunk, info.value.epoch) == (2, (0, 0), 5)
+    c, ctx = _launch(lw, shards, b, rank=2)  # the other buffer goes on
+    assert _err(c, shards, b) < 1e-4 and ctx.epoch == 6
+    with pytest.raises(ValueError, match=r"^buffers=3: expected 1 or 2$"):
+        LoopbackWorld(_fused(), WORLD, 0, device="cpu", buffers=3)
+    with pytest.raises(syncopy.LaunchError, match=r"^buffers=2 alternates the receive buffers of all_gather launches without graph capture; leave it out for graph=True$"):
+        LoopbackWorld(_fused(), WORLD, 0, device="cpu", buffers=2, graph=True)
+
+
+@pytest.mark.parametrize("buffers", [1, 2])
+def test_a_launchs_copies_wait_for_the_last_kernel_that_read_their_buffer(buffers):
+    # One buffer: the copies of launch n wait for kernel n-1. Two: for kernel n-2 (the same
+    # buffer), so on a GPU they run while kernel n-1 still computes.
+    lw = LoopbackWorld(_fused(), WORLD, 1, device="cpu", buffers=buffers)
+    log = []
+    record, wait_event, enqueue = lw.ops.record, lw.ops.wait_event, lw.engine.enqueue
+    lw.ops.record = lambda ev, stream: (log.append(("record", id(ev))), record(ev, stream))[1]
+    lw.ops.wait_event = lambda stream, ev: (log.append(("wait", id(ev))), wait_event(stream, ev))[1]
+    lw.engine.enqueue = lambda fn: (log.append(("kernel", None)), enqueue(fn))[1]
+    for seed in range(4):
+        log.append(("launch", seed))
+        shards, b = _case(seed)
+        c, _ = _launch(lw, shards, b, rank=1)
+        assert _err(c, shards, b) < 1e-4
+    marks = {id(loop.compute_mark) for loop in [*lw.loops.values(), *lw.twins.values()]}
+    launches = [i for i, (op, _) in enumerate(log) if op == "launch"] + [len(log)]
+    for n in range(2, 4):  # launches 3 and 4
+        ops = log[launches[n]:launches[n + 1]]
+        (waited,) = [ev for op, ev in ops if op == "wait" and ev in marks]
+        # the kernel the wait follows: the last one after which that event was recorded
+        before = log[:launches[n]] + ops[:ops.index(("wait", waited))]
+        kernels = [i for i, (op, _) in enumerate(before) if op == "kernel"]
+        last_record = max(i for i, (op, ev) in enumerate(before) if op == "record" and ev == waited)
+        assert sum(k < last_record for k in kernels) == n + 1 - buffers
+
+
 def test_a_failure_in_the_copy_thread_is_raised_by_the_launch():
     import threading
 
