@@ -447,13 +447,28 @@ def notify_chunks(signals, ctx, g_lo, g_hi):
 
 
 @triton.jit
+def _arrived(signals, ctx, n_sig):
+    """Chunks landed when a traced tile starts: the word the host counts them in (CPU backends,
+    Context.land), or, where no host counts them (it reads -1: the GPU backends, whose copy engines
+    and peers raise the flags), the flags of this launch that are up, counted here."""
+    arrived = tl.atomic_add(signals + SIG_BASE + n_sig, 0, sem="acquire", scope="sys")
+    if arrived < 0:
+        epoch = tl.load(ctx + CTX_EPOCH).to(tl.int32)
+        arrived = arrived * 0
+        for f in range(0, n_sig):
+            flag = tl.atomic_add(signals + SIG_BASE + f, 0, sem="relaxed", scope="sys")
+            arrived += (flag - epoch >= 0).to(tl.int32)
+    return arrived
+
+
+@triton.jit
 def trace_tile_start(signals, trace, ctx, TRACE: tl.constexpr):
     """With TRACE, record for this tile (start sequence number, chunks arrived when it started)."""
     if TRACE:
         world = tl.load(ctx + CTX_WORLD)
         chunks = tl.load(ctx + CTX_CHUNKS)
         n_sig = (world * chunks).to(tl.int32)
-        arrived = tl.atomic_add(signals + SIG_BASE + n_sig, 0, sem="acquire", scope="sys")
+        arrived = _arrived(signals, ctx, n_sig)
         seq = tl.atomic_add(signals + SIG_BASE + n_sig + 1, 1, sem="relaxed", scope="sys")
         began, started = trace_clocks()
         lin = _linear_program_id()
@@ -538,7 +553,7 @@ def trace_tile_start_at(signals, trace, ctx, order, tile, TRACE: tl.constexpr):
         world = tl.load(ctx + CTX_WORLD)
         chunks = tl.load(ctx + CTX_CHUNKS)
         n_sig = (world * chunks).to(tl.int32)
-        arrived = tl.atomic_add(signals + SIG_BASE + n_sig, 0, sem="acquire", scope="sys")
+        arrived = _arrived(signals, ctx, n_sig)
         seq = tl.atomic_add(signals + SIG_BASE + n_sig + 1, 1, sem="relaxed", scope="sys")
         began, started = trace_clocks()
         tile = _scalar_i32(tile)

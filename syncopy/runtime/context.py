@@ -259,7 +259,11 @@ class Context:
             self.ctx[at + dev.CTX_EPOCH.value] = self.word
             self.ctx[at + dev.CTX_SPIN_LIMIT.value] = spin_limit
         self.signals[: dev.SIG_HEADER] = 0
-        self.signals[dev.SIG_HEADER + self.n_flags : dev.SIG_HEADER + self.n_flags + 2] = 0
+        # The landed (or sent) count starts at -1, "not counted by the host": the GPU backends never
+        # count (their copy engines and peers raise the flags), and a traced kernel then counts the
+        # flags that are up itself (device._arrived). The host's first count makes it 1.
+        self.signals[dev.SIG_HEADER + self.n_flags] = -1
+        self.signals[dev.SIG_HEADER + self.n_flags + 1] = 0
         self.t0 = time.perf_counter()
         self.t0_wall = time.time()
         return self.epoch
@@ -271,7 +275,7 @@ class Context:
             # and its start (stamped on the same clock) must never precede the chunk's landing in a trace.
             if self.trace is not None:
                 self.trace.arrivals[chunk] = time.perf_counter() - self.t0
-            self.signals[dev.SIG_HEADER + self.n_flags] += 1
+            self._count()
             for f in self.plan.flags(chunk):
                 self.signals[dev.SIG_HEADER + f] = self.word
 
@@ -288,7 +292,12 @@ class Context:
 
     def count_sent(self) -> None:
         with self.lock:
-            self.signals[dev.SIG_HEADER + self.n_flags] += 1
+            self._count()
+
+    def _count(self) -> None:
+        """One more chunk landed (or sent), counted by the host (the word starts at -1: see begin)."""
+        word = dev.SIG_HEADER + self.n_flags
+        self.signals[word : word + 1].clamp_(min=0).add_(1)  # in place: no read back (a GPU world of one counts too)
 
     def error(self) -> tuple[int, int, int] | None:
         flag, rank, chunk, epoch = (int(x) for x in self.signals[: dev.SIG_HEADER].tolist())

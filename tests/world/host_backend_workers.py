@@ -149,3 +149,29 @@ def run_p2p_reduce_scatter_traced(rank: int, world: int) -> dict:
         out["sent"].append(sorted(tr.sent))
     out["reducer"] = [type(b.reducer).__name__ for _, b in fused._contexts.values()]
     return out
+
+
+def run_consumer_traced(rank: int, world: int) -> dict:
+    """ag_gemm traced on p2p and nccl, two launches each: per tile, the chunks landed when it
+    started (no host counts them there: the kernel counts the flags up) and the chunks it reads."""
+    import torch
+
+    from syncopy import templates
+
+    _use_host_backends()
+    t = templates.get("ag_gemm")
+    out = {}
+    for backend in ("p2p", "nccl"):
+        fused = t.fused(chunks_per_rank=2, order="ring", backend=backend, poison_receive=True, timeout_s=60, trace=True)
+        runs = []
+        for it in range(2):
+            inp = t.module.inputs(rank, world, (13, 16, 16), torch.float32, seed=it)
+            got = t.module.launch(fused, **inp)
+            worst = float(torch.nan_to_num((got - t.module.reference(**inp)).abs(), nan=float("inf")).max())
+            tr = fused.last_trace
+            runs.append({"worst": worst, "total": tr.total_chunks, "epoch": tr.epoch,
+                         "tiles": [(arrived, len(set(range(tr.tile_ranges[tile][0], tr.tile_ranges[tile][1] + 1))))
+                                   for tile, _, arrived in tr.tile_starts]})
+        out[backend] = runs
+    return out
+

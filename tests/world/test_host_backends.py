@@ -98,3 +98,18 @@ def test_p2p_reduce_scatter_sends_chunks_while_the_kernel_runs():
         for launch, (sent, early) in enumerate(zip(r["sent"], r["sent_before_end"])):
             assert sent == remote, f"rank {rank} launch {launch}: {r}"
             assert early, f"rank {rank} launch {launch}: every chunk left after the kernel ended: {r}"
+
+
+@pytest.mark.world
+def test_traces_on_the_gpu_backends_count_the_chunks_landed_when_each_tile_started():
+    # p2p and nccl never count landings on the host (copy engines and peers raise the flags): a
+    # traced kernel counts the flags of its launch that are up, so a trace's overlap is true there
+    # too. Every tile started with at least the chunks it reads landed, on every launch.
+    for rank, r in enumerate(spawn(workers.run_consumer_traced, WORLD, timeout_s=300)):
+        for backend, runs in r.items():
+            for run in runs:
+                assert run["worst"] < 1e-4, (rank, backend, run)
+                assert run["tiles"], (rank, backend, run)
+                for arrived, reads in run["tiles"]:
+                    assert reads <= arrived <= run["total"], (rank, backend, run["epoch"], arrived, reads)
+
