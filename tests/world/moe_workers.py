@@ -1,0 +1,86 @@
+"""Rank functions for tests/world/test_moe.py: the a2a_gemm template with split sizes that change
+every launch (ragged, empty, skewed), against torch's all_to_all_single with the same splits and the
+per-expert GEMM; and the one-line errors of split sizes that do not fit."""
+from __future__ import annotations
+
+
+def routed_launches(rank: int, world: int, cases: list[dict]) -> list[dict]:
+    """Each case: chunks per rank and `launches`, each every rank's counts [d][e] (rows this rank
+    sends to expert e of rank d); `exchange`: launch with input_split_sizes only (the runtime
+    exchanges the counts). NaN-poisoned receive buffers; the default slow link of the harness.
+    Returns, per case, each launch's max error, the rows received and the kernel's verdict."""
+    import torch
+    import triton
+
+    from syncopy import templates
+
+    t = templates.get("a2a_gemm")
+    mod = t.module
+    out = []
+    for ci, case in enumerate(cases):
+        fused = t.fused(chunks_per_rank=case["chunks"], poison_receive=True, timeout_s=30.0)
+        errs, rows = [], []
+        for li, per_rank in enumerate(case["launches"]):
+            counts = torch.tensor(per_rank[rank], dtype=torch.int64)
+            inp = mod.inputs(rank, world, (int(counts.sum()), 32, 24), torch.float32, seed=100 * ci + li, routing="uniform")
+            x = torch.randn(int(counts.sum()), 24, generator=torch.Generator().manual_seed(7 * li + rank))
+            w = inp["w"]
+            if case.get("exchange"):
+                y = _launch_without_output_splits(fused, mod, x, w, counts, rank, triton)
+            else:
+                y = mod.launch(fused, x, w, counts)
+            ref = mod.reference(x, w, counts)
+            errs.append(float((y - ref).abs().max()) if ref.numel() else (0.0 if y.numel() == 0 else float("inf")))
+            rows.append(int(y.shape[0]))
+        out.append({"errs": errs, "rows": rows})
+    return out
+
+
+def _launch_without_output_splits(fused, mod, x, w, counts, rank, triton):
+    """mod.launch, but the launch names input_split_sizes only."""
+    import torch
+
+    received = mod.received_counts(counts)
+    tiles = mod.tile_table(received, mod.META["BLOCK_M"], rank, x.device)
+    y = torch.empty(int(received.sum()), w.shape[2])
+    grid = (tiles.numel() // 3, triton.cdiv(w.shape[2], mod.META["BLOCK_N"]))
+    fused[grid](x, w, y, tiles, w.shape[2], x.shape[1], x.stride(0), x.stride(1), w.stride(0), w.stride(1), w.stride(2),
+                y.stride(0), y.stride(1), **mod.META, input_split_sizes=counts.sum(1))
+    return y
+
+
+def split_errors(rank: int, world: int) -> dict:
+    """The one-line errors of split sizes that do not fit, each raised on every rank; then a good
+    launch still runs on the same operator."""
+    import torch
+
+    from syncopy import templates
+    from syncopy.errors import LaunchError
+
+    t = templates.get("a2a_gemm")
+    mod = t.module
+    fused = t.fused(chunks_per_rank=2, poison_receive=True, timeout_s=30.0)
+    counts = torch.tensor([[3, 1]] * world, dtype=torch.int64)
+    x = torch.randn(4 * world, 24)
+    w = torch.randn(2, 24, 32)
+    got = {}
+
+    def attempt(name, **splits):
+        received = mod.received_counts(counts)
+        tiles = mod.tile_table(received, mod.META["BLOCK_M"], rank, x.device)
+        y = torch.empty(int(received.sum()), 32)
+        try:
+            fused[(tiles.numel() // 3, 1)](x, w, y, tiles, 32, 24, x.stride(0), x.stride(1), w.stride(0), w.stride(1), w.stride(2),
+                                           y.stride(0), y.stride(1), **mod.META, **splits)
+            got[name] = "ran"
+        except LaunchError as exc:
+            got[name] = str(exc)
+        return y
+
+    attempt("short", input_split_sizes=[4] * (world - 1) + [3])
+    attempt("length", input_split_sizes=[4 * world])
+    attempt("negative", input_split_sizes=[4 * world + 1, -1] + [0] * (world - 2))
+    attempt("output", input_split_sizes=[4] * world, output_split_sizes=[5] + [4] * (world - 2) + [3])
+    y = attempt("good", input_split_sizes=[4] * world, output_split_sizes=[4] * world)
+    got["good_err"] = float((y - mod.reference(x, w, counts)).abs().max())
+    return got
