@@ -380,6 +380,10 @@ class ReducePlan:
     def flags_per_rank(self) -> int:
         return self.chunks_per_rank  # producer chunks are never split into units
 
+    @property
+    def uneven(self) -> bool:
+        return False  # split sizes at launch are all_to_all's (RankPlan.uneven)
+
     def flags(self, chunk: int) -> range:
         return range(chunk, chunk + 1)
 
