@@ -29,11 +29,33 @@ def routed_launches(rank: int, world: int, cases: list[dict]) -> list[dict]:
                 y = _launch_without_output_splits(fused, mod, x, w, counts, rank, triton)
             else:
                 y = mod.launch(fused, x, w, counts)
-            ref = mod.reference(x, w, counts)
-            errs.append(float((y - ref).abs().max()) if ref.numel() else (0.0 if y.numel() == 0 else float("inf")))
+            # Both torch's all_to_all_single with the same splits (the template's reference) and the
+            # meaning recomputed here from every rank's inputs: the product's reference is not trusted alone.
+            for ref in (mod.reference(x, w, counts), _meaning(rank, world, x, counts, w)):
+                assert ref.shape == y.shape, (ref.shape, y.shape)
+                errs.append(float((y - ref).abs().max()) if ref.numel() else 0.0)
             rows.append(int(y.shape[0]))
         out.append({"errs": errs, "rows": rows})
     return out
+
+
+def _meaning(rank: int, world: int, x, counts, w):
+    """Rank s's rows for this rank are its block `rank` (after the rows it sends ranks 0..rank-1),
+    counts[rank][e] of them for expert e in expert order; this rank's output is those blocks in rank
+    order, each row times its expert's weight."""
+    import torch
+    import torch.distributed as dist
+
+    every = [None] * world
+    dist.all_gather_object(every, (x, counts))
+    out = []
+    for xs, cs in every:
+        at = int(cs[:rank].sum())
+        for e in range(cs.shape[1]):
+            n = int(cs[rank][e])
+            out.append(xs[at:at + n] @ w[e])
+            at += n
+    return torch.cat(out) if out else torch.empty(0, w.shape[2])
 
 
 def _launch_without_output_splits(fused, mod, x, w, counts, rank, triton):
