@@ -213,14 +213,13 @@ class FusedKernel(Binding, Contexts, TileOrder, Tracing, LaunchSequence):
         if self.schedule.pattern == "all_to_all":
             if self.schedule.dim != 0:
                 raise LaunchError("the all_to_all reference splits along dim 0; use dim: 0")
-            send = self._input_splits(split, shard, group)
-            if send is None:
+            if not self._uneven(split, shard):
                 received = torch.empty_like(shard)
                 dist.all_to_all_single(received, shard.contiguous(), group=group)
-            else:  # uneven: all_to_all_single with the same splits (the counts exchanged the same way)
-                world, rank = dist.get_world_size(group), dist.get_rank(group)
-                recv = splits.exchange(send, group, world)
-                splits.check_output(split[1], recv, world, rank, self.local.fn.__name__)
+            else:  # uneven: all_to_all_single with the same splits (the counts exchanged and checked the same way)
+                world, rank, kernel = dist.get_world_size(group), dist.get_rank(group), self.local.fn.__name__
+                send, said, error = splits.local(split, shard, self.schedule.tensor, self.schedule.dim, world, kernel)
+                recv = splits.exchange(send, said, error, group, world, rank, kernel)
                 received = shard.new_empty((sum(recv), *shard.shape[1:]))
                 dist.all_to_all_single(received, shard.contiguous(), list(recv), list(send), group=group)
             call_args = dict(bound)

@@ -85,10 +85,10 @@ class LaunchSequence:
         split = splits.pop(kwargs, self.signature.parameters, self.schedule.pattern, self.local.fn.__name__)
         bound, shard, options = self._bind(args, kwargs)
         _ensure_allocator(shard.device)
-        send = self._input_splits(split, shard, group)
-        ctx, backend = self._context(shard, group, bound, uneven=send is not None)
-        if send is not None:
-            self._relayout(ctx, backend, send, split[1], group)
+        uneven = self._uneven(split, shard)
+        ctx, backend = self._context(shard, group, bound, uneven=uneven)
+        if uneven:
+            self._relayout(ctx, backend, split, shard)
         # An autotuned kernel's config (timed on the local kernel with a scratch tensor: no wait on a chunk).
         bound, options = self._tuned(grid, bound, options, group, lambda: torch.empty_like(ctx.buffer))
         self.resolved_chunks_per_rank, self.resolved_order = ctx.schedule.chunks_per_rank, ctx.schedule.order
@@ -157,24 +157,22 @@ class LaunchSequence:
             self._finish_trace(trace, trace_buf, order, ranges, exec_order, (k0, k1), persistent=t.persistent is not None)
         return None
 
-    def _input_splits(self, split, shard: torch.Tensor, group) -> tuple[int, ...] | None:
-        """This launch's input_split_sizes, checked against the input (None: equal splits)."""
+    def _uneven(self, split, shard: torch.Tensor) -> bool:
+        """Does this launch give split sizes? (What no count can fix is refused here, on every rank alike.)"""
         if split is None:
-            return None
-        import torch.distributed as dist
+            return False
+        splits.check_static(shard, self.schedule.tensor, self.schedule.dim, self.local.fn.__name__)
+        return True
 
-        kernel = self.local.fn.__name__
-        send = splits.counts(split[0], splits.INPUT, dist.get_world_size(group), kernel)
-        splits.check_input(send, shard, self.schedule.tensor, self.schedule.dim, kernel)
-        return send
-
-    def _relayout(self, ctx: Context, backend, send: tuple[int, ...], output, group) -> None:
-        """Uneven all_to_all: exchange this launch's counts, then lower its plan into the context."""
+    def _relayout(self, ctx: Context, backend, split, shard: torch.Tensor) -> None:
+        """Uneven all_to_all: check and exchange this launch's counts (every rank hears of a rank's
+        mistake), then lower its plan into the context."""
         from syncopy.runtime import plan as planning
 
         plan, kernel = ctx.plan, self.local.fn.__name__
-        recv = splits.exchange(send, backend.group if backend is not None else None, plan.world)
-        splits.check_output(output, recv, plan.world, plan.rank, kernel)
+        send, said, error = splits.local(split, shard, self.schedule.tensor, self.schedule.dim, plan.world, kernel)
+        group = backend.group if backend is not None else None
+        recv = splits.exchange(send, said, error, group, plan.world, plan.rank, kernel)
         ctx.relayout(planning.all_to_all(ctx.schedule, plan.rank, plan.world, 0, splits=(send, recv)))
 
     def synchronize(self) -> None:

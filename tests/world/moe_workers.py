@@ -103,6 +103,9 @@ def split_errors(rank: int, world: int) -> dict:
     attempt("length", input_split_sizes=[4 * world])
     attempt("negative", input_split_sizes=[4 * world + 1, -1] + [0] * (world - 2))
     attempt("output", input_split_sizes=[4] * world, output_split_sizes=[5] + [4] * (world - 2) + [3])
+    # A mistake on one rank only is an error on every rank (the exchange carries each rank's verdict).
+    attempt("one_rank_sum", input_split_sizes=[4] * world if rank == 0 else [5] * world)
+    attempt("one_rank_output", input_split_sizes=[4] * world, **({"output_split_sizes": [3, 5]} if rank == 0 else {}))
     y = attempt("good", input_split_sizes=[4] * world, output_split_sizes=[4] * world)
     got["good_err"] = float((y - mod.reference(x, w, counts)).abs().max())
     return got

@@ -70,8 +70,15 @@ def test_split_sizes_that_do_not_fit_are_refused_in_one_line():
         assert got["length"] == ("launch of 'expert_gemm_kernel': input_split_sizes has 1 counts but the group has 2 ranks; "
                                  "give one count per rank")
         assert "has a negative count" in got["negative"]
-        assert got["output"] == (f"launch of 'expert_gemm_kernel': output_split_sizes [5, 3] on rank {rank} but the ranks send "
-                                 f"it [4, 4] (rank 0's input_split_sizes[{rank}] is 4); pass output_split_sizes = what "
+        assert got["output"] == ("launch of 'expert_gemm_kernel': output_split_sizes [5, 3] on rank 0 but the ranks send "
+                                 "it [4, 4] (rank 0's input_split_sizes[0] is 4); pass output_split_sizes = what "
                                  "all_to_all_single of the input counts gives, or leave it out")
+        assert got["one_rank_sum"] == ("launch of 'expert_gemm_kernel': rank 1 refused its split sizes (its own error says "
+                                       "why), so rank 0 does not launch either; fix the split sizes there" if rank == 0 else
+                                       "launch of 'expert_gemm_kernel': input_split_sizes [5, 5] sums to 10 but 'X' has 8 rows "
+                                       "along dim 0; give counts that sum to 8 (rows sent to each rank, in rank order)")
+        assert got["one_rank_output"] == ("launch of 'expert_gemm_kernel': output_split_sizes [3, 5] on rank 0 but the ranks "
+                                          "send it [4, 4] (rank 0's input_split_sizes[0] is 4); pass output_split_sizes = what "
+                                          "all_to_all_single of the input counts gives, or leave it out")
         assert got["good"] == "ran" and got["good_err"] <= 1e-4
         assert all("\n" not in v for v in got.values() if isinstance(v, str))
