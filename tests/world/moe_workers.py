@@ -3,6 +3,20 @@ every launch (ragged, empty, skewed), against torch's all_to_all_single with the
 per-expert GEMM; and the one-line errors of split sizes that do not fit."""
 from __future__ import annotations
 
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def scale_rows(X, Y, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Y = 2 X + 1 by tiles of BLOCK_M rows: a tile's rows may cross from one sender's block to the next."""
+    pid = tl.program_id(0)
+    rm = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tl.arange(0, BLOCK_N)
+    mask = (rm[:, None] < M) & (rn[None, :] < N)
+    x = tl.load(X + rm[:, None] * N + rn[None, :], mask=mask, other=0.0)
+    tl.store(Y + rm[:, None] * N + rn[None, :], x * 2.0 + 1.0, mask=mask)
+
 
 def routed_launches(rank: int, world: int, cases: list[dict]) -> list[dict]:
     """Each case: chunks per rank and `launches`, each every rank's counts [d][e] (rows this rank
@@ -109,3 +123,32 @@ def split_errors(rank: int, world: int) -> dict:
     y = attempt("good", input_split_sizes=[4] * world, output_split_sizes=[4] * world)
     got["good_err"] = float((y - mod.reference(x, w, counts)).abs().max())
     return got
+
+
+def tiles_across_blocks(rank: int, world: int, received: list[list[int]]) -> list[dict]:
+    """A kernel whose tiles (BLOCK_M 4) cross senders' blocks, its tile order probed from program ids:
+    every rank receives `received[l][s]` rows from rank s at launch l (the same grid and arguments at
+    every launch, only the splits change), some blocks empty between two others. Against
+    all_to_all_single with the same splits, and against `fused.reference`."""
+    import torch
+    import torch.distributed as dist
+
+    import syncopy
+
+    schedule = dict(pattern="all_to_all", tensor="X", dim=0, chunks_per_rank=2, order="local_first")
+    fused = syncopy.overlap(schedule, poison_receive=True, timeout_s=30.0)(scale_rows)
+    n = 8
+    out = []
+    for li, per_src in enumerate(received):
+        send = [per_src[rank]] * world
+        x = torch.randn(sum(send), n, generator=torch.Generator().manual_seed(11 * li + rank))
+        m = sum(per_src)
+        grid = (triton.cdiv(m, 4),)
+        y = torch.full((m, n), float("nan"))
+        fused[grid](x, y, m, n, BLOCK_M=4, BLOCK_N=n, input_split_sizes=send)
+        got = x.new_empty(m, n)
+        dist.all_to_all_single(got, x, list(per_src), send)
+        ref = torch.full((m, n), float("nan"))
+        fused.reference[grid](x, ref, m, n, BLOCK_M=4, BLOCK_N=n, input_split_sizes=send)
+        out.append({"err": float((y - (2 * got + 1)).abs().max()), "ref_err": float((ref - (2 * got + 1)).abs().max())})
+    return out

@@ -82,3 +82,15 @@ def test_split_sizes_that_do_not_fit_are_refused_in_one_line():
                                           "all_to_all_single of the input counts gives, or leave it out")
         assert got["good"] == "ran" and got["good_err"] <= 1e-4
         assert all("\n" not in v for v in got.values() if isinstance(v, str))
+
+
+# Every rank receives received[l][s] rows from rank s: 12 rows at every launch (one grid, one set of
+# arguments), so only the split sizes say that the chunks moved; empty blocks between two others.
+ACROSS = [[4, 0, 8], [8, 4, 0], [2, 0, 10]]
+
+
+@pytest.mark.world
+def test_tiles_across_blocks_wait_for_the_chunks_of_this_launchs_splits():
+    for rank, per_launch in enumerate(spawn(moe_workers.tiles_across_blocks, 3, ACROSS, link=HOLD, timeout_s=300)):
+        for li, r in enumerate(per_launch):
+            assert r["err"] <= 1e-6 and r["ref_err"] <= 1e-6, f"rank {rank} launch {li}: {r}"
