@@ -6,6 +6,7 @@ the injected code stays a few readable lines and the logic lives (and is tested)
 Layouts shared with the host (see runtime/context.py):
 
     ctx     int64  [epoch, rank, rows_per_rank, chunks_per_rank, stride_bytes, size, wait bound (ns compiled, polls interpreted), world]
+                   uneven all_to_all (rows_per_rank 0): then the first row of each of the world*C chunks
     signals int32  [error flag, error rank, error chunk, error epoch | one flag per chunk (world*C)
                     | chunks arrived (consumer) or sent (producer) so far | tiles started so far
                     | producer only: tiles finished per chunk, ever (world*C) | the count that completes

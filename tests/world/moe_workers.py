@@ -152,3 +152,11 @@ def tiles_across_blocks(rank: int, world: int, received: list[list[int]]) -> lis
         fused.reference[grid](x, ref, m, n, BLOCK_M=4, BLOCK_N=n, input_split_sizes=send)
         out.append({"err": float((y - (2 * got + 1)).abs().max()), "ref_err": float((ref - (2 * got + 1)).abs().max())})
     return out
+
+
+def moe_world(rank: int, world: int, cases: list[dict], across: list[list[int]] | None, errors: bool) -> dict:
+    """One spawned world for every check of tests/world/test_moe.py (a world costs seconds to start):
+    the routed template launches, then the tiles across blocks (`across`), then the split errors."""
+    return {"routed": routed_launches(rank, world, cases),
+            "across": tiles_across_blocks(rank, world, across) if across else None,
+            "errors": split_errors(rank, world) if errors else None}

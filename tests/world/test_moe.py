@@ -35,14 +35,15 @@ WORLD3 = [
 HOLD = Link(latency_s=0.002, hold_until_waited=True, hold_s=3.0)
 
 
-@once
-def _world2() -> list:
-    return spawn(moe_workers.routed_launches, 2, WORLD2, link=HOLD, timeout_s=300)
+# Every rank receives ACROSS[l][s] rows from rank s: 12 rows at every launch (one grid, one set of
+# arguments), so only the split sizes say that the chunks moved; empty blocks between two others.
+ACROSS = [[4, 0, 8], [8, 4, 0], [2, 0, 10]]
 
 
 @once
-def _world3() -> list:
-    return spawn(moe_workers.routed_launches, 3, WORLD3, link=HOLD, timeout_s=300)
+def _world(world: int) -> list[dict]:
+    cases, across = (WORLD2, None) if world == 2 else (WORLD3, ACROSS)
+    return spawn(moe_workers.moe_world, world, cases, across, world == 2, link=HOLD, timeout_s=300)
 
 
 def _received(cases: list[dict], world: int, case: int, launch: int, rank: int) -> int:
@@ -52,8 +53,8 @@ def _received(cases: list[dict], world: int, case: int, launch: int, rank: int) 
 @pytest.mark.world
 @pytest.mark.parametrize("world", [2, 3])
 def test_routed_launches_match_all_to_all_single_and_the_expert_gemm(world):
-    cases, results = (WORLD2, _world2()) if world == 2 else (WORLD3, _world3())
-    for rank, per_case in enumerate(results):
+    cases = WORLD2 if world == 2 else WORLD3
+    for rank, per_case in enumerate(r["routed"] for r in _world(world)):
         for ci, r in enumerate(per_case):
             assert len(r["errs"]) == 2 * len(cases[ci]["launches"])  # against all_to_all_single and recomputed
             for k, err in enumerate(r["errs"]):
@@ -64,7 +65,7 @@ def test_routed_launches_match_all_to_all_single_and_the_expert_gemm(world):
 
 @pytest.mark.world
 def test_split_sizes_that_do_not_fit_are_refused_in_one_line():
-    for rank, got in enumerate(spawn(moe_workers.split_errors, 2, timeout_s=200)):
+    for rank, got in enumerate(r["errors"] for r in _world(2)):
         assert got["short"] == ("launch of 'expert_gemm_kernel': input_split_sizes [4, 3] sums to 7 but 'X' has 8 rows along "
                                 "dim 0; give counts that sum to 8 (rows sent to each rank, in rank order)")
         assert got["length"] == ("launch of 'expert_gemm_kernel': input_split_sizes has 1 counts but the group has 2 ranks; "
@@ -84,13 +85,8 @@ def test_split_sizes_that_do_not_fit_are_refused_in_one_line():
         assert all("\n" not in v for v in got.values() if isinstance(v, str))
 
 
-# Every rank receives received[l][s] rows from rank s: 12 rows at every launch (one grid, one set of
-# arguments), so only the split sizes say that the chunks moved; empty blocks between two others.
-ACROSS = [[4, 0, 8], [8, 4, 0], [2, 0, 10]]
-
-
 @pytest.mark.world
 def test_tiles_across_blocks_wait_for_the_chunks_of_this_launchs_splits():
-    for rank, per_launch in enumerate(spawn(moe_workers.tiles_across_blocks, 3, ACROSS, link=HOLD, timeout_s=300)):
+    for rank, per_launch in enumerate(r["across"] for r in _world(3)):
         for li, r in enumerate(per_launch):
             assert r["err"] <= 1e-6 and r["ref_err"] <= 1e-6, f"rank {rank} launch {li}: {r}"
