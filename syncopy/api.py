@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from syncopy.errors import LaunchError
 from syncopy.runtime import plan as planning
-from syncopy.runtime import backends, tuning
+from syncopy.runtime import backends, splits, tuning
 from syncopy.runtime.context import Context, Trace
 from syncopy.runtime.link import Faults, Link
 from syncopy.schedule import Schedule, load_schedule
@@ -204,15 +204,24 @@ class FusedKernel(Binding, Contexts, TileOrder, Tracing, LaunchSequence):
             raise LaunchError(f"'{self.local.fn.__name__}' comes from syncopy.load: its file holds the fused kernel only, so there is "
                               "no local kernel to run unfused; decorate the original kernel with syncopy.overlap for .reference")
         group = checked_group(group)
-        bound, shard, options = self._bind(args, dict(kwargs))
+        kwargs = dict(kwargs)
+        split = splits.pop(kwargs, self.signature.parameters, self.schedule.pattern, self.local.fn.__name__)
+        bound, shard, options = self._bind(args, kwargs)
         _ensure_allocator(shard.device)
         if self.producer:
             return self._reference_producer(grid, bound, shard, options, group)
         if self.schedule.pattern == "all_to_all":
-            received = torch.empty_like(shard)
             if self.schedule.dim != 0:
                 raise LaunchError("the all_to_all reference splits along dim 0; use dim: 0")
-            dist.all_to_all_single(received, shard.contiguous(), group=group)
+            if not self._uneven(split, shard):
+                received = torch.empty_like(shard)
+                dist.all_to_all_single(received, shard.contiguous(), group=group)
+            else:  # uneven: all_to_all_single with the same splits (the counts exchanged and checked the same way)
+                world, rank, kernel = dist.get_world_size(group), dist.get_rank(group), self.local.fn.__name__
+                send, said, error = splits.local(split, shard, self.schedule.tensor, self.schedule.dim, world, kernel)
+                recv = splits.exchange(send, said, error, group, world, rank, kernel)
+                received = shard.new_empty((sum(recv), *shard.shape[1:]))
+                dist.all_to_all_single(received, shard.contiguous(), list(recv), list(send), group=group)
             call_args = dict(bound)
             call_args[self.schedule.tensor] = received
             self._run_local(grid, call_args, options, group)

@@ -189,7 +189,7 @@ def _run(args) -> int:
         trace = args.trace or (str(Path(scratch, "run.json")) if args.timeline else None)
         soak = dict(random_shapes=args.random_shapes, seed=args.seed, timeout_s=args.timeout, verify_chunks=args.verify_chunks,
                     slow_link_ms=args.slow_link, faults=parse_inject(args.inject) if args.inject else None,
-                    progress=sys.stdout.isatty(), trace=str(Path(trace).resolve()) if trace else None)
+                    progress=sys.stdout.isatty(), trace=str(Path(trace).resolve()) if trace else None, routing=args.routing)
         result = run(args.name, args.world, _shape(args.shape), args.dtype, args.chunks, args.order, args.iters, args.backend,
                      **soak)
         if args.timeline and Path(trace).is_file():
@@ -501,6 +501,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "row up to M of --shape (default: the template's), shards smaller than the chunk count included (refused in "
                    "one line, then run on one chunk per rank)")
     r.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the drawn shapes and of every launch's inputs")
+    r.add_argument("--routing", metavar="uniform|random|skewed", help="a2a_gemm: how tokens go to experts; random and skewed "
+                   "draw new per-expert counts every launch (uneven split sizes, empty experts included) (default: uniform)")
     r.add_argument("--inject", metavar="FAULTS", help="faults, comma-separated: drop=SRC:CHUNK (never sent), delay=SRC:CHUNK:MS, "
                    "kill=SRC:CHUNK (rank SRC dies there), corrupt=SRC:CHUNK (bytes flipped in flight); SRC a rank, CHUNK "
                    "its chunk index (global chunk id for gemm_rs, gemm_ar)")

@@ -6,6 +6,7 @@ the injected code stays a few readable lines and the logic lives (and is tested)
 Layouts shared with the host (see runtime/context.py):
 
     ctx     int64  [epoch, rank, rows_per_rank, chunks_per_rank, stride_bytes, size, wait bound (ns compiled, polls interpreted), world]
+                   uneven all_to_all (rows_per_rank 0): then the first row of each of the world*C chunks
     signals int32  [error flag, error rank, error chunk, error epoch | one flag per chunk (world*C)
                     | chunks arrived (consumer) or sent (producer) so far | tiles started so far
                     | producer only: tiles finished per chunk, ever (world*C) | the count that completes
@@ -37,6 +38,8 @@ CTX_SIZE = tl.constexpr(5)
 CTX_SPIN_LIMIT = tl.constexpr(6)
 CTX_WORLD = tl.constexpr(7)
 CTX_LEN = 8
+#: Uneven all_to_all only (CTX_ROWS is 0): the first row of each of the world * C chunks follows the block.
+CTX_TABLE = tl.constexpr(8)
 #: int32 words of a traced tile's record: start sequence + 1, chunks arrived, began waiting, started (us).
 TRACE_WORDS = tl.constexpr(4)
 
@@ -76,9 +79,18 @@ def _chunk_of_row(row, ctx):
     # ((r+1)*C - 1) // S, offset by C chunks per source rank.
     rows_per_rank = tl.load(ctx + CTX_ROWS)
     chunks = tl.load(ctx + CTX_CHUNKS)
-    src = row // rows_per_rank
-    local = row - src * rows_per_rank
-    return src * chunks + ((local + 1) * chunks - 1) // rows_per_rank
+    if rows_per_rank > 0:
+        src = row // rows_per_rank
+        local = row - src * rows_per_rank
+        g = src * chunks + ((local + 1) * chunks - 1) // rows_per_rank
+    else:
+        # Uneven all_to_all (rows_per_rank 0): blocks of their own sizes, so the chunk is the last
+        # one whose start (the table after the context block) is at or before the row; an empty
+        # chunk starts where the next one does and is never the answer.
+        g = row * 0
+        for i in range(1, tl.load(ctx + CTX_WORLD) * chunks):
+            g += (tl.load(ctx + CTX_TABLE + i) <= row).to(g.dtype)
+    return g
 
 
 @triton.jit
@@ -200,8 +212,9 @@ def arrival_iteration(t, n, r0, r1, ctx):
     n = zero + n
     dr = r1 - r0
     j = t
-    if dr > 0:
-        rows_per_rank = tl.load(ctx + CTX_ROWS)
+    rows_per_rank = tl.load(ctx + CTX_ROWS)
+    # Uneven all_to_all blocks (rows_per_rank 0) keep the written order: each iteration still waits.
+    if (dr > 0) & (rows_per_rank > 0):
         world = tl.load(ctx + CTX_WORLD)
         rank = tl.load(ctx + CTX_RANK)
         before = zero
@@ -692,6 +705,9 @@ def _words(ptr, dtype, n: int):
 
 def _host_chunk_of_row(row: int, c) -> int:
     rows_per_rank, chunks = int(c[CTX_ROWS]), int(c[CTX_CHUNKS])
+    if rows_per_rank <= 0:  # uneven all_to_all: the chunk starts follow the block (see _chunk_of_row)
+        starts = c[CTX_LEN : CTX_LEN + int(c[CTX_WORLD]) * chunks]
+        return max(sum(1 for s in starts[1:] if int(s) <= row), 0)
     src = row // rows_per_rank
     local = row - src * rows_per_rank
     return src * chunks + ((local + 1) * chunks - 1) // rows_per_rank
@@ -703,6 +719,8 @@ if INTERPRETED:
         import numpy as np
 
         c = _words(ctx, "i64", CTX_LEN)
+        if int(c[CTX_ROWS]) <= 0:  # uneven all_to_all: with its table of chunk starts
+            c = _words(ctx, "i64", CTX_LEN + int(c[CTX_WORLD]) * int(c[CTX_CHUNKS]))
         off = _value(ptrs).astype(np.uint64).astype(np.int64) - np.int64(int(_value(base).reshape(-1)[0]))
         keep = (off >= 0) & np.broadcast_to(_value(mask).astype(bool), off.shape)
         if not keep.any():

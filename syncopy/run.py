@@ -66,6 +66,7 @@ class RunOptions:
     slow_link_ms: float = 0.0  # > 0: an emulated slow link (see slow_link)
     progress: bool = False  # rank 0 draws a progress bar (a terminal)
     trace: str | None = None  # a Chrome / Perfetto trace file of every rank's launches (rank 0 writes it)
+    routing: str | None = None  # a2a_gemm: uniform, random or skewed (fresh split sizes every launch); None: the template's
 
 
 @dataclass
@@ -128,7 +129,8 @@ def _rank_body(opts: RunOptions) -> dict:
             shape = tuple(opts.shape) if opts.shape else mod.DEFAULT_SHAPE
             if opts.random_shapes:
                 shape = _draw_shape(shapes, shape, schedule.pattern, world)
-            inp = mod.inputs(rank, world, shape, dtype, seed=opts.seed * 100_003 + it)
+            routed = {"routing": opts.routing} if opts.routing is not None else {}
+            inp = mod.inputs(rank, world, shape, dtype, seed=opts.seed * 100_003 + it, **routed)
             record, out = _one_launch(fused, mod, inp, opts, chunks, world)
             if record["outcome"] == "refused":
                 fallback = fallback or t.fused(chunks_per_rank=1, **options)
@@ -363,6 +365,19 @@ def _check_shape(name: str, shape, default) -> None:
         raise SyncopyError(f"--shape {text}: every dimension must be at least 1 (a zero-size problem checks nothing); give positive M,N,K")
 
 
+def _check_routing(opts: RunOptions) -> None:
+    """--routing names one of the template's routings (a2a_gemm's ROUTINGS); other templates take none."""
+    if opts.routing is None:
+        return
+    from syncopy import templates
+
+    routings = getattr(templates.get(opts.name).module, "ROUTINGS", ())
+    if not routings:
+        raise SyncopyError(f"--routing {opts.routing}: template {opts.name} has no token routing (a2a_gemm has); drop --routing")
+    if opts.routing not in routings:
+        raise SyncopyError(f"--routing {opts.routing}: {opts.name} routes tokens {', '.join(routings)}; use one of those")
+
+
 def _check_soak(opts: RunOptions, world: int) -> None:
     if opts.slow_link_ms < 0:
         raise SyncopyError(f"--slow-link {opts.slow_link_ms:g}: give a chunk's cost in milliseconds, 0 or more, e.g. --slow-link 4")
@@ -386,6 +401,7 @@ def run(name: str, world: int, shape=None, dtype="fp32", chunks=None, order=None
     check_arguments(name, world, shape, dtype, chunks, order, iters, backend)
     opts = RunOptions(name, tuple(shape) if shape else None, dtype, chunks, order, iters, backend, **soak)
     _check_soak(opts, world)
+    _check_routing(opts)
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         return RunResult([_rank_main(opts)])
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError

@@ -35,6 +35,7 @@ class Binding:
         # A kernel parameter named like a launch option (`num_stages: tl.constexpr`) is that parameter,
         # as under plain Triton, whose binder takes the kernel's parameters first.
         options = {k: kwargs.pop(k) for k in list(kwargs) if k in _LAUNCH_OPTIONS and k not in self.signature.parameters}
+        self._refuse_splits(kwargs)
         arguments = self._arguments(args, kwargs)
         self._refuse_interpreted_bf16(arguments)
         shard = arguments.get(self.schedule.tensors[0])
@@ -54,6 +55,16 @@ class Binding:
         for name in self.schedule.tensors[1:]:
             self._check_listed(name, arguments.get(name), shard)
         return arguments, shard, options
+
+    def _refuse_splits(self, kwargs: dict) -> None:
+        """Split sizes reach here only on the launch paths that do not take them (a launch takes
+        them out first, runtime/splits.py): the thread and loopback worlds."""
+        from syncopy.runtime import splits
+
+        left = [k for k in (splits.INPUT, splits.OUTPUT) if k in kwargs and k not in self.signature.parameters]
+        if left:
+            raise LaunchError(f"launch of '{self.local.fn.__name__}': uneven all_to_all splits ({', '.join(left)}) run on CPU worlds "
+                              "(processes, gloo) only so far, not in thread or loopback worlds; launch with equal splits there")
 
     def _check_listed(self, name: str, value, shard: torch.Tensor) -> None:
         """Another listed tensor (`tensor: [K, V]`): a contiguous shard beside the first one, with

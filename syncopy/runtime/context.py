@@ -136,6 +136,8 @@ class Context:
         full[dim] *= plan.world
         if full_shape is not None:  # all_reduce of rows that do not split evenly: the last part is short
             full = list(full_shape)
+        if plan.uneven:  # split sizes given at launch: room for this launch's rows (relayout grows it)
+            full[dim] = max(plan.size, 1)
         self.buffer = torch.empty(full, dtype=dtype, device=device)
         self.n_chunks = plan.world * plan.chunks_per_rank
         # One flag per unit: a chunk per unit in the minimal form, several units per chunk with
@@ -155,7 +157,9 @@ class Context:
         self.extras = [torch.empty(_gathered(shape, dim, plan.world), dtype=dt, device=device) for shape, dt in extras]
         self.extra_shards: list[torch.Tensor] = []  # this launch's shards of the extras (set by the launcher)
         # One context block per tensor: the same words, but each its own row stride (names.ctx_of).
-        self.ctx = torch.zeros(dev.CTX_LEN * (1 + len(extras)), dtype=torch.int64, device=device)
+        # Uneven all_to_all: the table of chunk starts (device._chunk_of_row) follows the one block.
+        table = self.n_chunks if plan.uneven else 0
+        self.ctx = torch.zeros(dev.CTX_LEN * (1 + len(extras)) + table, dtype=torch.int64, device=device)
         for i, t in enumerate([self.buffer, *self.extras]):
             block = self.ctx[i * dev.CTX_LEN : (i + 1) * dev.CTX_LEN]
             block[dev.CTX_RANK.value] = plan.rank
@@ -180,6 +184,25 @@ class Context:
         self.uid = 0  # set by the launcher: the same on every rank of the group, distinct among its contexts
         self.t0 = 0.0
         self.t0_wall = 0.0
+        if plan.uneven:
+            self.relayout(plan)
+
+    def relayout(self, plan: RankPlan) -> None:
+        """Uneven all_to_all: this launch's plan (its split sizes), the receive buffer grown to hold
+        what arrives, the received row count and the table of chunk starts the kernel searches. The
+        flags stay: a launch's chunk ids are the same (src*C + i), only their rows change."""
+        self.plan = plan
+        if plan.size > self.buffer.shape[self.dim]:
+            shape = list(self.buffer.shape)
+            shape[self.dim] = plan.size
+            self.buffer = torch.empty(shape, dtype=self.buffer.dtype, device=self.buffer.device)
+        self.ctx[dev.CTX_SIZE.value] = plan.size
+        self.ctx[dev.CTX_LEN : dev.CTX_LEN + self.n_chunks] = torch.tensor(plan.starts(), dtype=torch.int64)
+
+    def received(self) -> torch.Tensor:
+        """What the kernel reads as the communicated tensor: the buffer, or with uneven splits the
+        rows this launch receives (the buffer may hold more, from a larger launch before)."""
+        return self.buffer.narrow(self.dim, 0, self.plan.size) if self.plan.uneven else self.buffer
 
     @property
     def nbytes(self) -> int:
@@ -217,9 +240,15 @@ class Context:
         which lands in the peer's receive buffer at block `rank` -- the chunk's own place there."""
         if self.source is None:
             return self.chunk_view(chunk)
-        lo, hi = self.plan.bounds(chunk)
-        shift = (peer - self.plan.rank) * self.plan.rows_per_rank
-        return self.source.narrow(self.dim, lo + shift, hi - lo)
+        lo, hi = self.plan.send_bounds(chunk, peer)
+        return self.source.narrow(self.dim, lo, hi - lo)
+
+    def own_block(self, source: torch.Tensor) -> torch.Tensor:
+        """all_to_all: the rows of this launch's input that stay on this rank (its block `rank`)."""
+        plan = self.plan
+        if plan.uneven:
+            return source.narrow(self.dim, sum(plan.send_splits[: plan.rank]), plan.send_splits[plan.rank])
+        return source.narrow(self.dim, plan.rank * plan.rows_per_rank, plan.rows_per_rank)
 
     def tensors(self) -> list[torch.Tensor]:
         """The gathered buffers: the main tensor's, then the other listed tensors'."""
@@ -250,12 +279,15 @@ class Context:
     def place_local(self, shard: torch.Tensor) -> None:
         """This rank's shards (the main one and the extras) in their slots of the gathered buffers."""
         rows = self.plan.rows_per_rank
+        if self.plan.uneven:  # block `rank` of the receive buffer: what this rank sends itself
+            self.buffer.narrow(self.dim, sum(self.plan.recv_splits[: self.plan.rank]), shard.shape[self.dim]).copy_(shard)
+            return
         for t, s in zip(self.tensors(), [shard, *self.extra_shards]):
             t.narrow(self.dim, self.plan.rank * rows, rows).copy_(s)
 
     def begin(self, spin_limit: int) -> int:
         self.epoch += 1
-        for at in range(0, self.ctx.numel(), dev.CTX_LEN):
+        for at in range(0, dev.CTX_LEN * (1 + len(self.extras)), dev.CTX_LEN):  # each tensor's block (not the chunk table)
             self.ctx[at + dev.CTX_EPOCH.value] = self.word
             self.ctx[at + dev.CTX_SPIN_LIMIT.value] = spin_limit
         self.signals[: dev.SIG_HEADER] = 0

@@ -47,6 +47,12 @@ def checked_group(group):
     return group
 
 
+def _shard_shape(shard: torch.Tensor, uneven: bool) -> tuple:
+    """A shard's shape as contexts are keyed and checked between ranks: with uneven splits, its rows
+    (dim 0) are this launch's own and left out (None)."""
+    return (None, *shard.shape[1:]) if uneven else tuple(shard.shape)
+
+
 def _schedule_difference(r: int, theirs: str, rank: int, mine: str) -> str:
     """The first schedule key two ranks disagree on (the schedules travel as `Schedule.key()` JSON)."""
     import json
@@ -113,18 +119,19 @@ class Contexts:
             _retire(ctx, backend)
         control.release_destroyed()  # and syncopy's internal groups of groups destroyed meanwhile
 
-    def _context(self, shard: torch.Tensor, group, args: dict) -> tuple[Context, object]:
+    def _context(self, shard: torch.Tensor, group, args: dict, uneven: bool = False) -> tuple[Context, object]:
         # The group by its token, never by id(): a destroyed group's id may come back with another group.
         # The device with its index: a context's buffers and signal pad live on one GPU.
+        # Uneven splits: one context whatever the rows (they change every launch, and differ between ranks).
         extras = self._listed_shapes(args)
-        key = (control.group_token(group), tuple(shard.shape), shard.dtype, shard.device, extras)
+        key = (control.group_token(group), _shard_shape(shard, uneven), shard.dtype, shard.device, extras)
         with _cache_lock:
             hit = self._contexts.pop(key, None)
             if hit is not None:
                 self._contexts[key] = hit  # the most recently used is the last
                 return hit
         self._release_destroyed()
-        ctx, backend = self._new_context(shard, group, args)
+        ctx, backend = self._new_context(shard, group, args, uneven)
         with _cache_lock:
             self._contexts[key] = (ctx, backend)
             evicted = self._over_budget(key[0])
@@ -162,7 +169,7 @@ class Contexts:
         """(shape, dtype) of each other listed tensor (`tensor: [K, V]`): part of a context's key."""
         return tuple((tuple(args[n].shape), args[n].dtype) for n in self.schedule.tensors[1:])
 
-    def _new_context(self, shard: torch.Tensor, group, args: dict) -> tuple[Context, object]:
+    def _new_context(self, shard: torch.Tensor, group, args: dict, uneven: bool = False) -> tuple[Context, object]:
         """The context of `shard`'s shape on `group`: made collectively, every rank's shard, schedule
         and context budget checked against the others'."""
         world, rank = dist.get_world_size(group), dist.get_rank(group)
@@ -175,7 +182,7 @@ class Contexts:
         choice = self._resolve(shard, world, args) if self.schedule.planned and rank == 0 else None
         # Every rank must bring the same shard shape: check once, collectively, and fail everywhere.
         # It carries an id for the context: rank 0's is taken, so the ranks agree on it (gloo tags).
-        mine = (tuple(shard.shape), str(shard.dtype), self.schedule.key(), choice, next(context_ids), self.context_budget(),
+        mine = (_shard_shape(shard, uneven), str(shard.dtype), self.schedule.key(), choice, next(context_ids), self.context_budget(),
                 str(extras))
         theirs: list = [mine]
         if world > 1:
@@ -206,17 +213,23 @@ class Contexts:
                 raise LaunchError(f"rank {r} passed the other listed tensors ({', '.join(self.schedule.tensors[1:])}) as "
                                   f"{other[6]} but rank {rank} as {mine[6]} (shape, dtype); pass the same on every rank")
         # The other listed tensors' (shape, dtype), by keyword: the common case keeps its four arguments.
-        ctx = self._make_context(shard, rank, world, theirs[0][3], **({"extras": extras} if extras else {}))
+        ctx = self._make_context(shard, rank, world, theirs[0][3], **({"extras": extras} if extras else {}),
+                                 **({"uneven": True} if uneven else {}))
         ctx.uid = theirs[0][4]
         return ctx, backend
 
-    def _make_context(self, shard: torch.Tensor, rank: int, world: int, choice, extras: tuple = ()) -> Context:
+    def _make_context(self, shard: torch.Tensor, rank: int, world: int, choice, extras: tuple = (), uneven: bool = False) -> Context:
         """The context of `shard`'s shape for rank `rank` of `world`, lowered with the planner's
-        `choice` (None: the schedule as written)."""
+        `choice` (None: the schedule as written). `uneven`: split sizes come with each launch
+        (Context.relayout); the context starts with every block empty."""
         schedule, resolution = self._lowered(choice)
         rows = shard.shape[self.schedule.dim]
         if self.producer:
             ctx = self._producer_context(shard, rank, world, schedule)
+        elif uneven:
+            nothing = (0,) * world
+            p = planning.all_to_all(schedule, rank, world, 0, splits=(nothing, nothing))
+            ctx = Context(p, tuple(shard.shape), shard.dtype, shard.device, self.schedule.dim)
         elif self.schedule.pattern == "all_to_all":
             if rows % world:
                 raise LaunchError(

@@ -26,6 +26,8 @@ def slot_records(order: torch.Tensor, n_tiles: int) -> list[tuple[int, ...]]:
 
 def _chunk_of_row(ctx: Context, row: int) -> int:
     """The unit (chunk, or explicit-slice unit) holding gathered row `row`, as device._chunk_of_row maps it."""
+    if ctx.plan.uneven:
+        return ctx.plan.chunk_of_row(row)
     rows_per_rank, chunks = ctx.plan.rows_per_rank, ctx.plan.flags_per_rank
     src, local = divmod(row, rows_per_rank)
     return src * chunks + ((local + 1) * chunks - 1) // rows_per_rank
@@ -55,6 +57,8 @@ class TileOrder:
         key = self._shape_key(grid, args)
         dims = key[0]
         n = dims[0] * dims[1] * dims[2]
+        if ctx.plan.uneven:  # chunks' rows change with each launch's split sizes
+            key = (*key, ctx.plan.recv_splits)
         # A producer whose write rows come from loaded data is probed at every launch (on GPUs the
         # probe's answer is read back: a host sync that only such kernels pay).
         if key in ctx.orders and not t.fresh_probe:
@@ -111,7 +115,7 @@ class TileOrder:
     def _probe_rows(self, ctx: Context, extra: dict) -> bool:
         """Make the probe report rows instead of chunks (see _probe), where rows can be told: along
         dim 0 (elsewhere a row is an offset modulo the size). `extra` is the probe's launch arguments."""
-        if self.schedule.dim != 0 or ctx.plan.rows_per_rank <= 0:
+        if self.schedule.dim != 0 or (ctx.plan.rows_per_rank <= 0 and not ctx.plan.uneven):
             return False
         # A bound that left out a mask changing with the loop (infer._corners) may reach past the
         # buffer where the kernel reads nothing: only its chunks, clamped to the buffer, say anything.
@@ -119,13 +123,15 @@ class TileOrder:
             return False
         extra["syncopy_ctx"] = ctx.ctx.clone()
         extra["syncopy_ctx"][dev.CTX_CHUNKS.value] = ctx.plan.rows_per_rank
+        if ctx.plan.uneven:  # one block of 2^31 - 1 rows, each its own chunk: the probe reports rows
+            extra["syncopy_ctx"][dev.CTX_ROWS.value] = extra["syncopy_ctx"][dev.CTX_CHUNKS.value] = 2**31 - 1
         extra["syncopy_ctx"][dev.CTX_SIZE.value] = 2**31 - 1  # probe_store keeps int32
         return True
 
     def _check_rows(self, ctx: Context, written: int, args: dict) -> None:
         """Refuse a grid that touches rows past the communicated buffer, before any transfer starts:
         a consumer would read past the gathered tensor, a producer write past its buffer."""
-        size = ctx.buffer.shape[ctx.dim]
+        size = ctx.plan.size if ctx.plan.uneven else ctx.buffer.shape[ctx.dim]
         if written <= size:
             return
         tensor, per_rank, world, pattern = self.schedule.tensor, ctx.plan.rows_per_rank, ctx.plan.world, self.schedule.pattern
@@ -143,8 +149,9 @@ class TileOrder:
         count = [k for k, v in args.items() if type(v) is int and v == written]
         fix = (f"pass {count[0]} = {size}, the {what} rows" if len(count) == 1
                else f"launch with the {what} row count, {size}, and a grid that reads no further")
+        split = f"output splits {list(ctx.plan.recv_splits)}" if ctx.plan.uneven else f"{per_rank} {whose} x {world} ranks"
         raise LaunchError(f"the grid reads rows up to {written - 1} of '{tensor}' but the {what} '{tensor}' has {size} rows "
-                          f"({per_rank} {whose} x {world} ranks); {fix}")
+                          f"({split}); {fix}")
 
     def _shape_key(self, grid, args: dict) -> tuple:
         """What a tile order depends on: the grid and the scalar arguments (tensor shapes are part of the

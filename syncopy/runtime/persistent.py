@@ -70,6 +70,8 @@ def order(fk, ctx, grid, args: dict, sequential: bool):
     """`FusedKernel._order` for a persistent kernel: the table per launch shape, cached in `ctx`."""
     t, _, probe, _ = fk._built
     key = fk._shape_key(grid, args)
+    if ctx.plan.uneven:  # chunks' rows change with each launch's split sizes
+        key = (*key, ctx.plan.recv_splits)
     if key in ctx.orders:
         return ctx.orders[key]
     records = None

@@ -50,6 +50,11 @@ class RankPlan:
     # units. Empty: chunk i is unit i (units_per_rank == chunks_per_rank), the minimal form.
     slices: tuple[tuple[int, int], ...] = ()
     units_per_rank: int = 0
+    # Uneven all_to_all (split sizes given at launch): rows this rank receives from each source
+    # (block src of the receive buffer, in rank order) and sends to each peer (block d of its input).
+    # Empty: equal blocks of rows_per_rank rows.
+    recv_splits: tuple[int, ...] = ()
+    send_splits: tuple[int, ...] = ()
 
     @property
     def flags_per_rank(self) -> int:
@@ -82,9 +87,51 @@ class RankPlan:
         pos.update({f: k + 1 for k, g in enumerate(self.arrival) for f in self.flags(g)})
         return pos
 
+    @property
+    def uneven(self) -> bool:
+        """Split sizes given at launch (all_to_all): blocks of their own sizes, chunks found by table."""
+        return bool(self.recv_splits)
+
+    @property
+    def size(self) -> int:
+        """Rows of the gathered (received) tensor along `dim`."""
+        return sum(self.recv_splits) if self.uneven else self.world * self.rows_per_rank
+
+    def starts(self) -> list[int]:
+        """First row of every chunk in the receive buffer (uneven: the table device._chunk_of_row searches)."""
+        return [self.bounds(g)[0] for g in range(self.world * self.chunks_per_rank)]
+
+    def chunk_of_row(self, row: int) -> int:
+        """The chunk holding received row `row` (uneven: the last chunk starting at or before it, so
+        empty chunks, which start where the next one does, are never named)."""
+        import bisect
+
+        return max(bisect.bisect_right(self.starts(), row) - 1, 0)
+
+    def empty(self, chunk: int) -> bool:
+        """A chunk with no rows (uneven splits: a count of 0, or fewer rows than chunks): nothing moves,
+        its flags rise at the launch's start."""
+        lo, hi = self.bounds(chunk)
+        return hi <= lo
+
+    def send_bounds(self, chunk: int, peer: int) -> tuple[int, int]:
+        """all_to_all: rows of this rank's input that its chunk `chunk` (rank*C + i) carries to `peer`."""
+        i = chunk % self.chunks_per_rank
+        if not self.uneven:
+            lo, hi = self.bounds(chunk)
+            shift = (peer - self.rank) * self.rows_per_rank
+            return lo + shift, hi + shift
+        at = sum(self.send_splits[:peer])
+        lo, hi = chunk_bounds(self.send_splits[peer], self.chunks_per_rank)[i]
+        return at + lo, at + hi
+
     def bounds(self, chunk: int) -> tuple[int, int]:
         """Rows of chunk `chunk` in the gathered tensor."""
         src, i = divmod(chunk, self.chunks_per_rank)
+        if self.uneven:
+            at = sum(self.recv_splits[:src])
+            lo, hi = chunk_bounds(self.recv_splits[src], self.chunks_per_rank)[i]
+            return at + lo, at + hi
         lo, hi = self.slices[i] if self.slices else (i, i + 1)
         units = chunk_bounds(self.rows_per_rank, self.flags_per_rank)
         return src * self.rows_per_rank + units[lo][0], src * self.rows_per_rank + units[hi - 1][1]
@@ -162,15 +209,45 @@ def all_gather(schedule: Schedule, rank: int, world: int, rows_per_rank: int) ->
     return plan
 
 
-def all_to_all(schedule: Schedule, rank: int, world: int, rows_per_rank: int) -> RankPlan:
+def all_to_all(schedule: Schedule, rank: int, world: int, rows_per_rank: int,
+               splits: tuple[tuple[int, ...], tuple[int, ...]] | None = None) -> RankPlan:
     """all_to_all with equal splits: every rank sends block d of its input straight to rank d, and
     receives block `rank` of every peer's input into block `src` of its receive buffer. The layout
     of the receive buffer is all_gather's (chunk src*C + i), so waits and tile order are the same;
-    only direct sends make sense (nothing to relay): ring orders arrivals as local_first does."""
+    only direct sends make sense (nothing to relay): ring orders arrivals as local_first does.
+
+    `splits` = (send, recv) split sizes per rank (all_to_all_single's input_split_sizes and
+    output_split_sizes): block src of the receive buffer then holds recv[src] rows, cut into C chunks
+    with the same floor(i*S/C) bounds (some empty when S < C), and chunk i of this rank's block d
+    (send[d] rows) lands as the peer's chunk rank*C + i. Empty chunks move nothing."""
     order = schedule.order
     if order in ("ring", "bidirectional_ring"):
         order = "local_first"
-    return all_gather(schedule.model_copy(update={"order": order}), rank, world, rows_per_rank)
+    schedule = schedule.model_copy(update={"order": order})
+    if splits is None:
+        return all_gather(schedule, rank, world, rows_per_rank)
+    return _uneven(schedule, rank, world, *splits)
+
+
+def _uneven(schedule: Schedule, rank: int, world: int, send: tuple[int, ...], recv: tuple[int, ...]) -> RankPlan:
+    """all_to_all with split sizes given at launch: the direct plan, less the transfers of empty chunks."""
+    if schedule.chunks is not None or schedule.order == "explicit":
+        key = "chunks" if schedule.chunks is not None else "transfers"
+        raise LaunchError(f"uneven all_to_all splits (input_split_sizes) take chunks_per_rank and a named order, not an explicit "
+                          f"`{key}:`; drop units_per_rank, chunks and transfers from the schedule, or launch with equal splits")
+    _check_lowerable(schedule, world, schedule.chunks_per_rank, "each block")  # any count: small blocks get empty chunks
+    c = schedule.chunks_per_rank
+    plan = RankPlan(rank, world, c, 0, [], recv_splits=tuple(recv), send_splits=tuple(send))
+    if world > 1:
+        _direct(plan, list(range(1, world)) if schedule.order == "local_first" else list(schedule.order))
+    plan.nodes = [n for n in plan.nodes if not (plan.empty(n.chunk) if n.kind == "recv" else _empty_send(plan, n))]
+    plan.arrival = [g for g in plan.arrival if not plan.empty(g)]
+    return plan
+
+
+def _empty_send(plan: RankPlan, node: Node) -> bool:
+    lo, hi = plan.send_bounds(node.chunk, node.peer)
+    return hi <= lo
 
 
 def _sources(rank: int, world: int, direction: int, distances) -> list[int]:
@@ -302,6 +379,10 @@ class ReducePlan:
     @property
     def flags_per_rank(self) -> int:
         return self.chunks_per_rank  # producer chunks are never split into units
+
+    @property
+    def uneven(self) -> bool:
+        return False  # split sizes at launch are all_to_all's (RankPlan.uneven)
 
     def flags(self, chunk: int) -> range:
         return range(chunk, chunk + 1)

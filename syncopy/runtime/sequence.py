@@ -8,7 +8,7 @@ import time
 import torch
 
 from syncopy.errors import LaunchError, SyncopyTimeout
-from syncopy.runtime import warmup
+from syncopy.runtime import splits, warmup
 from syncopy.runtime.backends import control
 from syncopy.runtime.context import Context
 from syncopy.runtime.contexts import checked_group
@@ -81,9 +81,14 @@ class LaunchSequence:
         group = checked_group(group)
         self.build()
         t, fused, probe, _ = self._built
-        bound, shard, options = self._bind(args, dict(kwargs))
+        kwargs = dict(kwargs)
+        split = splits.pop(kwargs, self.signature.parameters, self.schedule.pattern, self.local.fn.__name__)
+        bound, shard, options = self._bind(args, kwargs)
         _ensure_allocator(shard.device)
-        ctx, backend = self._context(shard, group, bound)
+        uneven = self._uneven(split, shard)
+        ctx, backend = self._context(shard, group, bound, uneven=uneven)
+        if uneven:
+            self._relayout(ctx, backend, split, shard)
         # An autotuned kernel's config (timed on the local kernel with a scratch tensor: no wait on a chunk).
         bound, options = self._tuned(grid, bound, options, group, lambda: torch.empty_like(ctx.buffer))
         self.resolved_chunks_per_rank, self.resolved_order = ctx.schedule.chunks_per_rank, ctx.schedule.order
@@ -95,6 +100,7 @@ class LaunchSequence:
         call_args = dict(bound)
         ctx.extra_shards = [bound[n] for n in self.schedule.tensors[1:]]
         call_args.update(zip(self.schedule.tensors, ctx.tensors()))
+        call_args[self.schedule.tensors[0]] = ctx.received()
         if backend is not None:
             g0, g1, g2 = self._grid(grid, call_args)
             # Each program is num_ctas CTAs (a cluster on sm_90): what could hold SMs is their product.
@@ -151,6 +157,24 @@ class LaunchSequence:
             self._finish_trace(trace, trace_buf, order, ranges, exec_order, (k0, k1), persistent=t.persistent is not None)
         return None
 
+    def _uneven(self, split, shard: torch.Tensor) -> bool:
+        """Does this launch give split sizes? (What no count can fix is refused here, on every rank alike.)"""
+        if split is None:
+            return False
+        splits.check_static(shard, self.schedule.tensor, self.schedule.dim, self.local.fn.__name__)
+        return True
+
+    def _relayout(self, ctx: Context, backend, split, shard: torch.Tensor) -> None:
+        """Uneven all_to_all: check and exchange this launch's counts (every rank hears of a rank's
+        mistake), then lower its plan into the context."""
+        from syncopy.runtime import plan as planning
+
+        plan, kernel = ctx.plan, self.local.fn.__name__
+        send, said, error = splits.local(split, shard, self.schedule.tensor, self.schedule.dim, plan.world, kernel)
+        group = backend.group if backend is not None else None
+        recv = splits.exchange(send, said, error, group, plan.world, plan.rank, kernel)
+        ctx.relayout(planning.all_to_all(ctx.schedule, plan.rank, plan.world, 0, splits=(send, recv)))
+
     def synchronize(self) -> None:
         """Wait for this operator's launches so far and raise the first error among them
         (SyncopyTimeout, naming rank, chunk and epoch). On GPUs a warm launch returns once its work
@@ -164,7 +188,9 @@ class LaunchSequence:
         """`_order`; at the first launch of this launch shape on `ctx`, also the kernel's compile, both
         done before the launch's waits start and met by every rank (control.prepared): a compile
         longer than timeout_s times nothing out, and blames no rank."""
-        key = self._shape_key(grid, call_args)
+        # Uneven splits: grids follow each rank's received rows, so they differ between ranks and
+        # launches; the first launch of the context is the one every rank prepares together.
+        key = ("uneven",) if ctx.plan.uneven else self._shape_key(grid, call_args)
         if backend is None or key in ctx.prepared:
             return self._order(ctx, grid, call_args, backend)
 
@@ -175,7 +201,7 @@ class LaunchSequence:
             warmup.compile_kernel(self._built[1], grid, {**call_args, **extra}, options)
             return ordered
 
-        what = f"the first launch of {self.local.fn.__name__} with grid {list(key[0])}"
+        what = f"the first launch of {self.local.fn.__name__} with grid {list(self._grid(grid, call_args))}"
         ordered = control.prepared(group, self.timeout_s, what, prepare)
         ctx.prepared[key] = True
         return ordered

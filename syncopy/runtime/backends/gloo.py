@@ -513,12 +513,18 @@ class GlooBackend:
 
     def local(self, ctx: Context, shard: torch.Tensor) -> None:
         """Put this rank's shard in its slot of the gathered buffer and flag its chunks."""
-        rank, c, rows = ctx.plan.rank, ctx.plan.chunks_per_rank, ctx.plan.rows_per_rank
+        rank, c = ctx.plan.rank, ctx.plan.chunks_per_rank
         # all_to_all: our input's block `rank` is ours to keep; all_gather: the whole shard.
-        mine = shard.narrow(ctx.dim, rank * rows, rows) if ctx.source is not None else shard
+        mine = ctx.own_block(shard) if ctx.source is not None else shard
         ctx.place_local(mine)
         for i in range(c):
             ctx.land(rank * c + i)
+        # Uneven splits: a peer's empty chunks never travel; their flags rise now (a tile whose rows
+        # span them waits for them too).
+        if ctx.plan.uneven:
+            for g in range(ctx.n_chunks):
+                if g // c != rank and ctx.plan.empty(g):
+                    ctx.land(g)
 
     def start_reduce(self, ctx: Context, out: torch.Tensor, epoch: int) -> ReduceTransfer:
         """Producer patterns: reduce the kernel's partials into `out` as chunks are finished."""
