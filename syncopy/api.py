@@ -150,7 +150,12 @@ class FusedKernel(Binding, Contexts, TileOrder, Tracing, LaunchSequence):
                 from syncopy.frontend.source import from_jit
                 from syncopy.passes import read_check, transform
 
-                t = transform(from_jit(self.local), self.schedule)
+                ks = from_jit(self.local)
+                if self.link_roles:  # a pipeline's variant: its links' waits and notifies first (passes/link.py)
+                    from syncopy.passes import link
+
+                    ks = link.apply(ks, **self.link_roles)
+                t = transform(ks, self.schedule)
                 if self.checked if self.checked is not None else read_check.enabled_by_env():
                     t = read_check.apply(t)
                 fused, probe, path = emit.load(t, self.local.fn.__globals__)
@@ -181,7 +186,52 @@ class FusedKernel(Binding, Contexts, TileOrder, Tracing, LaunchSequence):
         return backends.backend_for(self.backend_name, torch.device(device).type, group)
 
     def __getitem__(self, grid):
-        return lambda *args, group=None, **kwargs: self._serialised_launch(grid, args, kwargs, group)
+        def launch(*args, group=None, **kwargs):
+            from syncopy.runtime import pipeline
+
+            recording = pipeline.recording()
+            if recording is not None:  # inside `with pipe:` the launch joins the pipeline (runtime/pipeline.py)
+                return recording.add(self, grid, args, kwargs, group)
+            return self._serialised_launch(grid, args, kwargs, group)
+
+        return launch
+
+    # -- pipelines ------------------------------------------------------------------------------
+    #: A pipeline's variant (runtime/pipeline.py): {"wait": tensor, "notify": tensor} linked to its neighbours.
+    link_roles: dict = {}
+
+    def linked(self, wait: str | None = None, notify: str | None = None) -> FusedKernel:
+        """This operator as a pipeline runs it: its tiles wait for the chunks of `wait` that the
+        operator before it announces, and announce the chunks of `notify` they finish (either None).
+        A new operator with its own contexts; the link's context and signal pad come in `link_args`."""
+        import copy
+
+        variant = copy.copy(self)
+        variant.link_roles = {k: v for k, v in (("wait", wait), ("notify", notify)) if v is not None}
+        variant.link_args = {}
+        variant._built = None
+        variant._positions, variant._contexts, variant._last_stream = {}, {}, {}
+        variant._build_lock = threading.Lock()
+        variant.traced_launches, variant.last_trace = [], None
+        variant.trace_file = None  # the pipeline writes one trace of all its operators
+        variant._link_probe = None
+        return variant
+
+    def link_probe(self):
+        """The probe that counts this variant's tiles per chunk of the tensor it announces: the
+        reduce_scatter probe of the user's kernel on that tensor (its store-address slice, built once)."""
+        with self._build_lock:
+            if getattr(self, "_link_probe", None) is None:
+                from syncopy.emit import source as emit
+                from syncopy.frontend.source import from_jit
+                from syncopy.passes import transform
+                from syncopy.schedule import from_dict
+
+                writes = from_dict({"pattern": "reduce_scatter", "kernel": self.local.fn.__name__, "tensor": self.link_roles["notify"],
+                                    "dim": 0, "chunks_per_rank": 1, "order": "ring"})
+                t = transform(from_jit(self.local), writes)
+                self._link_probe = emit.load(t, self.local.fn.__globals__)[1]
+        return self._link_probe
 
     @property
     def reference(self):
