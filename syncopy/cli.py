@@ -149,8 +149,8 @@ def _templates(args) -> int:
     found = templates.available()
     width = max(12, *(len(name) for name in found))
     for name, t in found.items():
-        s = t.schedule()
-        print(f"{name:{width}s} {s.pattern:14s} {t.description}")
+        kind = "pipeline" if t.pipeline else t.schedule().pattern  # a pipeline's operators have patterns of their own
+        print(f"{name:{width}s} {kind:14s} {t.description}")
     return 0
 
 

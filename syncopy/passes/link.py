@@ -64,12 +64,17 @@ class _Rename(cst.CSTTransformer):
         return updated
 
 
-class _DropTileStart(cst.CSTTransformer):
-    """A link's waits do not start the tile: the schedule's own wait (or head) records that."""
+class _TileStartOnOwnPad(cst.CSTTransformer):
+    """The tile starts once its link wait is over: its trace record (device.trace_tile_start) goes to
+    the operator's own signal pad and trace, not the link's. A schedule whose tiles start earlier (a
+    producer's head) records again here, and the later record is the one kept."""
+
+    TILE_START = cst.parse_statement(
+        f"{names.DEVICE}.trace_tile_start({names.SIGNALS}, {names.TRACE}, {names.CTX}, {names.TRACE_FLAG})\n")
 
     def leave_SimpleStatementLine(self, original, updated):
         if any((cu.call_name(c) or "").endswith("trace_tile_start") for c in cu.calls_in(updated)):
-            return cst.RemoveFromParent()
+            return self.TILE_START.with_changes(leading_lines=updated.leading_lines)
         return updated
 
 
@@ -135,8 +140,7 @@ def _wait(ks: KernelSource, tensor: str) -> KernelSource:
     body = list(ks.func.body.body)
     out = consumer_wait.insert_waits(body, b, table=False,
                                      notes=(f"# syncopy: '{tensor}' comes from the operator before it in the pipeline",))
-    out = [s.visit(_Rename(IN)).visit(_DropTileStart()) for s in out]
-    out = [s for s in out if not isinstance(s, cst.RemovalSentinel)]
+    out = [s.visit(_Rename(IN)).visit(_TileStartOnOwnPad()) for s in out]
     func = ks.func.with_changes(body=ks.func.body.with_changes(body=out))
     return _reparsed(ks, signature.add_params(func, extra=params(IN), flags=()))
 
