@@ -38,3 +38,39 @@ def _held(op) -> list:
                 ptrs += [entry[0].data_ptr() for entry in ctx.orders.values()]
     ptrs += [h.data_ptr() for h in op._hidden.values()]
     return ptrs
+
+
+class _Skipped:
+    """An operator whose launches do nothing (its other attributes are the operator's)."""
+
+    def __init__(self, op):
+        self.op = op
+
+    def __getattr__(self, name):
+        return getattr(self.op, name)
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: None
+
+
+def starved_reader(rank: int, world: int) -> dict:
+    """A launch in which the up projection announces nothing: the down projection's tiles wait on the
+    device for rows of H and give up at the timeout, and the pipeline names the chunk."""
+    from syncopy import templates
+    from syncopy.errors import SyncopyTimeout
+
+    t = templates.get("tp_mlp")
+    op = t.fused(chunks_per_rank=2, timeout_s=1.0)
+    inp = t.module.inputs(rank, world, (20, 32, 48), torch.float32)
+    t.module.launch(op, **inp)
+    plan = next(iter(op.pipeline.plans.values()))
+    (link,) = plan.links.values()
+    after_one = {"flags": link.signals[4:4 + link.chunks].tolist(), "counters": link.signals[6 + link.chunks:6 + 2 * link.chunks].tolist(),
+                 "targets": link.signals[6 + 2 * link.chunks:6 + 3 * link.chunks].tolist()}
+    plan.variants[0] = _Skipped(plan.variants[0])
+    try:
+        t.module.launch(op, **inp)
+        error = None
+    except SyncopyTimeout as exc:
+        error = str(exc)
+    return {"after_one": after_one, "error": error, "chunks": link.chunks}
