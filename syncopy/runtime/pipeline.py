@@ -190,6 +190,7 @@ class Plan:
     edges: list[Edge]
     variants: list  # per launch: the FusedKernel that runs it
     links: dict[Edge, LinkSignals]
+    graph: object = None  # this rank's instruction graph (runtime/instructions.py), built on first ask
 
 
 class Pipeline:
@@ -260,6 +261,24 @@ class Pipeline:
         self.launches += 1
         if self.trace:
             self._write_trace(plan, launches[0].group)
+
+    def graph(self):
+        """This rank's instruction graph of the last plan launched (runtime/instructions.py), from the
+        plans its operators' contexts were lowered to: built once per plan, then the same object."""
+        from syncopy.runtime import instructions
+
+        if not self.plans:
+            raise LaunchError("the pipeline has not been launched yet; its graph is built from its first launch's plan")
+        plan = self.plans[next(reversed(self.plans))]
+        if plan.graph is None:
+            stages = []
+            for v in plan.variants:
+                ctx = next(reversed(v._contexts.values()))[0]  # the context of the shape launched last
+                stages.append(instructions.Stage(v.local.fn.__name__, ctx.plan, v.schedule.tensor))
+            links = [(e.src, e.dst, f"{stages[e.src].op}.{e.src_arg}", link.chunks) for e, link in plan.links.items()]
+            first = stages[0].plan
+            plan.graph = instructions.pipeline(instructions.Graph(first.rank, first.world), stages, links)
+        return plan.graph
 
     def _plan(self, launches: list[Launch]) -> Plan:
         key = self._key(launches)

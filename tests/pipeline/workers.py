@@ -13,7 +13,7 @@ def tp_mlp(rank: int, world: int, shape=(20, 32, 48), launches: int = 3, chunks:
 
     t = templates.get("tp_mlp")
     op = t.fused(chunks_per_rank=chunks, poison_receive=True, timeout_s=30.0, trace=trace or False)
-    worst, held = 0.0, []
+    worst, held, graphs = 0.0, [], []
     for seed in range(launches):
         inp = t.module.inputs(rank, world, shape, dtype, seed=seed)
         y = t.module.launch(op, **inp)
@@ -21,9 +21,11 @@ def tp_mlp(rank: int, world: int, shape=(20, 32, 48), launches: int = 3, chunks:
         err = ((y.float() - ref.float()).abs().max() / max(1.0, ref.float().abs().max().item())).item()
         worst = max(worst, err if err == err else float("inf"))
         held.append(_held(op))
+        graphs.append(id(op.pipeline.graph()))
     plan = next(iter(op.pipeline.plans.values()))
-    return {"err": worst, "held": held, "plans": len(op.pipeline.plans), "edges": [tuple(vars(e).values()) for e in plan.edges],
-            "epochs": [link.epoch for link in plan.links.values()]}
+    return {"rank": rank, "err": worst, "held": held, "plans": len(op.pipeline.plans), "edges": [tuple(vars(e).values()) for e in plan.edges],
+            "epochs": [link.epoch for link in plan.links.values()], "graph": op.pipeline.graph().text(),
+            "same_graph": len(set(graphs)) == 1}
 
 
 def _held(op) -> list:
