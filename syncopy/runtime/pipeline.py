@@ -247,17 +247,24 @@ class Pipeline:
         if len(groups) > 1:
             raise LaunchError("the launches of a pipeline run on different process groups; pass the same group= to every "
                               "launch in the `with` block (a link is between two kernels of one rank)")
-        plan = self._plan(launches)
-        epochs = {}
-        for edge, link in plan.links.items():
-            writer = launches[edge.src]
-            need = self._tiles_per_chunk(plan.variants[edge.src], writer, link)
-            timeout = plan.variants[edge.dst].timeout_s
-            epochs[edge] = link.begin(need, _spin_limit(timeout, link.ctx.device.type))
-        for variant, x in zip(plan.variants, launches):
-            variant[x.grid](*x.args, group=x.group, **x.kwargs)
-        for edge, link in plan.links.items():
-            self._raise_if_starved(launches, edge, link, epochs[edge])
+        key = self._key(launches)
+        plan = self._plan(key, launches)
+        try:
+            epochs = {}
+            for edge, link in plan.links.items():
+                writer = launches[edge.src]
+                need = self._tiles_per_chunk(plan.variants[edge.src], writer, link)
+                timeout = plan.variants[edge.dst].timeout_s
+                epochs[edge] = link.begin(need, _spin_limit(timeout, link.ctx.device.type))
+            for variant, x in zip(plan.variants, launches):
+                variant[x.grid](*x.args, group=x.group, **x.kwargs)
+            for edge, link in plan.links.items():
+                self._raise_if_starved(launches, edge, link, epochs[edge])
+        except BaseException:
+            # A launch that stopped part way leaves its links' counts behind their targets: the next
+            # launch of these shapes starts from new links (the operators keep their own contexts).
+            self.plans.pop(key, None)
+            raise
         self.launches += 1
         if self.trace:
             self._write_trace(plan, launches[0].group)
@@ -280,8 +287,7 @@ class Pipeline:
             plan.graph = instructions.pipeline(instructions.Graph(first.rank, first.world), stages, links)
         return plan.graph
 
-    def _plan(self, launches: list[Launch]) -> Plan:
-        key = self._key(launches)
+    def _plan(self, key: tuple, launches: list[Launch]) -> Plan:
         plan = self.plans.pop(key, None)
         if plan is None:
             edges = infer_edges(launches)

@@ -91,3 +91,4 @@ def test_the_readers_tiles_wait_on_the_device_for_rows_the_writer_announces():
     assert r["after_one"] == {"flags": [1] * n, "counters": r["after_one"]["targets"], "targets": r["after_one"]["targets"]}
     assert r["error"].startswith("rank 0 waited 1s for chunk 0 of rank 0 (epoch 2) and it never arrived; it is rows 0..9 of "
                                  "'A', which mlp_down_kernel waits for and mlp_up_kernel (launch 1 of the pipeline) writes")
+    assert r["new_link"] and r["after_err"] < 1e-4
