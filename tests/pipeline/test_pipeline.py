@@ -53,17 +53,17 @@ def test_a_shared_communicated_tensor_is_refused_in_one_line():
                               "outside the pipeline")
 
 
-@pytest.mark.parametrize("world, shape, chunks, dtype", [
-    pytest.param(2, (20, 32, 48), 2, torch.float32, id="w2-ragged"),
-    pytest.param(3, (10, 16, 40), 3, torch.float16, id="w3-fp16"),
+@pytest.mark.parametrize("world, shape, chunks, dtype, launches", [
+    pytest.param(2, (20, 32, 48), 2, torch.float32, 3, id="w2-ragged"),
+    pytest.param(3, (10, 16, 40), 3, torch.float16, 2, id="w3-fp16"),
 ])
-def test_tp_mlp_matches_torch_and_allocates_nothing_after_its_first_launch(world, shape, chunks, dtype, tmp_path):
+def test_tp_mlp_matches_torch_and_allocates_nothing_after_its_first_launch(world, shape, chunks, dtype, launches, tmp_path):
     trace = tmp_path / "mlp.json" if world == 2 else None
-    results = spawn(workers.tp_mlp, world, shape, 3, chunks, dtype, str(trace) if trace else None)
+    results = spawn(workers.tp_mlp, world, shape, launches, chunks, dtype, str(trace) if trace else None)
     tolerance = 1e-4 if dtype == torch.float32 else 2e-2
     for r in results:
         assert r["err"] < tolerance
-        assert r["plans"] == 1 and r["edges"] == [(0, "C", 1, "A")] and r["epochs"] == [3]
+        assert r["plans"] == 1 and r["edges"] == [(0, "C", 1, "A")] and r["epochs"] == [launches]
         assert all(held == r["held"][0] for held in r["held"]), "a launch after the first allocated a buffer"
         # One instruction graph per plan, built once, and what `syncopy explain` prints for that rank.
         assert r["same_graph"] and r["graph"] == instructions.for_template("tp_mlp", world, r["rank"], shape, chunks).text()
@@ -92,3 +92,10 @@ def test_the_readers_tiles_wait_on_the_device_for_rows_the_writer_announces():
     assert r["error"].startswith("rank 0 waited 1s for chunk 0 of rank 0 (epoch 2) and it never arrived; it is rows 0..9 of "
                                  "'A', which mlp_down_kernel waits for and mlp_up_kernel (launch 1 of the pipeline) writes")
     assert r["new_link"] and r["after_err"] < 1e-4
+
+
+def test_varying_token_counts_share_buffers_made_once_at_max_rows():
+    for r in spawn(workers.varying_tokens, 2, [12, 5, 12], 12):
+        assert max(r["errs"]) < 1e-4
+        assert all(s == r["storages"][0] for s in r["storages"]), "a shape up to max_rows got buffers of its own"
+        assert r["grown"] == [1, 1, 1]  # gathered X, the partial of Y, H: one allocation each, at max_rows

@@ -80,3 +80,23 @@ def starved_reader(rank: int, world: int) -> dict:
     y, ref = t.module.launch(op, **inp), t.module.reference(**inp)
     return {"after_one": after_one, "error": error, "chunks": link.chunks, "after_err": (y - ref).abs().max().item(),
             "new_link": next(iter(op.pipeline.plans.values())).links != plan.links}
+
+
+def varying_tokens(rank: int, world: int, rows: list, max_rows: int) -> dict:
+    """tp_mlp launched with a different token count each time under max_rows=: every result against
+    torch, and the storage of the big buffers (gathered X, the partial of Y, H) across launches."""
+    from syncopy import templates
+
+    t = templates.get("tp_mlp")
+    op = t.fused(chunks_per_rank=2, poison_receive=True, timeout_s=30.0, max_rows=max_rows)
+    errs, storages = [], []
+    for seed, m in enumerate(rows):
+        inp = t.module.inputs(rank, world, (m, 16, 32), torch.float32, seed=seed)
+        y, ref = t.module.launch(op, **inp), t.module.reference(**inp)
+        errs.append((y - ref).abs().max().item())
+        plan = op.pipeline.plans[next(reversed(op.pipeline.plans))]
+        buffers = [ctx.buffer for v in plan.variants for ctx, _ in [next(reversed(v._contexts.values()))]]
+        storages.append([b.untyped_storage().data_ptr() for b in buffers] + [op._hidden[next(reversed(op._hidden))].untyped_storage().data_ptr()])
+    variants = next(iter(op.pipeline.plans.values())).variants
+    grown = [a.grown for v in variants for a in v._arenas.values()] + [op.arena.grown]
+    return {"errs": errs, "storages": storages, "grown": grown}

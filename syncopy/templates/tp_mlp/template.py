@@ -20,16 +20,23 @@ class TpMlp:
     is kept per shape and reused, like the operators' own buffers. `pipeline.trace` / `trace=`: one
     trace of both operators."""
 
-    def __init__(self, up, down, pipeline):
+    def __init__(self, up, down, pipeline, max_rows=None):
+        from syncopy.runtime.context import Arena
+
         self.up, self.down, self.pipeline = up, down, pipeline
         self.schedule = up.schedule  # what `syncopy run` reads of an operator: the communicated input's
         self.last_resolution = None
         self._hidden: dict[tuple, torch.Tensor] = {}
+        # max_rows=: H of every token count shares one allocation, as the operators' buffers do.
+        self.arena = Arena(max_rows) if max_rows is not None else None
 
-    def hidden(self, rows: int, width: int, like: torch.Tensor) -> torch.Tensor:
+    def hidden(self, rows: int, width: int, like: torch.Tensor, world: int) -> torch.Tensor:
         key = (rows, width, like.dtype, like.device)
         if key not in self._hidden:
-            self._hidden[key] = torch.empty(rows, width, dtype=like.dtype, device=like.device)
+            if self.arena is not None:
+                self._hidden[key] = self.arena.take((rows, width), like.dtype, like.device, rows // world)
+            else:
+                self._hidden[key] = torch.empty(rows, width, dtype=like.dtype, device=like.device)
         return self._hidden[key]
 
     @property
@@ -54,7 +61,7 @@ def make_operator(chunks_per_rank=None, order=None, trace=False, link_chunks=Non
     down_schedule = _down_schedule(chunks_per_rank, order)
     up = syncopy.overlap(up_schedule, **options)(module.mlp_up_kernel)
     down = syncopy.overlap(down_schedule, **options)(module.mlp_down_kernel)
-    return TpMlp(up, down, syncopy.pipeline(trace=trace, link_chunks=link_chunks))
+    return TpMlp(up, down, syncopy.pipeline(trace=trace, link_chunks=link_chunks), options.get("max_rows"))
 
 
 def _down_schedule(chunks_per_rank, order):
@@ -81,7 +88,7 @@ def launch(fused, x, w1, w2, group=None):
     world = world_size(group)
     m, n = x.shape[0] * world, x.shape[1]
     f = w1.shape[1]
-    h = fused.hidden(m, f, x)
+    h = fused.hidden(m, f, x, world)
     y = torch.empty(x.shape[0], n, dtype=x.dtype, device=x.device)
     up_grid = (triton.cdiv(m, UP_META["BLOCK_M"]) * triton.cdiv(f, UP_META["BLOCK_N"]),)
     down_grid = (triton.cdiv(m, DOWN_META["BLOCK_M"]), triton.cdiv(n, DOWN_META["BLOCK_N"]))
