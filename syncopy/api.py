@@ -41,6 +41,7 @@ from syncopy.runtime.launch import (GPU_POLL_S, _cuda_async_proxy, _ensure_alloc
                                     _interpreting, _spin_limit)
 from syncopy.runtime.order import TileOrder, slot_records, slot_tiles  # noqa: F401
 from syncopy.runtime.outcome import _raise_if_dropped_out  # noqa: F401
+from syncopy.runtime.pipeline import Linking
 from syncopy.runtime.sequence import LaunchSequence
 from syncopy.runtime.tracing import Tracing
 
@@ -82,7 +83,7 @@ def _check_timeout(timeout_s) -> None:
         raise LaunchError(f"timeout_s must be a positive number of seconds, at most {MAX_TIMEOUT_S:g} (got {timeout_s!r}); e.g. timeout_s=60")
 
 
-class FusedKernel(Binding, Contexts, TileOrder, Tracing, LaunchSequence):
+class FusedKernel(Binding, Contexts, TileOrder, Tracing, LaunchSequence, Linking):
     """A local Triton kernel fused with the communication its schedule describes.
 
     Launch it like the local kernel, `fused[grid](*args, group=pg)`, passing the communicated argument
@@ -205,43 +206,6 @@ class FusedKernel(Binding, Contexts, TileOrder, Tracing, LaunchSequence):
             return self._serialised_launch(grid, args, kwargs, group)
 
         return launch
-
-    # -- pipelines ------------------------------------------------------------------------------
-    #: A pipeline's variant (runtime/pipeline.py): {"wait": tensor, "notify": tensor} linked to its neighbours.
-    link_roles: dict = {}
-
-    def linked(self, wait: str | None = None, notify: str | None = None) -> FusedKernel:
-        """This operator as a pipeline runs it: its tiles wait for the chunks of `wait` that the
-        operator before it announces, and announce the chunks of `notify` they finish (either None).
-        A new operator with its own contexts; the link's context and signal pad come in `link_args`."""
-        import copy
-
-        variant = copy.copy(self)
-        variant.link_roles = {k: v for k, v in (("wait", wait), ("notify", notify)) if v is not None}
-        variant.link_args = {}
-        variant._built = None
-        variant._positions, variant._contexts, variant._last_stream, variant._arenas = {}, {}, {}, {}
-        variant._build_lock = threading.Lock()
-        variant.traced_launches, variant.last_trace = [], None
-        variant.trace_file = None  # the pipeline writes one trace of all its operators
-        variant._link_probe = None
-        return variant
-
-    def link_probe(self):
-        """The probe that counts this variant's tiles per chunk of the tensor it announces: the
-        reduce_scatter probe of the user's kernel on that tensor (its store-address slice, built once)."""
-        with self._build_lock:
-            if getattr(self, "_link_probe", None) is None:
-                from syncopy.emit import source as emit
-                from syncopy.frontend.source import from_jit
-                from syncopy.passes import transform
-                from syncopy.schedule import from_dict
-
-                writes = from_dict({"pattern": "reduce_scatter", "kernel": self.local.fn.__name__, "tensor": self.link_roles["notify"],
-                                    "dim": 0, "chunks_per_rank": 1, "order": "ring"})
-                t = transform(from_jit(self.local), writes)
-                self._link_probe = emit.load(t, self.local.fn.__globals__)[1]
-        return self._link_probe
 
     @property
     def reference(self):

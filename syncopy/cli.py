@@ -176,8 +176,7 @@ def _chunks(text: str):
 
 
 def _explain(args) -> int:
-    from syncopy import templates
-    from syncopy.runtime import instructions
+    from syncopy import explain, templates
 
     templates.get(args.name)  # an unknown name is one line
     if args.world < 1:
@@ -186,7 +185,7 @@ def _explain(args) -> int:
         raise SyncopyError(f"--rank {args.rank}: not a rank of --world {args.world}; pass 0..{args.world - 1}")
     order = tuple(args.order) if isinstance(args.order, list) else args.order
     try:
-        graph = instructions.for_template(args.name, args.world, args.rank, _shape(args.shape), args.chunks, order)
+        graph = explain.for_template(args.name, args.world, args.rank, _shape(args.shape), args.chunks, order)
     except ValueError as exc:  # a schedule override the model refuses
         raise SyncopyError(f"syncopy explain {args.name}: {exc}") from None
     print(graph.dot() if args.dot else graph.text())

@@ -74,6 +74,46 @@ class Edge:
     dst_arg: str
 
 
+class Linking:
+    """How an operator takes part in a pipeline (FusedKernel mixes this in): its linked variants."""
+
+    #: A pipeline's variant: {"wait": tensor, "notify": tensor}, the tensors linked to its neighbours.
+    link_roles: dict = {}
+
+    def linked(self, wait: str | None = None, notify: str | None = None):
+        """This operator as a pipeline runs it: its tiles wait for the chunks of `wait` that the
+        operator before it announces, and announce the chunks of `notify` they finish (either None).
+        A new operator with its own contexts; the link's context and signal pad come in `link_args`."""
+        import copy
+
+        variant = copy.copy(self)
+        variant.link_roles = {k: v for k, v in (("wait", wait), ("notify", notify)) if v is not None}
+        variant.link_args = {}
+        variant._built = None
+        variant._positions, variant._contexts, variant._last_stream, variant._arenas = {}, {}, {}, {}
+        variant._build_lock = threading.Lock()
+        variant.traced_launches, variant.last_trace = [], None
+        variant.trace_file = None  # the pipeline writes one trace of all its operators
+        variant._link_probe = None
+        return variant
+
+    def link_probe(self):
+        """The probe that counts this variant's tiles per chunk of the tensor it announces: the
+        reduce_scatter probe of the user's kernel on that tensor (its store-address slice, built once)."""
+        with self._build_lock:
+            if getattr(self, "_link_probe", None) is None:
+                from syncopy.emit import source as emit
+                from syncopy.frontend.source import from_jit
+                from syncopy.passes import transform
+                from syncopy.schedule import from_dict
+
+                writes = from_dict({"pattern": "reduce_scatter", "kernel": self.local.fn.__name__, "tensor": self.link_roles["notify"],
+                                    "dim": 0, "chunks_per_rank": 1, "order": "ring"})
+                t = transform(from_jit(self.local), writes)
+                self._link_probe = emit.load(t, self.local.fn.__globals__)[1]
+        return self._link_probe
+
+
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
     """The same tensor (not merely overlapping storage): what a link may stand for."""
     return (a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.stride() == b.stride() and a.dtype == b.dtype

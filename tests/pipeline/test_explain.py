@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from syncopy.cli import main
-from syncopy.runtime import instructions
+from syncopy import explain
 
 
 def test_explain_tp_mlp_shows_the_down_projection_waiting_on_the_up_projections_signals(capsys):
@@ -18,11 +18,11 @@ def test_explain_tp_mlp_shows_the_down_projection_waiting_on_the_up_projections_
 
 
 def test_the_graph_is_built_once_per_arguments():
-    assert instructions.for_template("gemm_rs", 3, 1) is instructions.for_template("gemm_rs", 3, 1)
+    assert explain.for_template("gemm_rs", 3, 1) is explain.for_template("gemm_rs", 3, 1)
 
 
 def test_every_send_of_a_relay_comes_after_its_chunk_landed():
-    g = instructions.for_template("ag_gemm", 4, 2)
+    g = explain.for_template("ag_gemm", 4, 2)
     by_id = {n.id: n for n in g.nodes}
     for n in (n for n in g.nodes if n.kind == "send"):
         chunk = n.what.split()[1]

@@ -11,7 +11,7 @@ import torch
 
 from syncopy import templates
 from syncopy.errors import LaunchError
-from syncopy.runtime import instructions
+from syncopy import explain
 from syncopy.runtime.pipeline import Edge, Launch, infer_edges
 from tests.pipeline import workers
 from tests.world.harness import spawn
@@ -66,7 +66,7 @@ def test_tp_mlp_matches_torch_and_allocates_nothing_after_its_first_launch(world
         assert r["plans"] == 1 and r["edges"] == [(0, "C", 1, "A")] and r["epochs"] == [launches]
         assert all(held == r["held"][0] for held in r["held"]), "a launch after the first allocated a buffer"
         # One instruction graph per plan, built once, and what `syncopy explain` prints for that rank.
-        assert r["same_graph"] and r["graph"] == instructions.for_template("tp_mlp", world, r["rank"], shape, chunks).text()
+        assert r["same_graph"] and r["graph"] == explain.for_template("tp_mlp", world, r["rank"], shape, chunks).text()
     if trace:
         _check_trace(json.loads(trace.read_text()), world)
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 
 
 def tp_mlp(rank: int, world: int, shape=(20, 32, 48), launches: int = 3, chunks: int = 2, dtype=torch.float32,
