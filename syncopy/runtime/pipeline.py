@@ -249,6 +249,7 @@ class Pipeline:
         self.trace = bool(trace)
         self.trace_file = os.fspath(trace) if isinstance(trace, (str, os.PathLike)) else None
         self.traced_launches: list[list] = []
+        self.last_traces: list = []  # trace=True: every operator's Trace of the last launch, on this rank
         self.max_plans = max_plans
         self.plans: dict[tuple, Plan] = {}
         self._variants: dict[tuple, object] = {}  # (id of the user's operator, roles) -> linked variant
