@@ -20,6 +20,10 @@ def __getattr__(name):
         from syncopy import api
 
         return getattr(api, name)
+    if name in ("pipeline", "Pipeline"):
+        from syncopy.runtime import pipeline
+
+        return getattr(pipeline, name)
     if name == "templates":  # `syncopy.templates.ag_gemm(...)` after a plain `import syncopy`
         import importlib
 
@@ -29,6 +33,8 @@ def __getattr__(name):
 
 __all__ = [
     "overlap",
+    "pipeline",
+    "Pipeline",
     "load",
     "FusedKernel",
     "templates",

@@ -41,6 +41,7 @@ from syncopy.runtime.launch import (GPU_POLL_S, _cuda_async_proxy, _ensure_alloc
                                     _interpreting, _spin_limit)
 from syncopy.runtime.order import TileOrder, slot_records, slot_tiles  # noqa: F401
 from syncopy.runtime.outcome import _raise_if_dropped_out  # noqa: F401
+from syncopy.runtime.pipeline import Linking
 from syncopy.runtime.sequence import LaunchSequence
 from syncopy.runtime.tracing import Tracing
 
@@ -62,6 +63,12 @@ def _require_jit(jit_fn) -> None:
     raise KernelError(f"@syncopy.overlap needs a @triton.jit kernel: put @triton.jit under @syncopy.overlap (got {got})", where)
 
 
+def _check_max_rows(max_rows) -> None:
+    if max_rows is not None and (isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1):
+        raise LaunchError(f"max_rows must be a positive whole number of rows per rank (got {max_rows!r}); e.g. max_rows=4096, "
+                          "or leave it out to size buffers by the shapes launched")
+
+
 #: The longest timeout_s: the transfer threads join after 2 * timeout_s + 5 s, within threading.TIMEOUT_MAX.
 MAX_TIMEOUT_S = 1e9
 
@@ -76,7 +83,7 @@ def _check_timeout(timeout_s) -> None:
         raise LaunchError(f"timeout_s must be a positive number of seconds, at most {MAX_TIMEOUT_S:g} (got {timeout_s!r}); e.g. timeout_s=60")
 
 
-class FusedKernel(Binding, Contexts, TileOrder, Tracing, LaunchSequence):
+class FusedKernel(Binding, Contexts, TileOrder, Tracing, LaunchSequence, Linking):
     """A local Triton kernel fused with the communication its schedule describes.
 
     Launch it like the local kernel, `fused[grid](*args, group=pg)`, passing the communicated argument
@@ -87,13 +94,17 @@ class FusedKernel(Binding, Contexts, TileOrder, Tracing, LaunchSequence):
                  link: Link | None = None, faults: Faults | None = None, trace: bool | str | os.PathLike = False,
                  poison_receive: bool = False, dump_dir: str | Path | None = None,
                  one_shot_max_bytes: int = planning.ONE_SHOT_MAX_BYTES, hardware: str | None = None, workload=None,
-                 checked: bool | None = None, _loaded: tuple | None = None, verify_chunks: bool = False):
+                 checked: bool | None = None, _loaded: tuple | None = None, verify_chunks: bool = False,
+                 max_rows: int | None = None):
         # An autotuned or heuristic kernel: fuse the @triton.jit function under the wrappers, and
         # play their part at each launch (runtime/tuning.py).
         jit_fn, layers = tuning.unwrap(kernel)
         _require_jit(jit_fn)
         _check_timeout(timeout_s)
+        _check_max_rows(max_rows)
         self.local = jit_fn
+        self.max_rows = max_rows  # buffers provisioned for this many rows per rank, shared by smaller shapes
+        self._arenas: dict = {}  # (group token, dtype, device) -> Arena (runtime/context.py)
         # A kernel from syncopy.load is the fused one already: no local kernel to time configs on.
         self.tuning = tuning.Tuning(layers, jit_fn.fn.__name__, can_time=_loaded is None) if layers else None
         self.producer = schedule.pattern in PRODUCER_PATTERNS
@@ -150,7 +161,12 @@ class FusedKernel(Binding, Contexts, TileOrder, Tracing, LaunchSequence):
                 from syncopy.frontend.source import from_jit
                 from syncopy.passes import read_check, transform
 
-                t = transform(from_jit(self.local), self.schedule)
+                ks = from_jit(self.local)
+                if self.link_roles:  # a pipeline's variant: its links' waits and notifies first (passes/link.py)
+                    from syncopy.passes import link
+
+                    ks = link.apply(ks, **self.link_roles)
+                t = transform(ks, self.schedule)
                 if self.checked if self.checked is not None else read_check.enabled_by_env():
                     t = read_check.apply(t)
                 fused, probe, path = emit.load(t, self.local.fn.__globals__)
@@ -181,7 +197,15 @@ class FusedKernel(Binding, Contexts, TileOrder, Tracing, LaunchSequence):
         return backends.backend_for(self.backend_name, torch.device(device).type, group)
 
     def __getitem__(self, grid):
-        return lambda *args, group=None, **kwargs: self._serialised_launch(grid, args, kwargs, group)
+        def launch(*args, group=None, **kwargs):
+            from syncopy.runtime import pipeline
+
+            recording = pipeline.recording()
+            if recording is not None:  # inside `with pipe:` the launch joins the pipeline (runtime/pipeline.py)
+                return recording.add(self, grid, args, kwargs, group)
+            return self._serialised_launch(grid, args, kwargs, group)
+
+        return launch
 
     @property
     def reference(self):
@@ -288,7 +312,7 @@ def overlap(schedule, *, chunks_per_rank: int | str | None = None, order: str | 
             hardware: str | None = None, workload=None, backend: str = "auto", timeout_s: float = 60.0,
             link: Link | None = None, faults: Faults | None = None, trace: bool | str | os.PathLike = False, poison_receive: bool = False,
             dump_dir: str | Path | None = None, one_shot_max_bytes: int = planning.ONE_SHOT_MAX_BYTES,
-            checked: bool | None = None, verify_chunks: bool = False):
+            checked: bool | None = None, verify_chunks: bool = False, max_rows: int | None = None):
     """Decorator factory: `overlap(schedule)(jit_fn) -> FusedKernel`.
 
     schedule: a path to a YAML/JSON file, a dict, or a `Schedule`.
@@ -309,6 +333,9 @@ def overlap(schedule, *, chunks_per_rank: int | str | None = None, order: str | 
     kernel's line, rank, chunk and epoch (default: $SYNCOPY_CHECKED=1 turns it on).
     verify_chunks: each chunk travels with a CRC-32 of its bytes, checked as it lands; a mismatch raises
     SyncopyCorruptChunk naming the chunk, its source rank and the epoch (gloo backend, CPU worlds).
+    max_rows: rows per rank (of the communicated tensor, along `dim`) to provision the big buffer for:
+    launches whose shapes vary (token counts) share one buffer made at that size, grown only when a
+    launch needs more (gloo backend, CPU worlds; on GPUs each shape keeps its own buffer for now).
 
     all_gather: pass the communicated argument as this rank's shard; the kernel sees the gathered
     tensor. reduce_scatter: pass it as this rank's shard of the result (rows / world); the kernel
@@ -325,7 +352,7 @@ def overlap(schedule, *, chunks_per_rank: int | str | None = None, order: str | 
         return FusedKernel(jit_fn, sched, backend=backend, timeout_s=timeout_s, link=link, faults=faults,
                            trace=trace, poison_receive=poison_receive, dump_dir=dump_dir, hardware=hardware,
                            workload=workload, one_shot_max_bytes=one_shot_max_bytes, checked=checked,
-                           verify_chunks=verify_chunks)
+                           verify_chunks=verify_chunks, max_rows=max_rows)
 
     return wrap
 

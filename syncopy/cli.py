@@ -149,8 +149,8 @@ def _templates(args) -> int:
     found = templates.available()
     width = max(12, *(len(name) for name in found))
     for name, t in found.items():
-        s = t.schedule()
-        print(f"{name:{width}s} {s.pattern:14s} {t.description}")
+        kind = "pipeline" if t.pipeline else t.schedule().pattern  # a pipeline's operators have patterns of their own
+        print(f"{name:{width}s} {kind:14s} {t.description}")
     return 0
 
 
@@ -173,6 +173,23 @@ def _chunks(text: str):
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer or auto (got {text!r})")
     return int(text)
+
+
+def _explain(args) -> int:
+    from syncopy import explain, templates
+
+    templates.get(args.name)  # an unknown name is one line
+    if args.world < 1:
+        raise SyncopyError(f"--world {args.world}: a world has at least one rank; pass --world N with N >= 1")
+    if not 0 <= args.rank < args.world:
+        raise SyncopyError(f"--rank {args.rank}: not a rank of --world {args.world}; pass 0..{args.world - 1}")
+    order = tuple(args.order) if isinstance(args.order, list) else args.order
+    try:
+        graph = explain.for_template(args.name, args.world, args.rank, _shape(args.shape), args.chunks, order)
+    except ValueError as exc:  # a schedule override the model refuses
+        raise SyncopyError(f"syncopy explain {args.name}: {exc}") from None
+    print(graph.dot() if args.dot else graph.text())
+    return 0
 
 
 def _run(args) -> int:
@@ -484,6 +501,16 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("trace", metavar="RUN.json", help="a Chrome / Perfetto trace written by syncopy (from any backend, a GPU run too)")
     tr.add_argument("-o", "--output", required=True, metavar="OUT.png", help="the picture (.png, .svg or .pdf)")
     tr.set_defaults(run=_trace)
+
+    ex = command("explain", "print the instruction graph one rank runs for a launch of a template (text, or DOT)")
+    ex.add_argument("name", metavar="NAME", help="template name (see `syncopy templates`)")
+    ex.add_argument("--world", type=int, required=True, metavar="N", help="number of ranks")
+    ex.add_argument("--rank", type=int, default=0, metavar="R", help="whose graph (default 0)")
+    ex.add_argument("--shape", metavar="M,N,K", help="the template's problem shape, as for `syncopy run` (default: its own)")
+    ex.add_argument("--chunks", type=_chunks, metavar="C", help="chunks per rank (default: the schedule's)")
+    ex.add_argument("--order", type=_order_arg, metavar="ORDER", help="arrival order (default: the schedule's)")
+    ex.add_argument("--dot", action="store_true", help="write the graph in Graphviz DOT (dashed edges: tiles wait on the device)")
+    ex.set_defaults(run=_explain)
 
     r = command("run", "run a template end to end on a CPU world and verify it against torch")
     r.add_argument("name", metavar="NAME", help="template name (see `syncopy templates`)")

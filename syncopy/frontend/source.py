@@ -21,6 +21,7 @@ class KernelSource:
     func: cst.FunctionDef
     positions: dict = field(repr=False)
     line_offset: int = 0  # added to libcst lines when only the function's text was parsed
+    linked: bool = False  # a pipeline's link pass added its syncopy_in_* / syncopy_out_* names (passes/link.py)
 
     @property
     def name(self) -> str:

@@ -22,6 +22,9 @@ def constexpr_spelling(func: cst.FunctionDef) -> str:
 def check_reserved(ks: KernelSource) -> None:
     used = set(ks.params) | cu.assigned_in(ks.func.body) | cu.names_in(ks.func.body)
     clash = sorted(n for n in used if n.lower().startswith("syncopy_"))
+    if ks.linked:  # the link pass's names, and the ones its tile start reads (checked on the user's kernel before it ran)
+        ours = {names.DEVICE, names.CTX, names.SIGNALS, names.TRACE, names.TRACE_FLAG}
+        clash = [n for n in clash if not n.startswith(("syncopy_in_", "syncopy_out_")) and n not in ours]
     if clash:
         raise KernelError(
             f"kernel '{ks.name}' uses the name '{clash[0]}'; names starting with syncopy_ are reserved for the "

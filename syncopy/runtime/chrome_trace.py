@@ -62,6 +62,7 @@ def launch_events(traces: list, origin: float) -> list[dict]:
             events.append(_span(f"chunk {g} to rank {peer}", "chunk", r, CHUNKS_OUT, at(b), at(h), chunk=g, peer=peer))
         for e in events[first:]:
             e["args"]["epoch"] = t.epoch  # which launch: the n-th launch of an operator has one epoch on every rank
+            e["args"]["kernel"] = t.kernel  # which operator (a pipeline's operators share the lanes)
     return events
 
 

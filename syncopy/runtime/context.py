@@ -101,6 +101,32 @@ class Recent(dict):
         super().__setitem__(key, value)
 
 
+class Arena:
+    """One allocation that the main buffer of every context of an operator on one group (one dtype and
+    device) is a view of, so that shapes that vary between launches (token counts) reuse it: it is
+    made at the size `announced` (max_rows=) or the first launch's, whichever is larger, and grows only
+    when a launch needs more than any before. Sharing is sound where a launch's transfers are over
+    when it returns, so two shapes never use the buffer at once (the gloo backend, a world of one)."""
+
+    def __init__(self, announced_rows: int = 0):
+        self.announced_rows = announced_rows  # rows per rank (along the schedule's dim) to provision for
+        self.flat: torch.Tensor | None = None
+        self.grown = 0  # allocations made (1 after the first launch when max_rows covers every shape)
+
+    @torch.inference_mode(False)
+    def take(self, shape, dtype: torch.dtype, device: torch.device, rows_per_rank: int) -> torch.Tensor:
+        """A contiguous tensor of `shape` (a buffer for `rows_per_rank` rows per rank: its size grows
+        with them) on the arena's storage, which is grown first if it is too small."""
+        n = 1
+        for size in shape:
+            n *= size
+        if self.flat is None or self.flat.numel() < n or self.flat.dtype != dtype or self.flat.device != torch.device(device):
+            announced = -(-n * self.announced_rows // max(1, rows_per_rank))  # the same buffer at max_rows per rank
+            self.flat = torch.empty(max(n, announced), dtype=dtype, device=device)
+            self.grown += 1
+        return self.flat[:n].view(shape)
+
+
 context_ids = itertools.count()  # ids of this process's contexts (a launch takes rank 0's, see FusedKernel._context)
 
 
@@ -128,7 +154,7 @@ class Context:
     @torch.inference_mode(False)
     def __init__(self, plan: RankPlan, shard_shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, dim: int,
                  producer: bool = False, full_shape: tuple[int, ...] | None = None,
-                 extras: tuple[tuple[tuple[int, ...], torch.dtype], ...] = ()):
+                 extras: tuple[tuple[tuple[int, ...], torch.dtype], ...] = (), storage: Arena | None = None):
         self.plan = plan
         self.producer = producer
         self.dim = dim
@@ -138,7 +164,8 @@ class Context:
             full = list(full_shape)
         if plan.uneven:  # split sizes given at launch: room for this launch's rows (relayout grows it)
             full[dim] = max(plan.size, 1)
-        self.buffer = torch.empty(full, dtype=dtype, device=device)
+        # With an arena (max_rows=), a view of its one allocation: every shape up to the largest shares it.
+        self.buffer = storage.take(full, dtype, device, plan.rows_per_rank) if storage is not None else torch.empty(full, dtype=dtype, device=device)
         self.n_chunks = plan.world * plan.chunks_per_rank
         # One flag per unit: a chunk per unit in the minimal form, several units per chunk with
         # explicit slices (the kernel's chunk ranges count units; RankPlan.flags maps them).

@@ -20,7 +20,7 @@ from syncopy.errors import LaunchError
 from syncopy.runtime import backends
 from syncopy.runtime import plan as planning
 from syncopy.runtime.backends import control
-from syncopy.runtime.context import Context, context_ids, refuse_listed
+from syncopy.runtime.context import Arena, Context, context_ids, refuse_listed
 from syncopy.runtime.launch import _deferred
 from syncopy.schedule import Schedule
 from syncopy.schedule.model import AUTO
@@ -83,6 +83,14 @@ def _budget_from_env(name: str, default: int) -> int:
     return value
 
 
+def _can_share(backend) -> bool:
+    """Whether contexts of several shapes may share one buffer (max_rows=): where a launch returns with
+    its transfers done (gloo, or a world of one), so that two shapes never use it at once. GPU
+    backends return before (and p2p peers write into a context's buffer on their own): each shape
+    keeps its own buffer there."""
+    return backend is None or (not _deferred(backend) and isinstance(backend, backends.select("gloo", "cpu")))
+
+
 def _retire(ctx: Context, backend) -> None:
     """Let a context go: a GPU backend's launches that may still use its buffers finish first."""
     if _deferred(backend):
@@ -98,6 +106,8 @@ class Contexts:
     #: The budgets of the contexts kept per group (see the module's docstring); None: the environment's, or the default.
     max_contexts: int | None = None
     max_context_bytes: int | None = None
+    #: Rows per rank to provision the buffers for (max_rows=): every shape up to it shares one buffer.
+    max_rows: int | None = None
 
     def context_budget(self) -> tuple[int, int]:
         """(contexts, bytes) this operator keeps per process group."""
@@ -115,6 +125,8 @@ class Contexts:
         with _cache_lock:
             keys = [k for k in self._contexts if token is None or k[0] == token]
             dropped = [self._contexts.pop(k) for k in keys]
+            for k in [k for k in self._arenas if token is None or k[0] == token]:
+                del self._arenas[k]  # the shared buffer goes with the last context using it
         for ctx, backend in dropped:
             _retire(ctx, backend)
         control.release_destroyed()  # and syncopy's internal groups of groups destroyed meanwhile
@@ -213,19 +225,32 @@ class Contexts:
                 raise LaunchError(f"rank {r} passed the other listed tensors ({', '.join(self.schedule.tensors[1:])}) as "
                                   f"{other[6]} but rank {rank} as {mine[6]} (shape, dtype); pass the same on every rank")
         # The other listed tensors' (shape, dtype), by keyword: the common case keeps its four arguments.
+        storage = self._arena(group, shard) if _can_share(backend) else None
         ctx = self._make_context(shard, rank, world, theirs[0][3], **({"extras": extras} if extras else {}),
-                                 **({"uneven": True} if uneven else {}))
+                                 **({"uneven": True} if uneven else {}), **({"storage": storage} if storage is not None else {}))
         ctx.uid = theirs[0][4]
         return ctx, backend
 
-    def _make_context(self, shard: torch.Tensor, rank: int, world: int, choice, extras: tuple = (), uneven: bool = False) -> Context:
+    def _arena(self, group, shard: torch.Tensor):
+        """max_rows=: the arena the main buffers of this group's contexts (of `shard`'s dtype and device)
+        share; None without max_rows."""
+        if self.max_rows is None:
+            return None
+        key = (control.group_token(group), shard.dtype, shard.device)
+        with _cache_lock:
+            if key not in self._arenas:
+                self._arenas[key] = Arena(self.max_rows)
+            return self._arenas[key]
+
+    def _make_context(self, shard: torch.Tensor, rank: int, world: int, choice, extras: tuple = (), uneven: bool = False,
+                      storage=None) -> Context:
         """The context of `shard`'s shape for rank `rank` of `world`, lowered with the planner's
         `choice` (None: the schedule as written). `uneven`: split sizes come with each launch
         (Context.relayout); the context starts with every block empty."""
         schedule, resolution = self._lowered(choice)
         rows = shard.shape[self.schedule.dim]
         if self.producer:
-            ctx = self._producer_context(shard, rank, world, schedule)
+            ctx = self._producer_context(shard, rank, world, schedule, storage)
         elif uneven:
             nothing = (0,) * world
             p = planning.all_to_all(schedule, rank, world, 0, splits=(nothing, nothing))
@@ -239,10 +264,10 @@ class Contexts:
             p = planning.all_to_all(schedule, rank, world, rows // world)
             block = list(shard.shape)
             block[self.schedule.dim] //= world
-            ctx = Context(p, tuple(block), shard.dtype, shard.device, self.schedule.dim)
+            ctx = Context(p, tuple(block), shard.dtype, shard.device, self.schedule.dim, storage=storage)
         else:
             p = planning.all_gather(schedule, rank, world, rows)
-            ctx = Context(p, tuple(shard.shape), shard.dtype, shard.device, self.schedule.dim, extras=extras)
+            ctx = Context(p, tuple(shard.shape), shard.dtype, shard.device, self.schedule.dim, extras=extras, storage=storage)
         ctx.schedule, ctx.resolution = schedule, resolution
         ctx.kernel_file = self._built[0].source.path  # where checked-mode violations point
         return ctx
@@ -287,7 +312,7 @@ class Contexts:
             return "error", f"{what} is auto but the planner cannot plan this launch: {detail}"
         return "ok", resolution
 
-    def _producer_context(self, out: torch.Tensor, rank: int, world: int, schedule: Schedule) -> Context:
+    def _producer_context(self, out: torch.Tensor, rank: int, world: int, schedule: Schedule, storage=None) -> Context:
         """reduce_scatter: `out` is this rank's shard of the result, the kernel writes the full
         partial into our buffer. all_reduce: `out` is the full result, split into world parts."""
         dim = self.schedule.dim
@@ -300,4 +325,4 @@ class Contexts:
         nbytes = out.numel() * out.element_size() * (world if self.schedule.pattern == "reduce_scatter" else 1)
         size = full[dim] if full is not None else shape[dim] * world
         p = planning.reduce(schedule, rank, world, shape[dim], nbytes, self.one_shot_max_bytes, size=size)
-        return Context(p, tuple(shape), out.dtype, out.device, dim, producer=True, full_shape=full)
+        return Context(p, tuple(shape), out.dtype, out.device, dim, producer=True, full_shape=full, storage=storage)

@@ -36,6 +36,8 @@ def _chunk_of_row(ctx: Context, row: int) -> int:
 class TileOrder:
     """How a launch's tiles are ordered and what the kernel is told of it (FusedKernel mixes this in)."""
 
+    link_args: dict = {}  # a pipeline's variant: syncopy_in_* / syncopy_out_* (runtime/pipeline.py)
+
     def _extra(self, ctx: Context, order: torch.Tensor, trace_buf: torch.Tensor, table: bool | None = None) -> dict:
         if table is None:
             table = self._built is not None and self._built[2] is not None
@@ -43,6 +45,7 @@ class TileOrder:
                  "syncopy_trace": trace_buf, "SYNCOPY_TRACE": self.trace, "SYNCOPY_TABLE": table}
         if self._built[0].binding.descriptors:
             extra[ASYNC_PROXY_FLAG] = _has_async_proxy(ctx.ctx.device)
+        extra.update(self.link_args)  # a pipeline's variant: its links' contexts and signal pads
         return extra
 
     def _order(self, ctx: Context, grid, args: dict, backend) -> tuple[torch.Tensor, list, list]:

@@ -66,6 +66,8 @@ def draw(doc: dict, out, title: str | None = None) -> Path:
             ax.broken_barh([(start, width)], (y - 0.35, 0.7), facecolors=color, edgecolors="white", linewidth=0.3)
             if e["cat"] == "chunk":
                 ax.text(start + width, y, f" {e['args'].get('chunk', '')}", va="center", ha="left", fontsize=7)
+            elif e["cat"] == "kernel":  # which operator (a pipeline runs several on one lane)
+                ax.text(start, y, f" {e['name'].removeprefix('kernel ')}", va="center", ha="left", fontsize=6, clip_on=True)
     ax.set_yticks(yticks, ylabels, fontsize=8)
     ax.set_xlabel("ms")
     ax.grid(axis="x", linestyle=":", linewidth=0.5)

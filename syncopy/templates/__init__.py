@@ -39,8 +39,16 @@ class Template:
         s = self.schedule()
         return getattr(importlib.import_module(f"syncopy.templates.{self.name}.kernel"), s.kernel)
 
+    @property
+    def pipeline(self) -> bool:
+        """Whether the template is several operators linked by a pipeline (its module makes them: `make_operator`)."""
+        return hasattr(self.module, "make_operator")
+
     def fused(self, **options):
         import syncopy
+
+        if self.pipeline:
+            return self.module.make_operator(**options)
 
         sched = self.schedule(chunks_per_rank=options.pop("chunks_per_rank", None), order=options.pop("order", None))
         return syncopy.overlap(sched, **options)(self.kernel())

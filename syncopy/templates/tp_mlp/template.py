@@ -1,0 +1,111 @@
+"""tp_mlp: Y_r = rows r of reduce_scatter(gelu(all_gather(X) @ W1_r) @ W2_r), the Megatron sequence-parallel
+MLP as two fused operators linked by per-chunk signals on H (syncopy.pipeline); shape M,N,F with M the
+tokens per rank, N the model width and F the FFN width per rank."""
+from importlib import resources
+
+import torch
+import torch.distributed as dist
+import triton
+
+from syncopy.templates import all_gather_rows, world_size
+
+DEFAULT_SHAPE = (48, 32, 64)
+TOLERANCE = {torch.float32: 1e-3, torch.float16: 2e-2, torch.bfloat16: 6e-2}
+UP_META = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=32, GROUP_M=4)
+DOWN_META = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=32)
+
+
+class TpMlp:
+    """The up and down operators and the pipeline that links them; H (the activations between them)
+    is kept per shape and reused, like the operators' own buffers. `pipeline.trace` / `trace=`: one
+    trace of both operators."""
+
+    def __init__(self, up, down, pipeline, max_rows=None):
+        from syncopy.runtime.context import Arena
+
+        self.up, self.down, self.pipeline = up, down, pipeline
+        self.schedule = up.schedule  # what `syncopy run` reads of an operator: the communicated input's
+        self.last_resolution = None
+        self._hidden: dict[tuple, torch.Tensor] = {}
+        # max_rows=: H of every token count shares one allocation, as the operators' buffers do.
+        self.arena = Arena(max_rows) if max_rows is not None else None
+
+    def hidden(self, rows: int, width: int, like: torch.Tensor, world: int) -> torch.Tensor:
+        key = (rows, width, like.dtype, like.device)
+        if key not in self._hidden:
+            if self.arena is not None:
+                self._hidden[key] = self.arena.take((rows, width), like.dtype, like.device, rows // world)
+            else:
+                self._hidden[key] = torch.empty(rows, width, dtype=like.dtype, device=like.device)
+        return self._hidden[key]
+
+    @property
+    def _contexts(self) -> dict:
+        """Every linked operator's contexts (what `syncopy run` counts)."""
+        out = {}
+        for plan in self.pipeline.plans.values():
+            for v in plan.variants:
+                out.update({(id(v), k): c for k, c in v._contexts.items()})
+        return out
+
+
+def make_operator(chunks_per_rank=None, order=None, trace=False, link_chunks=None, **options):
+    """The template's operator (what `syncopy.templates.get("tp_mlp").fused(...)` returns)."""
+    import importlib
+
+    import syncopy
+    from syncopy.templates import get
+
+    module = importlib.import_module("syncopy.templates.tp_mlp.kernel")
+    up_schedule = get("tp_mlp").schedule(chunks_per_rank=chunks_per_rank, order=order)
+    down_schedule = _down_schedule(chunks_per_rank, order)
+    up = syncopy.overlap(up_schedule, **options)(module.mlp_up_kernel)
+    down = syncopy.overlap(down_schedule, **options)(module.mlp_down_kernel)
+    return TpMlp(up, down, syncopy.pipeline(trace=trace, link_chunks=link_chunks), options.get("max_rows"))
+
+
+def _down_schedule(chunks_per_rank, order):
+    from syncopy.schedule import from_dict, load_schedule
+
+    s = load_schedule(str(resources.files("syncopy.templates") / "tp_mlp" / "down.yaml"))
+    update = {k: v for k, v in (("chunks_per_rank", chunks_per_rank), ("order", order)) if v is not None}
+    return from_dict({**s.model_dump(exclude_none=True), **update}) if update else s
+
+
+def inputs(rank, world, shape, dtype, seed=0):
+    m, n, f = shape
+    g = torch.Generator().manual_seed(seed * 1000 + rank)
+    x = torch.randn(m, n, generator=g).to(dtype)
+    w1 = (torch.randn(n, f, generator=g) / n ** 0.5).to(dtype)
+    w2 = (torch.randn(f, n, generator=g) / f ** 0.5).to(dtype)
+    return {"x": x, "w1": w1, "w2": w2}
+
+
+def launch(fused, x, w1, w2, group=None):
+    """Y = this rank's rows of reduce_scatter(gelu(all_gather(x) @ w1) @ w2), the two GEMMs fused with
+    their communication and linked: the down projection's tiles wait on the device for the rows of H
+    the up projection's tiles announce."""
+    world = world_size(group)
+    m, n = x.shape[0] * world, x.shape[1]
+    f = w1.shape[1]
+    h = fused.hidden(m, f, x, world)
+    y = torch.empty(x.shape[0], n, dtype=x.dtype, device=x.device)
+    up_grid = (triton.cdiv(m, UP_META["BLOCK_M"]) * triton.cdiv(f, UP_META["BLOCK_N"]),)
+    down_grid = (triton.cdiv(m, DOWN_META["BLOCK_M"]), triton.cdiv(n, DOWN_META["BLOCK_N"]))
+    with fused.pipeline:
+        fused.up[up_grid](x, w1, h, m, f, n, x.stride(0), x.stride(1), w1.stride(0), w1.stride(1), h.stride(0), h.stride(1),
+                          **UP_META, group=group)
+        fused.down[down_grid](h, w2, y, m, n, f, h.stride(0), h.stride(1), w2.stride(0), w2.stride(1), n, 1, **DOWN_META,
+                              group=group)
+    return y
+
+
+def reference(x, w1, w2, group=None):
+    """all_gather, mm, gelu (stored in x's dtype, as the fused H is), mm, then reduce_scatter (all_reduce
+    and this rank's rows: gloo has no reduce_scatter)."""
+    h = torch.nn.functional.gelu(all_gather_rows(x, group).float() @ w1.float(), approximate="tanh").to(x.dtype)
+    full = h.float() @ w2.float()
+    dist.all_reduce(full, group=group)
+    rows = x.shape[0]
+    rank = dist.get_rank(group)
+    return full[rank * rows:(rank + 1) * rows].to(x.dtype)

@@ -1,0 +1,101 @@
+"""Rank bodies of the pipeline tests (spawned by tests/world/harness.py)."""
+from __future__ import annotations
+
+import torch
+
+
+def tp_mlp(rank: int, world: int, shape=(20, 32, 48), launches: int = 3, chunks: int = 2, dtype=torch.float32,
+           trace=None) -> dict:
+    """`launches` tp_mlp launches with fresh inputs each and NaN-poisoned receive buffers: the worst
+    error against torch, and the ids of every buffer syncopy holds after each launch."""
+    from syncopy import templates
+
+    t = templates.get("tp_mlp")
+    op = t.fused(chunks_per_rank=chunks, poison_receive=True, timeout_s=30.0, trace=trace or False)
+    worst, held, graphs = 0.0, [], []
+    for seed in range(launches):
+        inp = t.module.inputs(rank, world, shape, dtype, seed=seed)
+        y = t.module.launch(op, **inp)
+        ref = t.module.reference(**inp)
+        err = ((y.float() - ref.float()).abs().max() / max(1.0, ref.float().abs().max().item())).item()
+        worst = max(worst, err if err == err else float("inf"))
+        held.append(_held(op))
+        graphs.append(id(op.pipeline.graph()))
+    plan = next(iter(op.pipeline.plans.values()))
+    return {"rank": rank, "err": worst, "held": held, "plans": len(op.pipeline.plans), "edges": [tuple(vars(e).values()) for e in plan.edges],
+            "epochs": [link.epoch for link in plan.links.values()], "graph": op.pipeline.graph().text(),
+            "same_graph": len(set(graphs)) == 1}
+
+
+def _held(op) -> list:
+    """The storage of every buffer, signal pad and table syncopy holds for `op` (an allocation changes it)."""
+    ptrs = []
+    for plan in op.pipeline.plans.values():
+        for link in plan.links.values():
+            ptrs += [link.ctx.data_ptr(), link.signals.data_ptr()]
+        for v in plan.variants:
+            for ctx, _ in v._contexts.values():
+                ptrs += [t.data_ptr() for t in (ctx.buffer, ctx.signals, ctx.ctx, *ctx.extras)]
+                ptrs += [entry[0].data_ptr() for entry in ctx.orders.values()]
+    ptrs += [h.data_ptr() for h in op._hidden.values()]
+    return ptrs
+
+
+class _Skipped:
+    """An operator whose launches do nothing (its other attributes are the operator's)."""
+
+    def __init__(self, op):
+        self.op = op
+
+    def __getattr__(self, name):
+        return getattr(self.op, name)
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: None
+
+
+def starved_reader(rank: int, world: int) -> dict:
+    """A launch in which the up projection announces nothing: the down projection's tiles wait on the
+    device for rows of H and give up at the timeout, and the pipeline names the chunk."""
+    from syncopy import templates
+    from syncopy.errors import SyncopyTimeout
+
+    t = templates.get("tp_mlp")
+    op = t.fused(chunks_per_rank=2, timeout_s=1.0)
+    inp = t.module.inputs(rank, world, (20, 32, 48), torch.float32)
+    t.module.launch(op, **inp)
+    plan = next(iter(op.pipeline.plans.values()))
+    (link,) = plan.links.values()
+    after_one = {"flags": link.signals[4:4 + link.chunks].tolist(), "counters": link.signals[6 + link.chunks:6 + 2 * link.chunks].tolist(),
+                 "targets": link.signals[6 + 2 * link.chunks:6 + 3 * link.chunks].tolist()}
+    plan.variants[0] = _Skipped(plan.variants[0])
+    try:
+        t.module.launch(op, **inp)
+        error = None
+    except SyncopyTimeout as exc:
+        error = str(exc)
+    # The next launch starts from new links (the starved one left its counts behind) and is correct.
+    inp = t.module.inputs(rank, world, (20, 32, 48), torch.float32, seed=1)
+    y, ref = t.module.launch(op, **inp), t.module.reference(**inp)
+    return {"after_one": after_one, "error": error, "chunks": link.chunks, "after_err": (y - ref).abs().max().item(),
+            "new_link": next(iter(op.pipeline.plans.values())).links != plan.links}
+
+
+def varying_tokens(rank: int, world: int, rows: list, max_rows: int) -> dict:
+    """tp_mlp launched with a different token count each time under max_rows=: every result against
+    torch, and the storage of the big buffers (gathered X, the partial of Y, H) across launches."""
+    from syncopy import templates
+
+    t = templates.get("tp_mlp")
+    op = t.fused(chunks_per_rank=2, poison_receive=True, timeout_s=30.0, max_rows=max_rows)
+    errs, storages = [], []
+    for seed, m in enumerate(rows):
+        inp = t.module.inputs(rank, world, (m, 16, 32), torch.float32, seed=seed)
+        y, ref = t.module.launch(op, **inp), t.module.reference(**inp)
+        errs.append((y - ref).abs().max().item())
+        plan = op.pipeline.plans[next(reversed(op.pipeline.plans))]
+        buffers = [ctx.buffer for v in plan.variants for ctx, _ in [next(reversed(v._contexts.values()))]]
+        storages.append([b.untyped_storage().data_ptr() for b in buffers] + [op._hidden[next(reversed(op._hidden))].untyped_storage().data_ptr()])
+    variants = next(iter(op.pipeline.plans.values())).variants
+    grown = [a.grown for v in variants for a in v._arenas.values()] + [op.arena.grown]
+    return {"errs": errs, "storages": storages, "grown": grown}
