@@ -356,7 +356,7 @@ class Context:
     def _count(self) -> None:
         """One more chunk landed (or sent), counted by the host (the word starts at -1: see begin)."""
         word = dev.SIG_HEADER + self.n_flags
-        self.signals[word : word + 1].clamp_(min=0).add_(1)  # in place: no read back (a GPU world of one counts too)
+        self.signals[word] = self.signals[word].clamp(min=0) + 1  # tensor ops: no read back (a GPU world of one counts too)
 
     def error(self) -> tuple[int, int, int] | None:
         flag, rank, chunk, epoch = (int(x) for x in self.signals[: dev.SIG_HEADER].tolist())

@@ -175,3 +175,8 @@ def run_consumer_traced(rank: int, world: int) -> dict:
         out[backend] = runs
     return out
 
+
+def run_traced(rank: int, world: int) -> dict:
+    """The traced runs of one world: gemm_rs on p2p, then ag_gemm on p2p and nccl."""
+    return {"gemm_rs": run_p2p_reduce_scatter_traced(rank, world), "ag_gemm": run_consumer_traced(rank, world)}
+

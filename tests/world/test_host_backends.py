@@ -40,6 +40,11 @@ def _templates() -> list[list[dict]]:
     return spawn(workers.run_templates, WORLD, CASES, timeout_s=500)
 
 
+@once
+def _traced() -> list[dict]:
+    return spawn(workers.run_traced, WORLD, timeout_s=400)
+
+
 @pytest.mark.world
 @pytest.mark.parametrize("case", range(len(CASES)),
                          ids=[f"{c['backend']}-{c['template']}-{c['order']}-C{c['chunks']}{'-shared' if c.get('shared') else ''}" for c in CASES])
@@ -91,7 +96,8 @@ def test_p2p_refuses_a_mapping_that_does_not_reach_the_peers_memory():
 def test_p2p_reduce_scatter_sends_chunks_while_the_kernel_runs():
     # Each chunk leaves for its owner once its flag rises (a send stream waits on the flag), while
     # later tiles still compute; the owner reduces behind the deliveries, launch after launch.
-    for rank, r in enumerate(spawn(workers.run_p2p_reduce_scatter_traced, WORLD, timeout_s=300)):
+    for rank, r in enumerate(_traced()):
+        r = r["gemm_rs"]
         assert r["reducer"] == ["SendReduce"], r
         assert r["worst"] < 1e-3, f"rank {rank}: {r}"
         remote = [g for g in range(WORLD * 2) if g // 2 != rank]
@@ -105,8 +111,8 @@ def test_traces_on_the_gpu_backends_count_the_chunks_landed_when_each_tile_start
     # p2p and nccl never count landings on the host (copy engines and peers raise the flags): a
     # traced kernel counts the flags of its launch that are up, so a trace's overlap is true there
     # too. Every tile started with at least the chunks it reads landed, on every launch.
-    for rank, r in enumerate(spawn(workers.run_consumer_traced, WORLD, timeout_s=300)):
-        for backend, runs in r.items():
+    for rank, r in enumerate(_traced()):
+        for backend, runs in r["ag_gemm"].items():
             for run in runs:
                 assert run["worst"] < 1e-4, (rank, backend, run)
                 assert run["tiles"], (rank, backend, run)
