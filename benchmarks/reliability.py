@@ -20,7 +20,7 @@ the run's check of every element: must be 0), and processes left behind (alive i
 once it ended: must be 0; they are killed after counting). Progress goes to stderr, one line a case.
 
 `--quick` runs ag_gemm and gemm_rs on 2 ranks (ten cases, about 10 minutes on two loaded cores); the
-full matrix is 6 templates x 2 worlds x 5 cases (about an hour there). The exit status is 0 only when
+full matrix is every template (7) x 2 worlds x 5 cases: 70 cases, 25 minutes there at a load of about 6. The exit status is 0 only when
 every case ended as it must, with no hang, wrong result or leftover process.
 """
 from __future__ import annotations
