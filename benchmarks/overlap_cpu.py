@@ -2,7 +2,7 @@
 
     python benchmarks/overlap_cpu.py [--json OUT.json] [--reps N] [--world 2] [--shape 512,128,256] [--chunks 4] [--balance 2]
 
-The same local kernel (`syncopy/templates/ag_gemm/kernel.py::ag_gemm_kernel`, tensor A gathered
+The same local kernel (`templates/ag_gemm/kernel.py::ag_gemm_kernel`, tensor A gathered
 along dim 0) runs three ways on a world of CPU ranks (processes, gloo, the Triton interpreter), each
 several times; the report gives medians (per repetition, the slowest rank's wall time: the operator
 is done when every rank is), the ratios to sequential, and the planner's prediction for the same

@@ -1,4 +1,7 @@
 """syncopy: fine-grained overlap of communication and computation inside one fused Triton kernel."""
+from pathlib import Path as _Path
+
+from syncopy import _checkout
 from syncopy.errors import (
     InferenceError,
     KernelError,
@@ -12,6 +15,8 @@ from syncopy.errors import (
 from syncopy.schedule import Schedule, load_schedule
 
 __version__ = "0.1.0"
+
+_checkout.install(_Path(__file__).parent)  # syncopy.templates from the repository's templates/
 
 
 def __getattr__(name):

@@ -247,7 +247,8 @@ def _print_run(args, result) -> None:
             what = failed.get("error") or f"{failed.get('wrong_elements', 0)} elements differ from torch"
             print(f"rank {r['rank']} launch {failed['it'] + 1} {failed['outcome']}: {what}", file=sys.stderr)
     for rank, code in sorted(result.died.items()):
-        print(f"rank {rank} died (exit code {code}: --inject {args.inject})", file=sys.stderr)
+        when = f", reported {result.kill_detected_s:.1f} s into its launch" if result.kill_detected_s is not None else ""
+        print(f"rank {rank} died (exit code {code}: --inject {args.inject}){when}", file=sys.stderr)
     s = summarize(result)
     extra = "".join(f", {s[k]} {k}" for k in ("refused", "corrupt", "errors") if s[k])
     p = "n/a" if s["p50_ms"] is None else f"p50 {s['p50_ms']:g} ms, p99 {s['p99_ms']:g} ms"

@@ -65,6 +65,10 @@ class LaunchError(SyncopyError):
     """A launch contradicts the schedule (world size, shard shape, arguments)."""
 
 
+class FaultError(LaunchError):
+    """An injected fault (`faults=`, `syncopy run --inject`) names a send that no rank makes: it would do nothing."""
+
+
 class SyncopyTimeout(SyncopyError):
     """A chunk did not arrive in time. Names the rank that waited, the chunk and the epoch."""
 

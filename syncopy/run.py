@@ -67,6 +67,7 @@ class RunOptions:
     progress: bool = False  # rank 0 draws a progress bar (a terminal)
     trace: str | None = None  # a Chrome / Perfetto trace file of every rank's launches (rank 0 writes it)
     routing: str | None = None  # a2a_gemm: uniform, random or skewed (fresh split sizes every launch); None: the template's
+    launch_stamp: str | None = None  # set in the rank an injected kill stops: where it writes each launch's start time
 
 
 @dataclass
@@ -75,10 +76,19 @@ class RunResult:
 
     ranks: list[dict]
     died: dict[int, int] = field(default_factory=dict)
+    #: --inject kill: seconds from the start of the killed rank's last launch to the launcher's report of it
+    kill_detected_s: float | None = None
+
+
+#: In the report folder: the wall time at which the rank an injected kill stops began its latest launch.
+KILL_STAMP = "killed-rank.start"
 
 
 def _rank_main(opts: RunOptions, report_dir=None):
     os.environ.setdefault("TRITON_INTERPRET", "1")
+    if report_dir is not None and opts.faults is not None and opts.faults.kill is not None \
+            and str(opts.faults.kill[0]) == os.environ.get("RANK"):
+        opts = replace(opts, launch_stamp=str(Path(report_dir, KILL_STAMP)))  # the parent times the detection from it
     try:
         return _rank_body(opts)
     except SyncopyError as exc:
@@ -174,8 +184,10 @@ def slow_link(ms: float):
 def _one_launch(fused, mod, inp: dict, opts: RunOptions, chunks, world: int) -> tuple[dict, object]:
     """Launch once; (its record, its output or None). A SyncopyError is an outcome, except where it is
     the user's mistake: a fixed shape the schedule cannot cut (raised, one line, as before)."""
-    from syncopy.errors import LaunchError, SyncopyCorruptChunk, SyncopyTimeout
+    from syncopy.errors import FaultError, LaunchError, SyncopyCorruptChunk, SyncopyTimeout
 
+    if opts.launch_stamp is not None:
+        Path(opts.launch_stamp).write_text(repr(time.time()))  # wall time: the parent process reads it
     start = time.perf_counter()
     try:
         out = mod.launch(fused, **inp)
@@ -183,6 +195,8 @@ def _one_launch(fused, mod, inp: dict, opts: RunOptions, chunks, world: int) -> 
         return {"outcome": "timeout", "error": str(exc), "s": time.perf_counter() - start}, None
     except SyncopyCorruptChunk as exc:
         return {"outcome": "corrupt", "error": str(exc), "s": time.perf_counter() - start}, None
+    except FaultError:
+        raise  # --inject names a send this run never makes: the user's mistake, one line
     except LaunchError as exc:
         if opts.random_shapes and _refused_as_expected(exc, inp, fused, chunks, world):
             return {"outcome": "refused", "error": str(exc), "s": time.perf_counter() - start}, None
@@ -297,7 +311,13 @@ def summarize(result: RunResult) -> dict:
 
 def first_failure(result: RunResult) -> dict | None:
     """The first launch that did not end ok or refused on some rank: {it, rank, outcome, s, error}
-    (s: seconds from that launch's start to its error on that rank, the detection time), or None."""
+    (s: seconds from that launch's start to its error on that rank, the detection time), or None.
+    A rank an injected kill stopped leaves no records: {rank, outcome "died", s} with s from the start
+    of its launch to the launcher's report (it: None)."""
+    if result.died and not result.ranks:
+        rank, code = min(result.died.items())
+        return {"it": None, "rank": rank, "outcome": "died", "s": result.kill_detected_s,
+                "error": f"rank {rank} died (exit code {code}); the launcher stopped the others"}
     found = [(launch["it"], r["rank"], launch) for r in result.ranks for launch in r["launches"]
              if launch["outcome"] != "ok"]
     if not found:
@@ -418,13 +438,21 @@ def run(name: str, world: int, shape=None, dtype="fp32", chunks=None, order=None
             reports = sorted(Path(report_dir).glob("*.txt"), key=lambda p: int(p.stem) if p.stem.isdigit() else -1)
             killed = _killed(exc, opts)
             if killed:  # --inject kill: the rank died as told; the launcher stopped the others
-                return RunResult([], killed)
+                return RunResult([], killed, _since_stamp(Path(report_dir, KILL_STAMP)))
             if not reports:  # not a user mistake: show what the launcher saw
                 log.replay()
                 raise
             rank = reports[0].stem
             raise SyncopyError(f"rank {rank}: {reports[0].read_text()}") from None
     return RunResult([results[r] for r in sorted(results)])
+
+
+def _since_stamp(stamp: Path) -> float | None:
+    """Seconds from the wall time in `stamp` (a rank's launch start) to now; None if it never launched."""
+    try:
+        return round(time.time() - float(stamp.read_text()), 3)
+    except (OSError, ValueError):
+        return None
 
 
 def _killed(exc, opts: RunOptions) -> dict[int, int]:

@@ -16,8 +16,9 @@ import threading
 import torch
 import torch.distributed as dist
 
-from syncopy.errors import LaunchError
+from syncopy.errors import FaultError, LaunchError
 from syncopy.runtime import backends
+from syncopy.runtime import link as links
 from syncopy.runtime import plan as planning
 from syncopy.runtime.backends import control
 from syncopy.runtime.context import Arena, Context, context_ids, refuse_listed
@@ -63,6 +64,15 @@ def _schedule_difference(r: int, theirs: str, rank: int, mine: str) -> str:
             return (f"rank {r} launched with {key}: {json.dumps(a.get(key))} but rank {rank} with {key}: {json.dumps(b.get(key))}; "
                     "every rank must use the same schedule (the same file and the same overlap() overrides)")
     return f"rank {r} launched with a different schedule than rank {rank}; every rank must use the same schedule"
+
+
+def _option_difference(r: int, other: tuple, rank: int, mine: tuple) -> str:
+    """Which launch option two ranks disagree on: verify_chunks (index 7) or the injected faults (8)."""
+    if other[7] != mine[7]:
+        return (f"rank {r} launched with verify_chunks={other[7]} but rank {rank} with verify_chunks={mine[7]}; give every "
+                "rank the same verify_chunks (a rank that checksums its chunks cannot read a peer's that do not carry one)")
+    return (f"rank {r} injects faults {other[8] or '(none)'} but rank {rank} {mine[8] or '(none)'}; pass the same faults= "
+            "on every rank (each fault names the rank that acts on it)")
 
 
 MAX_CONTEXTS = 16
@@ -194,18 +204,19 @@ class Contexts:
         choice = self._resolve(shard, world, args) if self.schedule.planned and rank == 0 else None
         # Every rank must bring the same shard shape: check once, collectively, and fail everywhere.
         # It carries an id for the context: rank 0's is taken, so the ranks agree on it (gloo tags).
+        # verify_chunks and the injected faults too: a rank that checksums its chunks cannot talk to one that
+        # does not, and the faults' check below is collective.
         mine = (_shard_shape(shard, uneven), str(shard.dtype), self.schedule.key(), choice, next(context_ids), self.context_budget(),
-                str(extras))
+                str(extras), bool(getattr(self, "verify_chunks", False)), self._fault_spec())
         theirs: list = [mine]
+        what = f"the first launch of {self.local.fn.__name__} with '{self.schedule.tensors[0]}' of shape {list(shard.shape)}"
         if world > 1:
             # The first launch of a shape is collective: a rank that never comes is named, in bounded time.
-            what = f"the first launch of {self.local.fn.__name__} with '{self.schedule.tensors[0]}' of shape {list(shard.shape)}"
             try:
                 name = self.backend_for(shard.device, group)
                 if name != "gloo":
                     refuse_listed(self.schedule, name)
                 backend = backends.select(name, shard.device.type)(group, self.timeout_s, self.link, self.faults)
-                backends.verify_chunks(backend, getattr(self, "verify_chunks", False))
                 control.join(group, self.timeout_s, what)
                 theirs = [None] * world
                 dist.all_gather_object(theirs, mine, group=backend.group)
@@ -224,11 +235,17 @@ class Contexts:
             if other[6] != mine[6]:
                 raise LaunchError(f"rank {r} passed the other listed tensors ({', '.join(self.schedule.tensors[1:])}) as "
                                   f"{other[6]} but rank {rank} as {mine[6]} (shape, dtype); pass the same on every rank")
+            if other[7:] != mine[7:]:
+                raise LaunchError(_option_difference(r, other, rank, mine))
+        if backend is not None:  # after the check: a refusal (GPU backends have no checksums) is then every rank's
+            backends.verify_chunks(backend, mine[7])
         # The other listed tensors' (shape, dtype), by keyword: the common case keeps its four arguments.
         storage = self._arena(group, shard) if _can_share(backend) else None
         ctx = self._make_context(shard, rank, world, theirs[0][3], **({"extras": extras} if extras else {}),
                                  **({"uneven": True} if uneven else {}), **({"storage": storage} if storage is not None else {}))
         ctx.uid = theirs[0][4]
+        if mine[8] and not uneven:  # uneven all_to_all: what each rank sends is known per launch only
+            self._check_faults(ctx, backend, world, what)
         return ctx, backend
 
     def _arena(self, group, shard: torch.Tensor):
@@ -241,6 +258,25 @@ class Contexts:
             if key not in self._arenas:
                 self._arenas[key] = Arena(self.max_rows)
             return self._arenas[key]
+
+    def _fault_spec(self) -> str:
+        return self.faults.spec() if self.faults is not None else ""
+
+    def _check_faults(self, ctx: Context, backend, world: int, what: str) -> None:
+        """Every injected fault names a send some rank makes in this context's plans; else one LaunchError
+        on every rank (a fault that names no send would do nothing, and the run would pass for surviving it)."""
+        made = links.sends(ctx.plan)
+        if world > 1:
+            theirs: list = [None] * world
+            try:
+                dist.all_gather_object(theirs, made, group=backend.group)
+            except RuntimeError:
+                raise LaunchError(f"rank {ctx.plan.rank}: not every rank of the group reached {what} within "
+                                  f"{control.wait_bound(self.timeout_s):g}s; {control.JOIN_FIX}") from None
+            made = set().union(*theirs)
+        problem = links.missing(self.faults, world, made, self.producer, ctx.plan.chunks_per_rank)
+        if problem is not None:
+            raise FaultError(problem)
 
     def _make_context(self, shard: torch.Tensor, rank: int, world: int, choice, extras: tuple = (), uneven: bool = False,
                       storage=None) -> Context:

@@ -84,6 +84,18 @@ class Faults:
         return Faults(frozenset(tuple(x) for x in drop), tuple(((int(k[0]), int(k[1])), float(v)) for k, v in (delay or {}).items()),
                       (int(kill[0]), int(kill[1])) if kill is not None else None, frozenset((int(s), int(i)) for s, i in corrupt))
 
+    def named(self) -> list[tuple[str, tuple[int, int]]]:
+        """(kind, (src, chunk)) of every fault, sorted: what each one names."""
+        found = [*(("drop", k) for k in self.drop), *(("delay", k) for k, _ in self.delay_s),
+                 *([("kill", self.kill)] if self.kill is not None else []), *(("corrupt", k) for k in self.corrupt)]
+        return sorted(found)
+
+    def spec(self) -> str:
+        """The faults as `--inject` text, sorted (the same faults give the same text on every rank); '' for none."""
+        delays = dict(self.delay_s)
+        return ",".join(f"{kind}={src}:{chunk}" + (f":{delays[(src, chunk)] * 1e3:g}" if kind == "delay" else "")
+                        for kind, (src, chunk) in self.named())
+
     def extra_delay(self, src: int, index: int) -> float:
         return sum(v for k, v in self.delay_s if k == (src, index))
 
@@ -109,3 +121,32 @@ class Faults:
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(self.KILLED_EXIT)  # no cleanup, no goodbye: what a crashed or OOM-killed rank does
+
+
+def sends(plan) -> set[tuple[int, int]]:
+    """What a fault can name on `plan` (one rank's): (rank, chunk) of each send it makes of its own.
+    A consumer's chunk is the index among its own shard's chunks, a producer's the global chunk id
+    (as the gloo transfers look faults up: a consumer's relays of other ranks' chunks are not its own)."""
+    if hasattr(plan, "steps"):  # a ReducePlan: every send step carries this rank's partial, sum or final
+        return {(plan.rank, s.chunk) for s in plan.steps if s.kind == "send"}
+    c = plan.chunks_per_rank
+    return {divmod(n.chunk, c) for n in plan.sends() if n.chunk // c == plan.rank}
+
+
+def missing(faults: Faults, world: int, made: set[tuple[int, int]], producer: bool, chunks_per_rank: int) -> str | None:
+    """The one line for the first fault that names a send no rank of `world` makes (`made`: every
+    rank's `sends`), or None when each names one (a fault on no send would silently do nothing)."""
+    for kind, (src, chunk) in faults.named():
+        if (src, chunk) in made:
+            continue
+        what = f"injected fault {kind}={src}:{chunk}"
+        if not 0 <= src < world:
+            return f"{what} names rank {src}, but the group has {world} rank(s); name a rank 0..{world - 1}"
+        if world == 1:
+            return f"{what} names a send, but a world of one rank sends nothing; drop the fault or launch on more ranks"
+        theirs = ", ".join(str(i) for r, i in sorted(made) if r == src) or "none"
+        c = chunks_per_rank
+        unit = (f"a global chunk id (rank d's rows of the result are chunks d*{c}..d*{c}+{c - 1})" if producer
+                else f"a chunk of rank {src}'s own shard (0..{c - 1})")
+        return f"{what} names a send rank {src} never makes: CHUNK is {unit}, and rank {src} sends {theirs}; name one of those"
+    return None

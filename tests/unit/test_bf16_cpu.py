@@ -18,7 +18,7 @@ from syncopy.errors import LaunchError
 from tests.kernels import autotuned
 
 REPO = Path(__file__).parents[2]
-AG_GEMM = REPO / "syncopy" / "templates" / "ag_gemm"
+AG_GEMM = REPO / "templates" / "ag_gemm"
 MESSAGE = ("launch of 'softmax_rows': argument 'out_ptr' is bfloat16, which the Triton interpreter (TRITON_INTERPRET=1) "
            "computes on as raw bits, so every result would be wrong; use float32 or float16 on CPU worlds (bf16 runs on GPUs)")
 

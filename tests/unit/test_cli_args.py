@@ -21,7 +21,7 @@ from syncopy.cli import build_parser, main
 from tests.unit.test_cli import SCHEDULE  # the same kernel name and tensor
 
 REPO = Path(__file__).resolve().parents[2]
-AG_GEMM = REPO / "syncopy" / "templates" / "ag_gemm"
+AG_GEMM = REPO / "templates" / "ag_gemm"
 
 KERNEL = textwrap.dedent(
     '''\

@@ -68,7 +68,7 @@ def test_a_wrong_list_is_one_line(tensor, pattern, message):
 
 
 def test_every_listed_tensor_waits_through_its_own_context_block():
-    ks = from_file(Path(syncopy.__file__).parent / "templates" / "ag_attention" / "kernel.py", "attention")
+    ks = from_file(Path(syncopy.templates.__file__).parent / "ag_attention" / "kernel.py", "attention")
     code = transform(ks, get("ag_attention").schedule()).code()
     assert "wait_chunks(syncopy_signals, syncopy_ctx, syncopy_lo, syncopy_hi)" in code
     assert "chunk_range_masked(V + (rn[:, None] * H + h) * D + rd[None, :], rn[:, None] < N, V, (syncopy_ctx + 8), True)" in code
@@ -177,7 +177,7 @@ def test_a_loop_order_where_no_loop_waits_is_refused():
         _schedule("loop_order: arrival\n", tensor="C", pattern="reduce_scatter")
     assert str(err.value) == ("schedule:5: loop_order: applies to the patterns whose kernel reads `tensor` (all_gather, "
                               "all_to_all), not reduce_scatter; drop loop_order")
-    ks = from_file(Path(syncopy.__file__).parent / "templates" / "ag_gemm_persistent" / "kernel.py", "ag_gemm_persistent_kernel")
+    ks = from_file(Path(syncopy.templates.__file__).parent / "ag_gemm_persistent" / "kernel.py", "ag_gemm_persistent_kernel")
     with pytest.raises(KernelError, match="loop_order applies to kernels with one program per tile, but "
                                           "'ag_gemm_persistent_kernel' loops over its tiles \\(line \\d+\\); drop loop_order"):
         transform(ks, _schedule("loop_order: as_written\n", tensor="A"))

@@ -29,7 +29,7 @@ from syncopy.passes import transform
 from syncopy.schedule import load_schedule, loads
 
 REPO = Path(__file__).resolve().parents[2]
-TEMPLATES = REPO / "syncopy" / "templates"
+TEMPLATES = REPO / "templates"
 
 KERNEL = textwrap.dedent(
     '''\

@@ -26,6 +26,8 @@ def test_reliability_report_of_one_case_has_its_totals(tmp_path):
                                 "leftover_processes": 0}
     row, = report["rows"]
     assert (row["template"], row["world"], row["fault"], row["inject"], row["outcome"]) == ("gemm_rs", 2, "kill", "kill=1:0", "died")
+    # Detected in bounded time: from the killed rank's launch start to the launcher's report of it.
+    assert 0 < row["detect_s"] < row["wall_s"], row
     assert proc.stdout.splitlines()[-1] == ("1 cases: 1/1 faults detected, 1/1 as they must, 0 hangs, 0 wrong results, "
                                             "0 processes left behind")
     assert "[1/1 " in proc.stderr  # progress, a line per case

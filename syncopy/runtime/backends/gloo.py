@@ -473,7 +473,7 @@ class ReduceTransfer(_Threads):
             data = data if data.is_contiguous() else data.contiguous()
             data = self._message(data, self._word(step, data), (ctx.plan.rank, g))
             began = time.perf_counter() - ctx.t0
-            wait = self.link.delay(data.numel() * data.element_size(), self.rng)
+            wait = self.link.delay(data.numel() * data.element_size(), self.rng) + self.faults.extra_delay(ctx.plan.rank, g)
             if wait > 0:
                 threading.Event().wait(wait)
             try:

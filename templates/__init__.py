@@ -65,7 +65,7 @@ def world_size(group=None) -> int:
 
 
 def available() -> dict[str, Template]:
-    """Every folder under syncopy/templates with a schedule.yaml, by name."""
+    """Every folder of the template library (templates/ in the repository) with a schedule.yaml, by name."""
     root = resources.files("syncopy.templates")
     out = {}
     for entry in sorted(root.iterdir(), key=lambda e: e.name):
