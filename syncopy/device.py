@@ -282,15 +282,22 @@ def _behind(flag, epoch):
 
 @triton.jit
 def _spin_polls(ptr, epoch, limit):
-    """After the block saw the flag down: at most `limit` more block-wide polls (compiled and
-    interpreted alike; see the comment below for why not a per-thread timed spin)."""
+    """After the block saw the flag down: compiled, at most `limit` more block-wide polls (see the
+    comment below for why not a per-thread timed spin); interpreted, polls for `limit` microseconds
+    of the host's clock (an interpreted poll's cost drifts within a process, so a count of polls
+    is no bound in time there)."""
     flag = _flag_of_block(ptr)
-    # Count the polls left down from the int64 budget: a 32-bit count of polls made would wrap
-    # past 2^31 polls (timeout_s above ~430 s at 200 ns a poll) and the wait would never end.
-    left = limit
-    while _behind(flag, epoch) & (left > 0):
-        flag = _flag_of_block(ptr)
-        left -= 1
+    if TIMED_WAITS:
+        end = _now_us() + limit
+        while _behind(flag, epoch) & (_now_us() < end):
+            flag = _flag_of_block(ptr)
+    else:
+        # Count the polls left down from the int64 budget: a 32-bit count of polls made would wrap
+        # past 2^31 polls (timeout_s above ~430 s at 200 ns a poll) and the wait would never end.
+        left = limit
+        while _behind(flag, epoch) & (left > 0):
+            flag = _flag_of_block(ptr)
+            left -= 1
     return flag
 
 
@@ -307,6 +314,22 @@ INTERPRETED = type(_spin_polls).__name__ == "InterpretedFunction"
 #: the CPU backend's hold mode lands a chunk only once a program is waiting for it. Compiled
 #: kernels never see the call (a constexpr-false branch is not generated).
 NOTE_WAITS = tl.constexpr(INTERPRETED)
+#: Interpreted waits are bounded in host time, CTX_SPIN_LIMIT then being microseconds (runtime/launch.py).
+TIMED_WAITS = tl.constexpr(INTERPRETED)
+
+if INTERPRETED:
+    import time as _time
+
+    def _host_now_us() -> int:
+        return _time.perf_counter_ns() // 1000
+
+    @triton.jit
+    def _now_us():
+        return _host_now_us()
+else:
+    @triton.jit
+    def _now_us():  # never called compiled (TIMED_WAITS is false there); the dependency scan needs a jit function
+        return 0
 
 
 if INTERPRETED:

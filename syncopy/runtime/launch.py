@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import os
-import time
 
 import torch
 
@@ -21,19 +20,15 @@ def _interpreting() -> bool:
 GPU_POLL_S = 200e-9
 
 
-_poll_cost_s: float | None = None
-
-
 def _spin_limit(timeout_s: float, device_type: str) -> int:
-    """The bound of every wait in a launch (ctx CTX_SPIN_LIMIT), as a number of polls: timeout_s
-    over the cost of one poll -- measured once per process under the interpreter, GPU_POLL_S when
-    compiled (see device.py for why waits count polls rather than read %globaltimer)."""
-    global _poll_cost_s
+    """The bound of every wait in a launch (ctx CTX_SPIN_LIMIT): compiled, a number of polls,
+    timeout_s over GPU_POLL_S (see device.py for why waits count polls rather than read
+    %globaltimer); interpreted, timeout_s in microseconds of the host's clock (device.TIMED_WAITS:
+    an interpreted poll's cost drifts within a process -- a wait bounded by a measured cost gave up
+    after 0.34 s of 0.5 -- so a count of polls is no bound in time there)."""
     if not _interpreting():
         return max(1, int(timeout_s / GPU_POLL_S))
-    if _poll_cost_s is None:
-        _poll_cost_s = _measure_poll_cost()
-    return max(100, int(timeout_s / _poll_cost_s))
+    return max(1, int(timeout_s * 1e6))
 
 
 def _has_async_proxy(device: torch.device) -> bool:
@@ -56,40 +51,6 @@ def _ensure_allocator(device) -> None:
     from syncopy.runtime.persistent import ensure_allocator
 
     ensure_allocator(device)
-
-
-def _measure_poll_cost() -> float:
-    import triton
-    import triton.language as tl
-
-    ctx = torch.zeros(dev.CTX_LEN, dtype=torch.int64)
-    ctx[dev.CTX_EPOCH.value] = 1
-    signals = torch.zeros(dev.SIG_HEADER + 1, dtype=torch.int32)
-
-    @triton.jit
-    def _spin(signals, ctx):
-        first = tl.load(signals + dev.SIG_BASE)  # chunk 0, as a tensor like the kernels' ranges
-        dev.wait_chunks(signals, ctx, first, first)
-
-    def spin(polls: int) -> float:
-        ctx[dev.CTX_SPIN_LIMIT.value] = polls
-        signals.zero_()  # the last run's timeout is in the error slot, and a wait stops at a recorded error
-        t = time.perf_counter()
-        _spin[(1,)](signals, ctx)
-        return time.perf_counter() - t
-
-    return max(least_per_poll(spin), 1e-7)
-
-
-def least_per_poll(spin, polls: int = 100, runs: int = 3) -> float:
-    """Seconds per poll of `spin(polls)` (one wait of that many polls): the least of `runs` runs after
-    one run that is not counted. The first run pays for the interpreter's setup (2-3x a poll's cost
-    measured on the 2-core machine), and a run the OS descheduled overstates a poll; either would
-    make the budget timeout_s / cost fewer polls than timeout_s lasts, and a healthy wait time out
-    early (a 300 ms delay timed out in a 10 s bound at 4 ranks, the fault matrix of 26 Nov). A cost
-    understated only lengthens the bound, which a timeout can afford."""
-    spin(1)
-    return min(spin(polls) for _ in range(runs)) / polls
 
 
 def _cuda_device(args: tuple, kwargs: dict):
