@@ -78,13 +78,7 @@ def _interleaved(fns, rounds: int = 7, iters: int = 10) -> list[float]:
     out = [[] for _ in fns]
     for _ in range(rounds):
         for i, fn in enumerate(fns):
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            for _ in range(iters):
-                fn()
-            e.record()
-            torch.cuda.synchronize()
-            out[i].append(s.elapsed_time(e) / iters)
+            out[i].append(_batch_ms(fn, iters))
     return [statistics.median(x) for x in out]
 
 
@@ -167,20 +161,22 @@ def wait_overhead(shapes, world=4, chunks=4):
     return rows_out
 
 
+def _batch_ms(fn, iters: int) -> float:
+    """GPU ms per call of `iters` calls of `fn` enqueued back to back (the host runs ahead)."""
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    for _ in range(iters):
+        fn()
+    e.record()
+    torch.cuda.synchronize()
+    return s.elapsed_time(e) / iters
+
+
 def _pipelined(fn, iters: int = 12, batches: int = 3) -> float:
     """ms per call of `fn` enqueued back to back (the host runs ahead), median over batches."""
     fn()
     torch.cuda.synchronize()
-    out = []
-    for _ in range(batches):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        for _ in range(iters):
-            fn()
-        e.record()
-        torch.cuda.synchronize()
-        out.append(s.elapsed_time(e) / iters)
-    return statistics.median(out)
+    return statistics.median(_batch_ms(fn, iters) for _ in range(batches))
 
 
 def _both(fn, reps: int) -> tuple[float, float]:

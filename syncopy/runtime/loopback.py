@@ -364,7 +364,9 @@ class LoopbackWorld:
 
         pending = [] if presignal else list(self._arrivals(loop, moves, withhold))
         failed: list[BaseException] = []
-        copy, side, marked = ops.copy, loop.side, events is not _Timeline.OFF
+        copy, marked = ops.copy, events is not _Timeline.OFF
+        # A chunk has landed once its flags are written: on the flags' own stream where they have one.
+        landed_on = loop.flag_stream if loop.flag_stream is not None and loop.device_epoch is None else loop.side
 
         def arrive(limit: int | None = None):
             """Issue the pending chunk copies (the first `limit` of them), each followed by its flags."""
@@ -379,7 +381,7 @@ class LoopbackWorld:
                     copy(dst, src, n, hs)
                     raise_flags(flags, hs)
                     if marked:
-                        events.mark(g, loop.flag_stream if loop.flag_stream is not None and loop.device_epoch is None else side)
+                        events.mark(g, landed_on)
                 events.host("copies enqueued", host0)
             except BaseException as exc:  # surfaced by the launching thread
                 failed.append(exc)
