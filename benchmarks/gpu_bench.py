@@ -100,6 +100,52 @@ def _graphed(fn):
     return graph.replay
 
 
+def gpu_profile(fns: dict, iters: int = 4, path: str | None = None) -> dict:
+    """What the GPU did during `iters` back-to-back calls of each of `fns` (torch.profiler, CUDA
+    activities): per run, the period per call, the kernels' and copies' busy time per call, each
+    H2D copy's mean duration, and the idle gaps between consecutive H2D copies (the copy train's
+    holes). `path`: also the chrome trace of each run (`path`.NAME.json)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    out = {}
+    for name, fn in fns.items():
+        fn()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(iters):
+                fn()
+            torch.cuda.synchronize()
+        trace = f"{path}.{name}.json" if path else f"/tmp/syncopy_profile_{os.getpid()}.json"
+        prof.export_chrome_trace(trace)
+        with open(trace) as f:
+            events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+        if not path:
+            os.remove(trace)
+        if not events:
+            continue
+        events.sort(key=lambda e: e["ts"])
+        h2d = [e for e in events if e["cat"] == "gpu_memcpy" and "HtoD" in e["name"] and e["dur"] > 5]
+        gaps = [b["ts"] - (a["ts"] + a["dur"]) for a, b in zip(h2d, h2d[1:])]
+        kernels = [e for e in events if e["cat"] == "kernel"]
+        span = max(e["ts"] + e["dur"] for e in events) - events[0]["ts"]
+        out[name] = dict(period_ms=span / iters / 1e3, kernel_busy_ms=sum(e["dur"] for e in kernels) / iters / 1e3,
+                         kernels_per_call=len(kernels) / iters, copies_per_call=len(h2d) / iters,
+                         h2d_mean_us=statistics.mean(e["dur"] for e in h2d) if h2d else None,
+                         h2d_busy_ms=sum(e["dur"] for e in h2d) / iters / 1e3,
+                         h2d_gap_total_ms=sum(g for g in gaps if g > 0) / iters / 1e3,
+                         h2d_gaps_over_5us=sorted(round(g, 1) for g in gaps if g > 5)[-12:],
+                         other_copies_per_call=(len(events) - len(kernels) - len(h2d)) / iters)
+        r = out[name]
+        print(f"    profile {name:22s} period {r['period_ms']:.3f} ms/call: kernels {r['kernel_busy_ms']:.3f} ms "
+              f"({r['kernels_per_call']:.0f}), H2D {r['h2d_busy_ms']:.3f} ms ({r['copies_per_call']:.0f} x {r['h2d_mean_us'] or 0:.1f} us), "
+              f"holes in the copy train {r['h2d_gap_total_ms']:.3f} ms, other copies/memsets {r['other_copies_per_call']:.0f}; "
+              f"largest holes (us) {r['h2d_gaps_over_5us']}", flush=True)
+    return out
+
+
+PROFILE_DIR = os.environ.get("SYNCOPY_BENCH_PROFILE")  # a folder: --core runs also profile their AG cases there
+
+
 def _args(a, b, c, m, n, k):
     return (a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1))
 
@@ -211,8 +257,10 @@ def _finish(res: dict) -> dict:
     return res
 
 
-def ag_gemm_case(m, n, k, world=4, chunks=4, reps=10):
-    """AG-GEMM: C = all_gather(A) @ B; this rank's A rows are local, 3 peers' arrive by H2D copies."""
+def ag_gemm_case(m, n, k, world=4, chunks=4, reps=10, core=False):
+    """AG-GEMM: C = all_gather(A) @ B; this rank's A rows are local, 3 peers' arrive by H2D copies.
+    `core`: only what a comparison of one runtime setting needs (sequential, the graph-replayed
+    stream-level baseline as `stream_overlap`, fused; both again with two receive buffers)."""
     print(f"  ag_gemm {m}x{n}x{k} world {world} chunks {chunks}", flush=True)
     rows = m // world
     fk = syncopy.overlap(dict(pattern="all_gather", tensor="A", dim=0, chunks_per_rank=chunks))(ag_gemm_kernel)
@@ -266,7 +314,7 @@ def ag_gemm_case(m, n, k, world=4, chunks=4, reps=10):
             copies_only()
         cur.wait_stream(side)
 
-    lw_flags = LoopbackWorld(fk, world, flags="own-stream")
+    lw_flags = LoopbackWorld(fk, world, flags="behind-copy")
     lw_two = LoopbackWorld(fk, world, buffers=2)
 
     def fused_two_buffers():  # launches alternate between two receive buffers (epoch parity)
@@ -299,7 +347,7 @@ def ag_gemm_case(m, n, k, world=4, chunks=4, reps=10):
             read[it % 2] = torch.cuda.Event()
             read[it % 2].record(cur)
 
-    def fused_flag_stream():  # each chunk's flag on a stream of its own (see flag_cost)
+    def fused_flags_behind_copy():  # each chunk's flag behind it on the copies' stream (the default until 2026-11-27; see flag_cost)
         lw_flags.launch(grid, _args(shard0, b, c, m, n, k), dict(META), peers, sync=False)
 
     def copies_only():
@@ -308,9 +356,11 @@ def ag_gemm_case(m, n, k, world=4, chunks=4, reps=10):
 
     res = dict(pattern="ag_gemm", world_kind="loopback", world=world, m=m, n=n, k=k, chunks=chunks)
     compute = lambda: ag_gemm_kernel[grid](*_args(full, b, c, m, n, k), **META)  # noqa: E731
-    tl = _measure(res, lw, copies_only, compute, dict(sequential=sequential, stream_overlap=stream_level, fused=fused,
-                                                      fused_copies_before=fused_copies_before, fused_flag_stream=fused_flag_stream,
-                                                      stream_overlap_graph=_graphed(stream_level)), reps,
+    runs = dict(sequential=sequential, stream_overlap=stream_level, fused=fused, fused_copies_before=fused_copies_before,
+                fused_flags_behind_copy=fused_flags_behind_copy, stream_overlap_graph=_graphed(stream_level))
+    if core:
+        runs = dict(sequential=sequential, stream_overlap=runs["stream_overlap_graph"], fused=fused)
+    tl = _measure(res, lw, copies_only, compute, runs, reps,
                   lambda: lw.launch(grid, _args(shard0, b, c, m, n, k), dict(META), peers, timeline=True))
     landed = [v for name, v in tl.items() if isinstance(name, int)]
     res["fused_timeline_ms"] = dict(kernel_launched=tl["kernel"], first_chunk=min(landed), last_chunk=max(landed), end=tl["end"], host=tl["host"])
@@ -319,15 +369,20 @@ def ag_gemm_case(m, n, k, world=4, chunks=4, reps=10):
     lw.synchronize()
     ref = full.float() @ b.float()
     res["fused_max_rel_err"] = ((c.float() - ref).abs().max() / ref.abs().max()).item()
-    c.fill_(float("nan"))
-    fused_flag_stream()
-    lw_flags.synchronize()
-    res["fused_flag_stream_max_rel_err"] = torch.nan_to_num((c.float() - ref).abs().max() / ref.abs().max(), nan=float("inf")).item()
+    if not core:
+        c.fill_(float("nan"))
+        fused_flags_behind_copy()
+        lw_flags.synchronize()
+        res["fused_flags_behind_copy_max_rel_err"] = torch.nan_to_num((c.float() - ref).abs().max() / ref.abs().max(), nan=float("inf")).item()
     # Two receive buffers, both ways, four launches per graph replay (ms per launch).
     replay4 = _graphed(stream_level_two_buffers)
     res["stream_overlap_two_buffers_graph_ms"] = _pipelined(replay4) / 4
     res["fused_two_buffers_ms"] = _pipelined(fused_two_buffers)
     res["compute_beside_copies_ms"] = _pipelined(compute_beside_copies)
+    if core and PROFILE_DIR:
+        res["profile"] = gpu_profile(dict(fused=fused, stream_overlap_graph=runs["stream_overlap"], fused_two_buffers=fused_two_buffers,
+                                          stream_overlap_two_buffers_graph=replay4, copies_only=copies_only, compute=compute),
+                                     path=os.path.join(PROFILE_DIR, f"ag_{m}x{n}x{k}_c{chunks}"))
     c.fill_(float("nan"))
     fused_two_buffers()
     fused_two_buffers()
@@ -336,7 +391,8 @@ def ag_gemm_case(m, n, k, world=4, chunks=4, reps=10):
     print(f"    two buffers: stream-level as a graph {res['stream_overlap_two_buffers_graph_ms']:.3f} ms per launch, fused "
           f"{res['fused_two_buffers_ms']:.3f} ms per launch back to back (error {res['fused_two_buffers_max_rel_err']:.1e}); "
           f"the local kernel beside the copies {res['compute_beside_copies_ms']:.3f} ms", flush=True)
-    print(f"    fused max relative error {res['fused_max_rel_err']:.1e}, with own-stream flags {res['fused_flag_stream_max_rel_err']:.1e}", flush=True)
+    print(f"    fused max relative error {res['fused_max_rel_err']:.1e}, with the flags behind the copies {res.get('fused_flags_behind_copy_max_rel_err', float('nan')):.1e}", flush=True)
+    res["wait_backoff_ns"] = dev.WAIT_BACKOFF_NS.value
     return _finish(res)
 
 
@@ -508,8 +564,9 @@ def graph_replay(m, n, k, world, chunks, timed) -> dict:
 def flag_cost(chunks: int = 12, chunk_mb: int = 4) -> dict:
     """What a chunk's flag costs the copy engine: `chunks` H2D copies of `chunk_mb` MiB back to back
     on one stream, with nothing between them, with a write-value behind each (a memory barrier
-    first: the loopback and p2p default), a write-value without the barrier, an event behind each,
-    or an event and a write-value on a second stream that waits for it (flags="own-stream").
+    first: the p2p default and loopback's flags="behind-copy"), a write-value without the barrier, an
+    event behind each, or an event and a write-value on a second stream that waits for it (the
+    loopback default, flags="own-stream").
     ms per batch, back to back."""
     from syncopy.runtime import streamops
 
@@ -654,13 +711,29 @@ def main(argv=None) -> int:
     p.add_argument("--patterns", default="ag_gemm,gemm_rs", help="the cases to run, comma-separated")
     p.add_argument("--worlds", default="loopback,threads", help="the world kinds to run them on, comma-separated")
     p.add_argument("--wait-only", action="store_true", help="only the wait overhead (run with SYNCOPY_WAIT_SCOPE=gpu to compare)")
+    p.add_argument("--core", action="store_true", help="loopback cases only (--patterns), and for AG-GEMM only sequential, the "
+                   "graph-replayed stream-level baseline and fused (to compare a setting such as SYNCOPY_WAIT_BACKOFF_NS run by run)")
+    p.add_argument("--chunks", type=int, default=0, help="with --core: chunks per rank of every case (default: each case's own)")
+    p.add_argument("--gpu-scope", action="store_true", help="also the wait overhead with gpu-scope acquires (a second process)")
     a = p.parse_args(argv)
     if a.wait_only:
         shapes = [(2048, 2048, 2048)] if a.quick else [(4096, 4096, 4096), (8192, 8192, 4096)]
         _save({"wait_overhead_rows": wait_overhead(shapes), "scope": os.environ.get("SYNCOPY_WAIT_SCOPE", "sys")}, a.json)
         return 0
     name = torch.cuda.get_device_name()
-    print(f"device: {name} (torch {torch.__version__}, triton {triton.__version__})", flush=True)
+    print(f"device: {name} (torch {torch.__version__}, triton {triton.__version__}), "
+          f"waits sleep {dev.WAIT_BACKOFF_NS.value} ns between polls", flush=True)
+    wanted = set(a.patterns.split(","))
+    if a.core:
+        shapes = [(2048, 2048, 1024)] if a.quick else [(8192, 8192, 4096), (8192, 4096, 4096)]
+        out = {"device": name, "torch": torch.__version__, "triton": triton.__version__, "wait_backoff_ns": dev.WAIT_BACKOFF_NS.value,
+               "cases": [], "failures": []}
+        with_chunks = [(*shape, a.chunks) for shape in shapes] if a.chunks else shapes
+        _cases(out, out["failures"], "ag_gemm", functools.partial(ag_gemm_case, core=True), with_chunks, wanted, a.json)
+        rs = [(8192, 8192, 4096, a.chunks or 2)] if not a.quick else [(2048, 2048, 1024, a.chunks or 2)]
+        _cases(out, out["failures"], "gemm_rs", gemm_rs_case, rs, wanted, a.json)
+        _print_table(out)
+        return 1 if out["failures"] else 0
     if a.quick:
         ag_shapes, rs_shapes, wo_shapes = [(2048, 2048, 1024)], [(2048, 2048, 1024)], [(2048, 2048, 2048)]
         ag_thread_shapes, rs_thread_shapes = ag_shapes, rs_shapes
@@ -737,7 +810,7 @@ def _launch_and_wait(out: dict, a, wo_shapes) -> None:
               f"(ranges computed in-kernel {r['fused_ranges_in_kernel_ms']:.3f} ms, grid order {r['fused_grid_order_ms']:.3f} ms; "
               f"beside the copies: original {r['original_beside_copies_ms']:.3f} ms, fused {r['fused_beside_copies_ms']:.3f} ms)")
     out["wait_overhead"] = out["wait_overhead_rows"][-1]["overhead"]
-    out["wait_overhead_gpu_scope_rows"] = _wait_overhead_at_gpu_scope(a.quick)
+    out["wait_overhead_gpu_scope_rows"] = _wait_overhead_at_gpu_scope(a.quick) if a.gpu_scope else []
     for r in out["wait_overhead_gpu_scope_rows"]:
         print(f"  with gpu-scope acquires (SYNCOPY_WAIT_SCOPE=gpu): {r['m']}x{r['n']}x{r['k']}: original {r['original_ms']:.3f} ms, "
               f"fused {r['fused_all_present_ms']:.3f} ms, overhead {r['overhead'] * 100:+.1f}%")

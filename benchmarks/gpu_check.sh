@@ -6,16 +6,7 @@ set -uo pipefail
 OUT="${1:-results}"
 mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
-export TRITON_INTERPRET=0  # conftest defaults to the interpreter; GPUs compile
-export PYTHONUNBUFFERED=1 SYNCOPY_CACHE_DIR="${TMPDIR:-/tmp}/syncopy-cache"
-# More hardware queues: a stream that waits on a flag (cuStreamWaitValue32) then shares one with the
-# kernel that raises it less often, and so overlaps with it (see loopback._launch_producer).
-export CUDA_DEVICE_MAX_CONNECTIONS="${CUDA_DEVICE_MAX_CONNECTIONS:-32}"
-if [ -d .whl ] && ! python3 -c "import libcst, pydantic, yaml" 2>/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  export PYTHONPATH="/tmp/site:${PYTHONPATH:-}"
-fi
-export PYTHONPATH="$PWD:${PYTHONPATH:-}"
+source benchmarks/gpu_env.sh
 { nvidia-smi --query-gpu=name,driver_version,memory.total,compute_mode --format=csv; python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"; } | tee "$OUT/device.txt"
 # Every step is bounded (280 + 150 + 40 + 15 s: under 8 minutes however it goes); a stuck world prints its
 # ranks' stacks after SYNCOPY_HANG_DUMP_S and is stopped after SYNCOPY_GPU_WORLD_TIMEOUT_S. The benchmarks

@@ -28,6 +28,12 @@ import triton.language as tl
 #: and what Triton-distributed's intra-node kernels use; SYNCOPY_WAIT_SCOPE=gpu selects it, so that
 #: benchmarks/gpu_bench.py can measure what the wider scope costs (read once, at import).
 WAIT_GPU_SCOPE = tl.constexpr(os.environ.get("SYNCOPY_WAIT_SCOPE", "sys") == "gpu")
+#: Nanoseconds a waiting program sleeps (`nanosleep`, sm_70+) between two polls of a flag that was
+#: down. Every poll is a block-wide atomic on one word, and a whole wave of programs waiting on the
+#: same chunk turns that word's L2 slice into a hot spot the copy engine and the computing tiles
+#: share; sleeping between polls thins the traffic at the price of seeing a flag up to that much
+#: later. SYNCOPY_WAIT_BACKOFF_NS (read once, at import) sets it; 0 polls back to back.
+WAIT_BACKOFF_NS = tl.constexpr(int(os.environ.get("SYNCOPY_WAIT_BACKOFF_NS", "0")))
 
 CTX_EPOCH = tl.constexpr(0)
 CTX_RANK = tl.constexpr(1)
@@ -274,6 +280,15 @@ def _flag_of_block(ptr):
 
 
 @triton.jit
+def _backoff():
+    """Sleep WAIT_BACKOFF_NS between polls (compiled only: the interpreter runs no PTX)."""
+    if not TIMED_WAITS:
+        if WAIT_BACKOFF_NS > 0:
+            tl.inline_asm_elementwise("nanosleep.u32 $1;\n\tmov.u32 $0, 0;", "=r,r",
+                                      [tl.full([], WAIT_BACKOFF_NS, tl.int32)], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
 def _behind(flag, epoch):
     """Was `flag` raised by an earlier launch than `epoch`? Compared cyclically in int32 (the
     difference wraps as the words do), so launches go on past 2^31 with nothing reset."""
@@ -296,6 +311,7 @@ def _spin_polls(ptr, epoch, limit):
         # past 2^31 polls (timeout_s above ~430 s at 200 ns a poll) and the wait would never end.
         left = limit
         while _behind(flag, epoch) & (left > 0):
+            _backoff()
             flag = _flag_of_block(ptr)
             left -= 1
     return flag

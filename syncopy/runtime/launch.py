@@ -22,12 +22,12 @@ GPU_POLL_S = 200e-9
 
 def _spin_limit(timeout_s: float, device_type: str) -> int:
     """The bound of every wait in a launch (ctx CTX_SPIN_LIMIT): compiled, a number of polls,
-    timeout_s over GPU_POLL_S (see device.py for why waits count polls rather than read
+    timeout_s over GPU_POLL_S plus the sleep between polls (device.WAIT_BACKOFF_NS; see device.py for why waits count polls rather than read
     %globaltimer); interpreted, timeout_s in microseconds of the host's clock (device.TIMED_WAITS:
     an interpreted poll's cost drifts within a process -- a wait bounded by a measured cost gave up
     after 0.34 s of 0.5 -- so a count of polls is no bound in time there)."""
     if not _interpreting():
-        return max(1, int(timeout_s / GPU_POLL_S))
+        return max(1, int(timeout_s / (GPU_POLL_S + dev.WAIT_BACKOFF_NS.value * 1e-9)))
     return max(1, int(timeout_s * 1e6))
 
 

@@ -1,11 +1,14 @@
 """One-GPU loopback world: one device plays rank `rank` of a `world`-rank all-gather.
 
 Peers' shards live in pinned host memory and "arrive" by copy-engine copies on a side stream; each
-chunk's flag is raised behind its copy by a stream write-value (`cuStreamWriteValue32`, a memory
-barrier first: see runtime/streamops.py), so communication uses no SMs:
+chunk's flag is raised once its copy is done by a stream write-value (`cuStreamWriteValue32`, a
+memory barrier first: see runtime/streamops.py) on a flags stream, so communication uses no SMs
+and the copy train has no holes (flags="own-stream", the default; "behind-copy" writes the flags
+on the side stream itself):
 
     compute stream  [wait side(e-1)][epoch, own rows, own flags][== fused kernel e ==][error words -> pinned ring]
-    side stream                      [wait compute: kernel e-1 done][chunk 0][flag 0 = e][chunk 1][flag 1 = e] ...
+    side stream                      [wait compute: kernel e-1 done][chunk 0][ev 0][chunk 1][ev 1] ...
+    flags stream                                                          [wait ev 0][flag 0 = e][wait ev 1][flag 1 = e] ...
 
 A launch enqueues and returns, like any CUDA op: nothing on its path waits for the device. The
 error words a kernel leaves (a wait that ran out) are copied behind it into a pinned ring and read
@@ -192,18 +195,21 @@ class LoopbackWorld:
         """graph: advance every launch's epoch on the device (runtime/graph.py) from the first
         launch on, as a context does anyway from its first captured launch.
         flags: where a chunk's flag is written (host-epoch launches):
-          "behind-copy" (the default): a write-value on the copies' stream, behind the chunk;
-          "own-stream": on a stream of its own that waits for an event recorded behind the chunk,
-                        so the next chunk's copy does not wait for the write-value (each costs the
-                        copy engine a few microseconds on an H100: see benchmarks/gpu_bench.py
-                        `flag_cost`). Default from $SYNCOPY_LOOPBACK_FLAGS.
+          "own-stream" (the default): on a stream of its own that waits for an event recorded
+                        behind the chunk, so the next chunk's copy does not wait for the write-value
+                        and its memory barrier. Behind the copy, each write-value left a 5-7 us hole
+                        in the copy train on an H200 (torch.profiler: 12 holes, ~0.07 ms of a
+                        12-chunk launch; gpu_bench.py `gpu_profile`; 1.8 us on an H100 by `flag_cost`),
+                        none on their own stream: two-buffer launches went 1.009 -> 0.982 ms.
+          "behind-copy": a write-value on the copies' stream, behind the chunk (one stream fewer).
+        Default from $SYNCOPY_LOOPBACK_FLAGS.
         buffers: 2 gives each shape two contexts (buffers, flags, epochs) that launches alternate
         between, by epoch parity: a launch's copies then wait only for the kernel two launches
         back, which read the same buffer, instead of the last one, so back-to-back launches keep
         the copy engine busy while the last kernel still computes. Twice the receive memory;
         all_gather launches without graph capture."""
         refuse_listed(fused.schedule, "a loopback world")
-        flags = flags or os.environ.get("SYNCOPY_LOOPBACK_FLAGS") or "behind-copy"
+        flags = flags or os.environ.get("SYNCOPY_LOOPBACK_FLAGS") or "own-stream"
         if flags not in self.FLAGS:
             raise ValueError(f"flags={flags!r}: expected one of {', '.join(self.FLAGS)}")
         self.flags = flags
