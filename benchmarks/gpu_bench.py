@@ -714,6 +714,7 @@ def main(argv=None) -> int:
     p.add_argument("--core", action="store_true", help="loopback cases only (--patterns), and for AG-GEMM only sequential, the "
                    "graph-replayed stream-level baseline and fused (to compare a setting such as SYNCOPY_WAIT_BACKOFF_NS run by run)")
     p.add_argument("--chunks", type=int, default=0, help="with --core: chunks per rank of every case (default: each case's own)")
+    p.add_argument("--host", action="store_true", help="with --core: also the host time of a warm launch and the graph replay")
     p.add_argument("--gpu-scope", action="store_true", help="also the wait overhead with gpu-scope acquires (a second process)")
     a = p.parse_args(argv)
     if a.wait_only:
@@ -732,6 +733,11 @@ def main(argv=None) -> int:
         _cases(out, out["failures"], "ag_gemm", functools.partial(ag_gemm_case, core=True), with_chunks, wanted, a.json)
         rs = [(8192, 8192, 4096, a.chunks or 2)] if not a.quick else [(2048, 2048, 1024, a.chunks or 2)]
         _cases(out, out["failures"], "gemm_rs", gemm_rs_case, rs, wanted, a.json)
+        if a.host:
+            out["host_launch"] = host_launch(*((2048, 2048, 1024) if a.quick else (8192, 8192, 4096)))
+            print(f"  host time of a warm launch: fused {out['host_launch']['fused_us']:.1f} us, bare Triton launch "
+                  f"{out['host_launch']['bare_us']:.1f} us", flush=True)
+            _save(out, a.json)
         _print_table(out)
         return 1 if out["failures"] else 0
     if a.quick:

@@ -180,6 +180,7 @@ class _Loop:
         # flags="own-stream": the flags' stream and one event per remote chunk (made at first use).
         self.flag_stream = None
         self.flag_events: list = []
+        self.flag_mark = None  # recorded behind the flags of a captured launch, which the capture stream waits for
         self.kernel_marked = False  # buffers=2: compute_mark was recorded behind a kernel of this context
         self.wire: _Wire | None = None  # producer contexts: their transfers (made with the first peer list)
 
@@ -372,7 +373,7 @@ class LoopbackWorld:
         failed: list[BaseException] = []
         copy, marked = ops.copy, events is not _Timeline.OFF
         # A chunk has landed once its flags are written: on the flags' own stream where they have one.
-        landed_on = loop.flag_stream if loop.flag_stream is not None and loop.device_epoch is None else loop.side
+        landed_on = loop.flag_stream if loop.flag_stream is not None else loop.side
 
         def arrive(limit: int | None = None):
             """Issue the pending chunk copies (the first `limit` of them), each followed by its flags."""
@@ -412,9 +413,12 @@ class LoopbackWorld:
         events.host("kernel launched", host0)
         if pending:
             arrive()
-        if capturing:  # the side branch rejoins the captured stream: the graph ends when its copies do
+        if capturing:  # the side branches rejoin the captured stream: the graph ends when its copies and flags do
             ops.record(loop.side_mark, hs)
             ops.wait_event(hc, loop.side_mark)
+            if loop.flag_stream is not None:
+                ops.record(loop.flag_mark, ops.handle(loop.flag_stream))
+                ops.wait_event(hc, loop.flag_mark)
         if loop.device_epoch is None:
             self._after_kernel(loop, epoch, hc)
         if self.buffers == 2:  # this buffer's next copies wait for this kernel (_own_writes)
@@ -446,14 +450,12 @@ class LoopbackWorld:
             ops.copy(own_dst, ptr(shard), own_bytes, hc)
             ops.write_batch(loop.start_writes, epoch, hc)  # error words cleared, the epoch, the own flags
             write32 = ops.write32
-            if self.flags == "own-stream":
-                return self._raise_on_flag_stream(loop, epoch, ops, hs)
 
             def raise_flags(flags, stream, barrier=True):
                 for f in flags:
                     write32(f, epoch, stream)
 
-            return raise_flags
+            return self._raise_on_flag_stream(loop, ops, hs, raise_flags) if self.flags == "own-stream" else raise_flags
         # The side stream's flags are copies of the new epoch: it starts once the mirror holds it.
         # The own rows may land after the advance raised their flags: only the fused kernel,
         # behind them on this stream, reads those flags.
@@ -470,28 +472,33 @@ class LoopbackWorld:
             for f in flags:
                 ops.copy(f, mirror, 4, stream)
 
-        return raise_flags
+        return self._raise_on_flag_stream(loop, ops, hs, raise_flags) if self.flags == "own-stream" else raise_flags
 
-    def _raise_on_flag_stream(self, loop: _Loop, epoch: int, ops, hs):
-        """flags="own-stream": a chunk's flags are written on the flags' stream once an event
-        recorded behind the chunk on the copies' stream `hs` has completed (the chunk is in
-        memory), so the copies' stream goes on to the next chunk at once. A write on another stream
-        (a presignalled chunk on the compute stream) is written there, behind the chunk."""
-        if loop.flag_stream is None:
-            loop.flag_stream = self.engine.stream(loop.ctx.buffer.device)
+    def _raise_on_flag_stream(self, loop: _Loop, ops, hs, raise_on):
+        """flags="own-stream": a chunk's flags are raised (`raise_on(flags, stream, barrier)`: a
+        write-value of the host's epoch, or in device-epoch mode a barrier and copies from the
+        epoch's mirror) on the flags' stream once an event recorded behind the chunk on the copies'
+        stream `hs` has completed (the chunk is in memory), so the copies' stream goes on to the
+        next chunk at once. A flag on another stream (a presignalled chunk on the compute stream)
+        is raised there, behind the chunk."""
+        if not loop.flag_events:  # made once (the CPU engine's stream is None: done when enqueued)
             loop.flag_events = [ops.event() for _ in range(loop.ctx.n_chunks)]
-        hf, events, write32 = ops.handle(loop.flag_stream), iter(loop.flag_events), ops.write32
+            loop.flag_mark = ops.event()
+        if loop.flag_stream is None and loop.device_epoch is not None:
+            # A replayed graph's flags follow its copies on a worker, as the copies do (_use_device_epoch).
+            loop.flag_stream = self.engine.side_stream(loop.ctx.buffer.device, self.fk.timeout_s)
+        elif loop.flag_stream is None:
+            loop.flag_stream = self.engine.stream(loop.ctx.buffer.device)
+        hf, events = ops.handle(loop.flag_stream), iter(loop.flag_events)
 
         def raise_flags(flags, stream, barrier=True):
             if stream != hs:
-                for f in flags:
-                    write32(f, epoch, stream)
+                raise_on(flags, stream, barrier)
                 return
             ev = next(events)
             ops.record(ev, stream)
             ops.wait_event(hf, ev)
-            for f in flags:
-                write32(f, epoch, hf)
+            raise_on(flags, hf, True)
 
         return raise_flags
 
@@ -541,7 +548,7 @@ class LoopbackWorld:
         in device-epoch mode also those of graph replays, which only the device knows of."""
         for loop in [*self.loops.values(), *self.twins.values()]:
             self.engine.synchronize(loop.ctx.buffer.device)
-            streams = [loop.side] + ([loop.wire.send, loop.wire.recv] if loop.wire is not None else [])
+            streams = [loop.side, loop.flag_stream] + ([loop.wire.send, loop.wire.recv] if loop.wire is not None else [])
             for stream in streams:
                 if isinstance(stream, streamops.HostStream):
                     stream.synchronize()

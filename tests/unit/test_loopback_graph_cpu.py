@@ -64,9 +64,10 @@ def _flag_addresses(ctx) -> set[int]:
     return {ctx.flag_address(f) for f in range(ctx.n_flags)}
 
 
-@pytest.mark.parametrize("world,rank,start", [(3, 1, 0), (2, 0, 2**31 - 3)], ids=["world3", "world2-across-the-int32-wrap"])
-def test_replays_move_new_data_and_advance_the_epoch_on_the_device(world, rank, start):
-    lw = LoopbackWorld(_fused(), world, rank, device="cpu")
+@pytest.mark.parametrize("world,rank,start,flags", [(3, 1, 0, "own-stream"), (3, 1, 0, "behind-copy"), (2, 0, 2**31 - 3, "own-stream")],
+                         ids=["world3", "world3-flags-behind-copies", "world2-across-the-int32-wrap"])
+def test_replays_move_new_data_and_advance_the_epoch_on_the_device(world, rank, start, flags):
+    lw = LoopbackWorld(_fused(), world, rank, device="cpu", flags=flags)
     case = _Case(world, rank)
     case.launch(lw)  # warm: context, probe, tile order
     ctx = next(iter(lw.contexts.values()))
@@ -106,6 +107,37 @@ def test_a_captured_launch_writes_no_epoch_and_no_flag_from_the_host():
     assert [name for name, _ in calls].count("copy") == 1 + 1 + 4 + 4  # own rows, epoch -> mirror, 4 chunks, 4 flags
     kernels = [getattr(step, "__name__", "") for step in graph.steps if not hasattr(step, "func")]
     assert kernels == ["advance", "<lambda>"]  # the epoch's advance, then the fused kernel
+
+
+def test_a_captured_launch_raises_its_flags_on_their_own_stream_and_waits_for_them():
+    # flags="own-stream" (the default) in a capture: the copies' stream holds only the chunks and an
+    # event behind each; the barrier and the flag copies run on the flags' stream once that event
+    # is done; the captured stream waits for the flags' stream at the end (a graph ends when its
+    # flags are up, and a capture must rejoin every stream it forked).
+    lw = LoopbackWorld(_fused(), 3, 0, device="cpu")
+    case = _Case(3, 0)
+    case.launch(lw)
+    graph = case.capture(lw)
+    (loop,) = lw.loops.values()
+    ctx, de = loop.ctx, loop.device_epoch
+    side, flags = lw.ops.handle(loop.side), lw.ops.handle(loop.flag_stream)
+    assert flags is not None and flags is not side
+    calls = [(step.func.__name__, step.args) for step in graph.steps if hasattr(step, "func")]
+    on_side = [(name, args[0]) for name, args in calls if args and args[-1] is side and name in ("copy", "write32", "record")]
+    chunks = [(name, dst) for name, dst in on_side if name == "copy"]
+    assert len(chunks) == 4 and [name for name, _ in on_side] == [*["copy", "record"] * 4, "record"]  # chunk, event; the join's mark
+    raised = [(name, args[0]) for name, args in calls if args and args[-1] is flags and name in ("copy", "write32")]
+    assert raised == [item for g in range(4) for item in (("write32", de.scratch_address), ("copy", ctx.flag_address(_remote_flag(loop, g))))]
+    waits = [args for name, args in calls if name == "wait_event"]
+    assert sum(1 for a in waits if a[0] is flags) == 4  # one per chunk
+    assert waits[-1][1] is loop.flag_mark  # the captured stream's last wait: the flags are up
+
+
+def _remote_flag(loop, g: int) -> int:
+    """The flag of the g-th remote chunk in arrival order."""
+    arrivals = loop.arrivals[frozenset()]
+    (flag,) = [f for f in range(loop.ctx.n_flags) if loop.ctx.flag_address(f) == arrivals[g][4][0]]
+    return flag
 
 
 def test_warm_launches_in_graph_mode_write_no_epoch_from_the_host(monkeypatch):
