@@ -180,7 +180,6 @@ class _Loop:
         # flags="own-stream": the flags' stream and one event per remote chunk (made at first use).
         self.flag_stream = None
         self.flag_events: list = []
-        self.flag_mark = None  # recorded behind the flags of a captured launch, which the capture stream waits for
         self.kernel_marked = False  # buffers=2: compute_mark was recorded behind a kernel of this context
         self.wire: _Wire | None = None  # producer contexts: their transfers (made with the first peer list)
 
@@ -373,7 +372,7 @@ class LoopbackWorld:
         failed: list[BaseException] = []
         copy, marked = ops.copy, events is not _Timeline.OFF
         # A chunk has landed once its flags are written: on the flags' own stream where they have one.
-        landed_on = loop.flag_stream if loop.flag_stream is not None else loop.side
+        landed_on = loop.flag_stream if loop.flag_stream is not None and loop.device_epoch is None else loop.side
 
         def arrive(limit: int | None = None):
             """Issue the pending chunk copies (the first `limit` of them), each followed by its flags."""
@@ -413,12 +412,9 @@ class LoopbackWorld:
         events.host("kernel launched", host0)
         if pending:
             arrive()
-        if capturing:  # the side branches rejoin the captured stream: the graph ends when its copies and flags do
+        if capturing:  # the side branch rejoins the captured stream: the graph ends when its copies do
             ops.record(loop.side_mark, hs)
             ops.wait_event(hc, loop.side_mark)
-            if loop.flag_stream is not None:
-                ops.record(loop.flag_mark, ops.handle(loop.flag_stream))
-                ops.wait_event(hc, loop.flag_mark)
         if loop.device_epoch is None:
             self._after_kernel(loop, epoch, hc)
         if self.buffers == 2:  # this buffer's next copies wait for this kernel (_own_writes)
@@ -472,22 +468,20 @@ class LoopbackWorld:
             for f in flags:
                 ops.copy(f, mirror, 4, stream)
 
-        return self._raise_on_flag_stream(loop, ops, hs, raise_flags) if self.flags == "own-stream" else raise_flags
+        # Behind the copies whatever `flags` says: on their own stream, a captured launch's
+        # replays took 1.36 ms of GPU time against 1.15 with the flags behind the copies (H200,
+        # 8192x8192x4096: benchmarks/results/h200-2026-11-27-s9); in a graph the flags' branch
+        # does not keep the copy train free as a stream does.
+        return raise_flags
 
     def _raise_on_flag_stream(self, loop: _Loop, ops, hs, raise_on):
         """flags="own-stream": a chunk's flags are raised (`raise_on(flags, stream, barrier)`: a
-        write-value of the host's epoch, or in device-epoch mode a barrier and copies from the
-        epoch's mirror) on the flags' stream once an event recorded behind the chunk on the copies'
-        stream `hs` has completed (the chunk is in memory), so the copies' stream goes on to the
+        write-value of the host's epoch) on the flags' stream once an event recorded behind the
+        chunk on the copies' stream `hs` has completed (the chunk is in memory), so the copies' stream goes on to the
         next chunk at once. A flag on another stream (a presignalled chunk on the compute stream)
         is raised there, behind the chunk."""
         if not loop.flag_events:  # made once (the CPU engine's stream is None: done when enqueued)
             loop.flag_events = [ops.event() for _ in range(loop.ctx.n_chunks)]
-            loop.flag_mark = ops.event()
-        if loop.flag_stream is None and loop.device_epoch is not None:
-            # A replayed graph's flags follow its copies on a worker, as the copies do (_use_device_epoch).
-            loop.flag_stream = self.engine.side_stream(loop.ctx.buffer.device, self.fk.timeout_s)
-        elif loop.flag_stream is None:
             loop.flag_stream = self.engine.stream(loop.ctx.buffer.device)
         hf, events = ops.handle(loop.flag_stream), iter(loop.flag_events)
 
