@@ -11,7 +11,7 @@ VALUES="${*:-0 256 1024}"
 mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
 source benchmarks/gpu_env.sh
-tag="${SYNCOPY_LOOPBACK_FLAGS:-behind-copy}"
+tag="${SYNCOPY_LOOPBACK_FLAGS:-own-stream}"  # the loopback default (see LoopbackWorld flags=)
 for ns in $VALUES; do
   echo "== SYNCOPY_WAIT_BACKOFF_NS=$ns flags=$tag ${BENCH_ARGS:-}"
   SYNCOPY_WAIT_BACKOFF_NS="$ns" timeout "${STEP_TIMEOUT_S:-90}" python3 benchmarks/gpu_bench.py --core ${BENCH_ARGS:-} \
