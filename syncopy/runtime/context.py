@@ -173,10 +173,12 @@ class Context:
         # [error x4 | flags x n | arrived (or sent) | started | producer: counters x n | targets x n
         #  | ready x world (p2p: rank r wrote e when its buffer may take launch e's chunks; producers:
         #    when it has reduced launch e, so its inbox may take launch e+1's partials)
-        #  | producer: delivered x world (p2p: rank r wrote e once its partials of launch e are in our inbox)]
+        #  | producer: delivered x world (p2p: rank r wrote e once its partials of launch e are in our inbox)
+        #  | producer: gathered x world (p2p all_reduce: rank r wrote e once its reduced rows of launch e are in our buffer)]
         self._ready = dev.SIG_HEADER + n + 2 + (2 * n if producer else 0)
         self._delivered = self._ready + plan.world
-        self.signals = torch.zeros(self._delivered + (plan.world if producer else 0), dtype=torch.int32, device=device)
+        self._gathered = self._delivered + plan.world
+        self.signals = torch.zeros(self._delivered + (2 * plan.world if producer else 0), dtype=torch.int32, device=device)
         self.targets = [0] * n
         self.tiles_per_chunk: dict[tuple, list[int]] = Recent(MAX_LAUNCH_SHAPES)  # producer: per launch shape, from the probe
         # The other listed tensors (`tensor: [K, V]`): gathered buffers of their own shapes and dtypes,
@@ -256,6 +258,11 @@ class Context:
         """Producer: index in the signal pad of the word `rank` raises once its partials of this
         rank's rows for a launch are in this rank's inbox (runtime/backends/p2p.py)."""
         return self._delivered + rank
+
+    def gathered_word(self, rank: int) -> int:
+        """all_reduce producer: index in the signal pad of the word `rank` raises once its reduced
+        rows of a launch are in this rank's buffer (runtime/backends/p2p.py)."""
+        return self._gathered + rank
 
     def chunk_view(self, chunk: int) -> torch.Tensor:
         lo, hi = self.plan.bounds(chunk)

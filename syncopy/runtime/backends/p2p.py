@@ -51,7 +51,16 @@ raises the chunk's flag, while later tiles still compute (`SendReduce`):
 
 The inbox (one slot per peer) is mapped into every peer by CUDA IPC, like the buffer; the words are
 in the signal pads (runtime/context.py). The launch returns once all of it is enqueued.
-all_reduce, and ranks that share a GPU, run correctly but without in-kernel overlap (`PullReduce`):
+
+all_reduce, on ranks alone on their GPU, is that reduce-scatter followed by a gather on the device:
+
+    compute    ... [our rows = own + inbox][mark reduced] ...................... [wait gathered[p] >= e, all p][out = buffer]
+    send (d)   ... [delivered[r] = e in d's pad] [wait reduced][our rows -> d's buffer][gathered[r] = e in d's pad]
+
+Each rank's rows are reduced once, by their owner, and copied to everyone: every rank gets the same
+bits. d's partial of our rows is in our inbox before we reduce, so nothing of d's still reads the
+rows our push overwrites; our next launch rewrites our buffer only after every peer's push is in.
+Ranks that share a GPU run both patterns correctly but without in-kernel overlap (`PullReduce`):
 after the kernel, every rank adds the peers' partials, read through the same IPC mappings, in rank
 order (so every rank gets the same bits), between two barriers.
 """
@@ -270,7 +279,7 @@ class P2PBackend:
             self.handshake = node_barrier(self.user_group, wait_bound(self.timeout_s))
         self.shared_device = mem.shares_device(self.user_group, ctx.buffer.device)
         if ctx.producer:
-            if not self.shared_device and ctx.plan.pattern == "reduce_scatter" and SendReduce.fits(ctx):
+            if not self.shared_device and ctx.plan.pattern in ("reduce_scatter", "all_reduce") and SendReduce.fits(ctx):
                 self.reducer = SendReduce(self, ctx)  # collective: the inboxes' handles
             return
         if not self.shared_device:
@@ -469,14 +478,18 @@ class PullReduce(Reduction):
 
 
 class SendReduce:
-    """reduce_scatter on ranks alone on their GPU (module doc): per peer, a send stream that copies each
-    chunk the peer owns into the peer's inbox as soon as the kernel raises its flag; this rank's rows
-    are reduced on the compute stream once every peer's partials are in. Nothing waits on the host."""
+    """reduce_scatter and all_reduce on ranks alone on their GPU (module doc): per peer, a send stream
+    that copies each chunk the peer owns into the peer's inbox as soon as the kernel raises its flag;
+    this rank's rows are reduced on the compute stream once every peer's partials are in. all_reduce
+    then pushes the reduced rows into every peer's buffer on the same streams, and the result is the
+    buffer once every peer's rows are in. Nothing waits on the host."""
 
     def __init__(self, backend: P2PBackend, ctx: Context):
         mem, plan, dim = backend.memory, ctx.plan, ctx.dim
         self.backend, self.ctx, self.ops = backend, ctx, backend.ops
         rank, rows, c = plan.rank, plan.rows_per_rank, plan.chunks_per_rank
+        # This rank's rows (all_reduce: the last part may be short, even empty).
+        self.own = (plan.bounds(rank * c)[0], plan.bounds(rank * c + c - 1)[1])
         part = list(ctx.buffer.shape)
         part[dim] = rows
         self.inbox = torch.zeros((plan.world, *part), dtype=ctx.buffer.dtype, device=ctx.buffer.device)  # [p]: p's partial of our rows
@@ -499,6 +512,20 @@ class SendReduce:
             self.sends[d].append((g, ctx.flag_address(g), streamops.ptr(dst), streamops.ptr(src), src.nbytes))
         self.delivered = {p: ctx.word_address(ctx.delivered_word(rank), backend.peers[p][1]) for p in boxes}  # ours, in p's pad
         self.ready = {p: ctx.word_address(ctx.ready_word(rank), backend.peers[p][1]) for p in boxes}  # ours, in p's pad
+        # all_reduce's gather half: our reduced rows into the same rows of every peer's buffer, then
+        # our gathered word in its pad. p's partial of those rows is already in our inbox by then (we
+        # reduced behind its delivered word), so nothing of p's still reads them.
+        self.all_reduce = plan.pattern == "all_reduce"
+        self.gathers: dict[int, tuple[int, int, int]] = {}
+        self.gathered: dict[int, int] = {}
+        self.reduced = self.ops.event()
+        if self.all_reduce:
+            lo, hi = self.own
+            mine = ctx.buffer.narrow(dim, lo, hi - lo)
+            for p in boxes:
+                if hi > lo:
+                    self.gathers[p] = (streamops.ptr(backend.peers[p][0].narrow(dim, lo, hi - lo)), streamops.ptr(mine), mine.nbytes)
+                self.gathered[p] = ctx.word_address(ctx.gathered_word(rank), backend.peers[p][1])  # ours, in p's pad
 
     @staticmethod
     def fits(ctx: Context) -> bool:
@@ -555,7 +582,8 @@ class SendReduce:
                     if ctx.trace is not None and isinstance(stream, streamops.HostStream):  # CPU: when it left, for the trace
                         stream.put(lambda g=g, trace=ctx.trace: trace.sent.__setitem__(g, time.perf_counter() - ctx.t0))
                 ops.write32(r.delivered[d], e, hs)
-                ops.record(r.sent[d], hs)
+                if not r.all_reduce:  # all_reduce: behind the gather half's push (join)
+                    ops.record(r.sent[d], hs)
             self.enqueued = True
 
         def join(self) -> None:
@@ -572,13 +600,40 @@ class SendReduce:
                     mine = plan.owned[0] if plan.owned else plan.rank * plan.chunks_per_rank
                     raise SyncopyTimeout(plan.rank, divmod(mine, plan.chunks_per_rank), e, r.backend.timeout_s,
                                          f"the partial sums from rank {p} never came") from None
-            rows = plan.rows_per_rank
+            lo, hi = r.own
             wide = torch.float32 if out.dtype in (torch.float16, torch.bfloat16) else out.dtype
             acc = None
             for p in range(plan.world):
-                part = ctx.buffer.narrow(dim, plan.rank * rows, rows) if p == plan.rank else r.inbox[p]
+                part = ctx.buffer.narrow(dim, lo, hi - lo) if p == plan.rank else r.inbox[p].narrow(dim, 0, hi - lo)
                 acc = part.to(wide, copy=True) if acc is None else acc.add_(part)
-            out.copy_(acc)
+            if r.all_reduce:
+                ctx.buffer.narrow(dim, lo, hi - lo).copy_(acc)  # our rows, reduced: what every peer gets
+                self._gather(hc, e)
+                out.copy_(ctx.buffer)
+            else:
+                out.copy_(acc)
             for p in r.streams:
                 ops.write32(r.ready[p], e, hc)  # our inbox may take launch e+1's partials
                 ops.wait_event(hc, r.sent[p])  # the next launch rewrites the partial our sends read
+
+        def _gather(self, hc, e: int) -> None:
+            """all_reduce's gather half: behind our reduction (on the compute stream `hc`), push our
+            reduced rows into every peer's buffer and raise our gathered word there; then the
+            compute stream waits until every peer's reduced rows are in our buffer."""
+            r, ops = self.reducer, self.reducer.ops
+            ctx, plan = r.ctx, r.ctx.plan
+            ops.record(r.reduced, hc)
+            for p, stream in r.streams.items():
+                hs = ops.handle(stream)
+                ops.wait_event(hs, r.reduced)
+                if p in r.gathers:
+                    ops.copy(*r.gathers[p], hs)
+                ops.write32(r.gathered[p], e, hs)
+                ops.record(r.sent[p], hs)
+            for p in r.streams:
+                try:
+                    ops.wait32(ctx.word_address(ctx.gathered_word(p)), e, hc)
+                except streamops.StreamTimeout:  # CPU only: a device wait has no deadline
+                    theirs = p * plan.chunks_per_rank
+                    raise SyncopyTimeout(plan.rank, divmod(theirs, plan.chunks_per_rank), e, r.backend.timeout_s,
+                                         f"the reduced rows of rank {p} never came") from None
