@@ -19,8 +19,19 @@ so no round waits for a later one and nothing deadlocks.
       compute stream        [=== fused kernel (<= SMs - R programs): tiles spin on flags ===]
 
 The fused kernel must leave SMs to NCCL's kernels (see occupancy.py): `check_grid` refuses grids
-that could occupy them all. Producer patterns run NCCL's own reduce_scatter / all_reduce after the
-kernel (correct, no in-kernel overlap yet).
+that could occupy them all.
+
+reduce_scatter along dim 0 is triggered by the kernel's flags (`FlagRounds`): rounds (d, i) for each
+peer offset d and chunk index i, the same on every rank: send our partial of chunk i of rank r+d's
+rows once its flag is up (`cuStreamWaitValue32` on the syncopy stream, enqueued after the kernel),
+receive rank r-d's partial of our chunk i into an inbox slot; then our rows are reduced in rank
+order, all on the syncopy stream, while later tiles still compute:
+
+    syncopy stream s   [wait flag (r+1, 0)][send/recv][wait flag (r+1, 1)][send/recv] ... [our rows = own + inbox]
+    compute stream     [partial = 0][=== fused kernel: tiles in send order, flags rise ===]        [wait s]
+
+all_reduce, and reduce_scatter along another dim, run NCCL's own collective after the kernel
+(`Collective`: correct, no in-kernel overlap yet).
 """
 from __future__ import annotations
 
@@ -160,6 +171,16 @@ class CudaStreams:
     def sm_count(self, device) -> int:
         return occupancy.sm_count(device)
 
+    def compute_stream(self, device):
+        return torch.cuda.current_stream(device)
+
+    def wait_mark(self, stream, mark) -> None:
+        stream.wait_event(mark)
+
+    def join_compute(self, stream, device) -> None:
+        """The compute stream's next work follows everything enqueued on `stream`."""
+        torch.cuda.current_stream(device).wait_stream(stream)
+
 
 class _Done:
     def query(self) -> bool:
@@ -195,6 +216,15 @@ class HostStreams(CudaStreams):
 
     def sm_count(self, device) -> int:
         return self.SMS
+
+    def compute_stream(self, device):
+        return Inline()
+
+    def wait_mark(self, stream, mark) -> None:
+        pass
+
+    def join_compute(self, stream, device) -> None:
+        pass
 
 
 class NcclBackend:
@@ -233,7 +263,9 @@ class NcclBackend:
             self._lower(ctx)
         return Rounds(self, ctx, epoch).start()
 
-    def start_reduce(self, ctx: Context, out: torch.Tensor, epoch: int) -> "Collective":
+    def start_reduce(self, ctx: Context, out: torch.Tensor, epoch: int) -> "Collective | FlagRounds":
+        if FlagRounds.fits(ctx):
+            return FlagRounds(self, ctx, out, epoch)
         return Collective(self, ctx, out)
 
 
@@ -318,4 +350,68 @@ class Collective(Reduction):
             out.copy_(ctx.buffer)
             dist.all_reduce(out, group=pg)
         for g in ctx.plan.owned:
+            self.final[g].set()
+
+
+class FlagRounds(Reduction):
+    """reduce_scatter along dim 0 on nccl, triggered by the kernel's flags (module doc). Built at
+    the launch's start (a mark on the compute stream: the partial is initialised); `join()`, called
+    once the kernel is enqueued, enqueues the rounds and the reduction on the syncopy stream and
+    makes the compute stream wait for them: nothing waits on the host on a GPU."""
+
+    def __init__(self, backend: NcclBackend, ctx: Context, out: torch.Tensor, epoch: int):
+        super().__init__(backend, ctx, out)
+        self.epoch = epoch
+        plan = ctx.plan
+        rows, c = plan.rows_per_rank, plan.chunks_per_rank
+        inbox = getattr(ctx, "nccl_inbox", None)
+        if inbox is None or inbox.shape[1:] != out.shape[1:] or inbox.dtype != out.dtype:
+            # [p]: peer p's partial of our rows; kept on the context, reused launch after launch
+            inbox = ctx.nccl_inbox = torch.empty((plan.world, rows, *out.shape[1:]), dtype=out.dtype, device=out.device)
+        self.inbox = inbox
+        self.start_mark = backend.engine.mark(backend.engine.compute_stream(ctx.buffer.device))
+
+    @staticmethod
+    def fits(ctx: Context) -> bool:
+        return ctx.plan.pattern == "reduce_scatter" and ctx.dim == 0 and ctx.plan.world > 1
+
+    def rounds(self) -> list[tuple[int, int, int, int]]:
+        """(send chunk, to, receive chunk, from) per round: every rank runs the same (offset, index)
+        sequence, so each round's send meets its receive."""
+        plan = self.ctx.plan
+        r, w, c = plan.rank, plan.world, plan.chunks_per_rank
+        return [(((r + d) % w) * c + i, (r + d) % w, r * c + i, (r - d) % w) for d in range(1, w) for i in range(c)]
+
+    def join(self) -> None:
+        be, ctx, out, e = self.backend, self.ctx, self.out, self.epoch
+        plan, ops = ctx.plan, be.ops
+        s = be.stream
+        hs = ops.handle(s)
+        rows = plan.rows_per_rank
+        engine = be.engine
+        engine.wait_mark(s, self.start_mark)  # the partial is initialised; not the kernel (its flags say which chunk is done)
+
+        def tag(g: int) -> int:
+            return (ctx.uid % (1 << 14)) << 16 | (1 << 15) | g
+
+        with engine.using(s):
+            for send, to, recv, source in self.rounds():
+                ops.wait32(ctx.flag_address(send), e, hs)  # every tile of the chunk stored
+                lo, hi = plan.bounds(send)
+                mine_lo, mine_hi = plan.bounds(recv)
+                slot = self.inbox[source].narrow(0, mine_lo - plan.rank * rows, mine_hi - mine_lo)
+                data = ctx.buffer.narrow(0, lo, hi - lo)
+                works = dist.batch_isend_irecv([dist.P2POp(dist.isend, data, be.global_ranks[to], group=be.nccl, tag=tag(send)),
+                                                dist.P2POp(dist.irecv, slot, be.global_ranks[source], group=be.nccl, tag=tag(recv))])
+                for work in works:
+                    work.wait()  # stream s waits for NCCL's stream; the host does not block
+            lo, hi = plan.rank * rows, (plan.rank + 1) * rows
+            wide = torch.float32 if out.dtype in (torch.float16, torch.bfloat16) else out.dtype
+            acc = None
+            for p in range(plan.world):
+                part = ctx.buffer.narrow(0, lo, hi - lo) if p == plan.rank else self.inbox[p]
+                acc = part.to(wide, copy=True) if acc is None else acc.add_(part)
+            out.copy_(acc)
+        engine.join_compute(s, ctx.buffer.device)  # what the caller enqueues next (and the next launch) follows
+        for g in plan.owned:
             self.final[g].set()

@@ -1,5 +1,6 @@
-"""Rank functions of test_p2p_all_reduce.py: gemm_ar on the p2p backend's CPU form (shared memory for
-CUDA IPC, worker threads for the send streams), ranks alone on their "GPU"."""
+"""Rank functions of test_producer_backends.py: producer patterns on the GPU backends' CPU forms:
+gemm_ar on p2p (shared memory for CUDA IPC, worker threads for the send streams, ranks alone on
+their "GPU"), gemm_rs on nccl (gloo standing in for NCCL)."""
 from __future__ import annotations
 
 from tests.world.host_backend_workers import _use_host_backends
@@ -42,3 +43,39 @@ def run_all_reduce(rank: int, world: int) -> dict:
     out["host_waits_after_first"] = host_waits[0]
     out["reducer"] = [type(b.reducer).__name__ for _, b in fused._contexts.values()]
     return out
+
+
+def run_nccl_reduce_scatter(rank: int, world: int) -> dict:
+    """gemm_rs on nccl, three launches with fresh inputs, NaN-poisoned: the error against torch, which
+    reduction ran, and each round's send and receive in the order this rank posted them."""
+    import torch
+    import torch.distributed as dist
+
+    from syncopy import templates
+    from syncopy.runtime.backends import nccl
+
+    _use_host_backends()
+    posted, used = [], []
+    real_batch, real_join = dist.batch_isend_irecv, nccl.FlagRounds.join
+
+    def batch(ops):
+        posted.append([(op.op.__name__, dist.get_global_rank(op.group, op.group_peer) if hasattr(op, "group_peer") else op.peer,
+                        op.tensor.shape[0]) for op in ops])
+        return real_batch(ops)
+
+    def join(self):
+        used.append(type(self).__name__)
+        return real_join(self)
+
+    dist.batch_isend_irecv, nccl.FlagRounds.join = batch, join
+    try:
+        t = templates.get("gemm_rs")
+        fused = t.fused(chunks_per_rank=2, order="local_first", backend="nccl", poison_receive=True, timeout_s=60)
+        worst = []
+        for it in range(3):
+            inp = t.module.inputs(rank, world, (24 * world, 16, 16), torch.float32, seed=it)
+            got = t.module.launch(fused, **inp)
+            worst.append(float(torch.nan_to_num((got - t.module.reference(**inp)).abs(), nan=float("inf")).max()))
+    finally:
+        dist.batch_isend_irecv, nccl.FlagRounds.join = real_batch, real_join
+    return {"worst": worst, "used": used, "posted": posted}

@@ -1,0 +1,41 @@
+"""Producer patterns on the GPU backends, on CPU ranks (the backends' CPU forms; on GPUs these paths
+need one rank per GPU: tests/gpu/test_backends.py, 2 GPUs).
+
+all_reduce on p2p: the reduce-scatter half overlaps the kernel (each chunk leaves for its owner once
+its flag rises) and the gather half runs on the device (each owner pushes its reduced rows into
+every peer's buffer): no host sync or barrier per launch, every rank the same bits, equal to torch.
+reduce_scatter on nccl: rounds triggered by the kernel's flags (runtime/backends/nccl.py,
+FlagRounds), the same (offset, chunk) sequence on every rank."""
+from __future__ import annotations
+
+import pytest
+
+from tests.world.harness import spawn
+from tests.world import producer_backend_workers as workers
+
+WORLD = 3
+
+
+@pytest.mark.world
+def test_p2p_all_reduce_sends_while_the_kernel_runs_and_gathers_on_the_device():
+    results = spawn(workers.run_all_reduce, WORLD, timeout_s=400)
+    for rank, r in enumerate(results):
+        assert r["reducer"] == ["SendReduce"], r
+        assert max(r["worst"]) < 1e-3, f"rank {rank}: {r['worst']}"
+        remote = [g for g in range(WORLD * 2) if g // 2 != rank]
+        for launch, (sent, early) in enumerate(zip(r["sent"], r["sent_before_end"])):
+            assert sent == remote, f"rank {rank} launch {launch}: {r}"
+            assert early, f"rank {rank} launch {launch}: every chunk left after the kernel ended: {r}"
+        assert r["host_waits_after_first"] == 0, f"rank {rank}: {r['host_waits_after_first']} host syncs/barriers after the first launch"
+    assert len({tuple(r["same_bits"]) for r in results}) == 1, [r["same_bits"] for r in results]
+
+
+@pytest.mark.world
+def test_nccl_reduce_scatter_runs_rounds_behind_the_kernels_flags():
+    results = spawn(workers.run_nccl_reduce_scatter, WORLD, timeout_s=400)
+    for rank, r in enumerate(results):
+        assert r["used"] == ["FlagRounds"] * 3, r["used"]
+        assert max(r["worst"]) < 1e-3, f"rank {rank}: {r['worst']}"
+        # Per launch, one round per (peer offset, chunk): a send to rank+d and a receive from rank-d.
+        want = [[("isend", (rank + d) % WORLD, 12), ("irecv", (rank - d) % WORLD, 12)] for d in range(1, WORLD) for _ in range(2)]
+        assert r["posted"] == want * 3, (rank, r["posted"])
