@@ -99,3 +99,46 @@ def varying_tokens(rank: int, world: int, rows: list, max_rows: int) -> dict:
     variants = next(iter(op.pipeline.plans.values())).variants
     grown = [a.grown for v in variants for a in v._arenas.values()] + [op.arena.grown]
     return {"errs": errs, "storages": storages, "grown": grown}
+
+
+def changing_shapes(rank: int, world: int, rows: list, timeout_s: float = 5.0) -> dict:
+    """tp_mlp launched with the token counts `rows` in turn (plans of earlier shapes come back): every
+    launch's worst error against torch (inf for NaN or a launch that raised, with its message)."""
+    from syncopy import templates
+    from syncopy.errors import SyncopyError
+
+    t = templates.get("tp_mlp")
+    op = t.fused(chunks_per_rank=2, poison_receive=True, timeout_s=timeout_s)
+    errs, errors = [], []
+    for seed, m in enumerate(rows):
+        inp = t.module.inputs(rank, world, (m, 16, 32), torch.float32, seed=seed)
+        try:
+            y = t.module.launch(op, **inp)
+        except SyncopyError as exc:
+            errs.append(float("inf"))
+            errors.append(str(exc))
+            break
+        ref = t.module.reference(**inp)
+        err = (y - ref).abs().max().item()
+        errs.append(err if err == err else float("inf"))
+    return {"errs": errs, "errors": errors, "plans": len(op.pipeline.plans)}
+
+
+def overshot_link(rank: int, world: int) -> dict:
+    """A launch whose link counters start past their targets (what a launch of another shape on this
+    link left, the soak's launch 127): the writer never raises the flags, and the error names the link."""
+    from syncopy import templates
+    from syncopy.errors import SyncopyTimeout
+
+    t = templates.get("tp_mlp")
+    op = t.fused(chunks_per_rank=2, timeout_s=2.0)
+    inp = t.module.inputs(rank, world, (8, 16, 32), torch.float32)
+    t.module.launch(op, **inp)
+    (link,) = next(iter(op.pipeline.plans.values())).links.values()
+    counters = slice(6 + link.chunks, 6 + 2 * link.chunks)
+    link.signals[counters] += link.signals[6 + 2 * link.chunks:].clone()  # one launch's worth too many
+    try:
+        t.module.launch(op, **inp)
+        return {"error": None}
+    except SyncopyTimeout as exc:
+        return {"error": str(exc), "cause": str(exc.__cause__) if exc.__cause__ else None}
