@@ -114,3 +114,8 @@ def test_a_starved_link_is_named_even_when_the_readers_transfers_give_up_first()
     for r in spawn(workers.overshot_link, 2):
         assert r["error"].startswith(f"rank {r['error'][5]} waited 2s for chunk ")
         assert "of 'A', which mlp_down_kernel waits for and mlp_up_kernel (launch 1 of the pipeline) writes" in r["error"]
+
+
+def test_a_compiled_module_calls_the_pipeline_as_one_custom_operator():
+    for r in spawn(workers.compiled_mlp, 2):
+        assert max(r["errs"]) < 1e-4 and r["fake_shape"] == r["shape"] == (8, 16)

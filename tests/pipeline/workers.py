@@ -142,3 +142,31 @@ def overshot_link(rank: int, world: int) -> dict:
         return {"error": None}
     except SyncopyTimeout as exc:
         return {"error": str(exc), "cause": str(exc.__cause__) if exc.__cause__ else None}
+
+
+def compiled_mlp(rank: int, world: int, shape=(8, 16, 32), launches: int = 2) -> dict:
+    """torch.ops.syncopy.tp_mlp inside a module compiled whole (fullgraph: a graph break fails), launched
+    with fresh data each time, against the template's unfused reference; and its fake (meta) shape."""
+    import torch.distributed as dist
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    import syncopy.templates.ops  # noqa: F401  (registers torch.ops.syncopy.*)
+    from syncopy import templates
+
+    module = templates.get("tp_mlp").module
+    group_name = dist.group.WORLD.group_name
+
+    class Block(torch.nn.Module):
+        def forward(self, x, w1, w2):
+            return x + torch.ops.syncopy.tp_mlp(x * 2.0, w1, w2, group_name)
+
+    model = torch.compile(Block(), backend="aot_eager", fullgraph=True)
+    errs = []
+    for seed in range(launches):
+        inp = module.inputs(rank, world, shape, torch.float32, seed=seed)
+        y = model(inp["x"], inp["w1"], inp["w2"])
+        want = inp["x"] + module.reference(inp["x"] * 2.0, inp["w1"], inp["w2"])
+        errs.append((y - want).abs().max().item())
+    with FakeTensorMode() as mode:
+        fake = torch.ops.syncopy.tp_mlp(*(mode.from_tensor(inp[k]) for k in ("x", "w1", "w2")), group_name)
+    return {"errs": errs, "fake_shape": tuple(fake.shape), "shape": tuple(y.shape)}
