@@ -170,3 +170,10 @@ def compiled_mlp(rank: int, world: int, shape=(8, 16, 32), launches: int = 2) ->
     with FakeTensorMode() as mode:
         fake = torch.ops.syncopy.tp_mlp(*(mode.from_tensor(inp[k]) for k in ("x", "w1", "w2")), group_name)
     return {"errs": errs, "fake_shape": tuple(fake.shape), "shape": tuple(y.shape)}
+
+
+def linked_checks(rank: int, world: int) -> dict:
+    """One world for three checks (each spawn costs seconds): shapes that come back, the pipeline as a
+    compiled custom operator, then (last: it leaves the group broken) a starved link's error."""
+    return {"rank": rank, "changing": changing_shapes(rank, world, [16, 2, 16, 2]), "compiled": compiled_mlp(rank, world),
+            "overshot": overshot_link(rank, world)}
