@@ -11,8 +11,8 @@ chunk count (0: the template's schedule) and an order ("": the schedule's). Shap
 from the template's own launch run against a no-op kernel, so fake tensors (torch.compile's shape
 inference) get exactly what the fused launch allocates (tp_mlp's output is x's shape). A compiled module calls the operator as one
 node, without a graph break; the launch inside it is the template's fused launch. ag_gemm,
-ag_gemm_persistent and gemm_rs are differentiable, each one's backward running the other fused (see
-the autograd section below); the other templates are not (yet).
+ag_gemm_persistent and gemm_rs are differentiable, each one's backward running the other fused, and
+tp_mlp, whose backward runs both (see the autograd section below); the other templates are not (yet).
 """
 from __future__ import annotations
 
@@ -66,6 +66,29 @@ def _gemm_rs_backward(ctx, grad):
 
 
 _BACKWARD = {"ag_gemm": _ag_gemm_backward, "ag_gemm_persistent": _ag_gemm_backward, "gemm_rs": _gemm_rs_backward}
+
+
+# tp_mlp: Y = reduce_scatter(H @ W2), H = gelu(Z), Z = all_gather(X) @ W1. Backward, the two
+# communicating GEMMs fused: dH = all_gather(dY) @ W2^T (ag_gemm), dZ = gelu'(Z) dH, dX =
+# reduce_scatter(dZ @ W1^T) (gemm_rs); dW2 = H^T all_gather(dY), dW1 = all_gather(X)^T dZ. Z is
+# recomputed from the gathered X (the forward keeps neither: its H lives in the operator's buffer).
+def _save_mlp_inputs(ctx, inputs, output) -> None:
+    x, w1, w2, group_name, chunks_per_rank, order = inputs
+    ctx.save_for_backward(x, w1, w2)
+    ctx.group_name, ctx.chunks_per_rank, ctx.order = group_name, chunks_per_rank, order
+
+
+def _tp_mlp_backward(ctx, grad):
+    x, w1, w2 = ctx.saved_tensors
+    grad = grad.contiguous()
+    gathered = _gathered(x, ctx.group_name)
+    z = (gathered.float() @ w1.float())
+    h = torch.nn.functional.gelu(z, approximate="tanh").to(x.dtype)  # as the forward stores H
+    dh = torch.ops.syncopy.ag_gemm(grad, w2.t().contiguous(), ctx.group_name, ctx.chunks_per_rank, ctx.order)
+    dw2 = h.t() @ _gathered(grad, ctx.group_name)
+    dz = torch.ops.aten.gelu_backward(dh.float(), z, approximate="tanh").to(x.dtype)
+    dx = torch.ops.syncopy.gemm_rs(dz, w1.t().contiguous(), ctx.group_name, ctx.chunks_per_rank, ctx.order)
+    return dx, gathered.t() @ dz, dw2, None, None, None
 
 
 def _register(name: str):
@@ -122,14 +145,15 @@ def _register_attention(name: str):
 
 def _register_mlp(name: str):
     """tp_mlp takes the MLP's input shard and both weights (x, w1, w2): one node for the whole pipeline
-    (its two fused operators and the device-side link between them). Not differentiable yet."""
+    (its two fused operators and the device-side link between them), differentiable (_tp_mlp_backward)."""
     module = templates.get(name).module
 
     @torch.library.custom_op(f"syncopy::{name}", mutates_args=())
     def op(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, group_name: str, chunks_per_rank: int = 0,
            order: str = "") -> torch.Tensor:
         fused = templates._fused(name, chunks_per_rank or None, order or None)
-        return module.launch(fused, x, w1, w2, group=_resolve_process_group(group_name))
+        with torch.no_grad():  # autograd is the operator's (register_autograd below), not the launch's
+            return module.launch(fused, x, w1, w2, group=_resolve_process_group(group_name))
 
     @op.register_fake
     def _(x, w1, w2, group_name, chunks_per_rank=0, order=""):
@@ -141,6 +165,7 @@ def _register_mlp(name: str):
         group = group if group is not None else dist.group.WORLD
         return op(x, w1, w2, group.group_name, chunks_per_rank or 0, order or "")
 
+    op.register_autograd(_tp_mlp_backward, setup_context=_save_mlp_inputs)
     call.__name__ = call.__qualname__ = name
     call.__doc__ = f"torch.ops.syncopy.{name}(x, w1, w2, group.group_name, ...): {templates.get(name).description}"
     return call

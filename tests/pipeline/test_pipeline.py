@@ -122,6 +122,11 @@ def test_a_compiled_module_calls_the_pipeline_as_one_custom_operator(linked_worl
         assert max(r["errs"]) < 1e-4 and r["fake_shape"] == r["shape"] == (8, 16)
 
 
+def test_the_pipeline_custom_operator_is_differentiable_with_both_backward_gemms_fused(linked_world2):
+    for r in linked_world2:
+        assert set(r["autograd"]) == {"y", "dx", "dw1", "dw2"} and max(r["autograd"].values()) < 1e-4, r["autograd"]
+
+
 def test_a_starved_link_is_named_even_when_the_readers_transfers_give_up_first(linked_world2):
     for r in linked_world2:
         error = r["overshot"]["error"]

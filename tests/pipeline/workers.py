@@ -172,8 +172,43 @@ def compiled_mlp(rank: int, world: int, shape=(8, 16, 32), launches: int = 2) ->
     return {"errs": errs, "fake_shape": tuple(fake.shape), "shape": tuple(y.shape)}
 
 
+def differentiable_mlp(rank: int, world: int, shape=(8, 16, 24), steps: int = 2) -> dict:
+    """syncopy.templates.ops.tp_mlp forward and backward with fresh data each step, against the same
+    layer in plain torch autograd on the gathered pieces: the worst relative error of y and each gradient."""
+    import torch.distributed as dist
+
+    import syncopy.templates.ops as ops
+    from syncopy import templates
+
+    module = templates.get("tp_mlp").module
+    worst: dict[str, float] = {}
+    for step in range(steps):
+        inp = module.inputs(rank, world, shape, torch.float32, seed=10 + step)
+        dy = torch.randn(inp["x"].shape, generator=torch.Generator().manual_seed(50 * step + rank))
+        x, w1, w2 = (inp[k].clone().requires_grad_() for k in ("x", "w1", "w2"))
+        y = ops.tp_mlp(x, w1, w2)
+        y.backward(dy)
+        pieces = {}
+        for name, t in (("x", inp["x"]), ("w1", inp["w1"]), ("w2", inp["w2"]), ("dy", dy)):
+            parts = [torch.empty_like(t) for _ in range(world)]
+            dist.all_gather(parts, t.contiguous())
+            pieces[name] = parts
+        X = torch.cat(pieces["x"]).requires_grad_()
+        W1 = torch.cat(pieces["w1"], dim=1).requires_grad_()  # rank r holds columns r of W1, rows r of W2
+        W2 = torch.cat(pieces["w2"], dim=0).requires_grad_()
+        Y = torch.nn.functional.gelu(X @ W1, approximate="tanh") @ W2
+        Y.backward(torch.cat(pieces["dy"]))
+        m, f = shape[0], shape[2]
+        rows, cols = slice(m * rank, m * (rank + 1)), slice(f * rank, f * (rank + 1))
+        for name, got, want in (("y", y, Y[rows]), ("dx", x.grad, X.grad[rows]), ("dw1", w1.grad, W1.grad[:, cols]),
+                                ("dw2", w2.grad, W2.grad[cols])):
+            err = ((got - want).abs().max() / max(1.0, want.abs().max().item())).item()
+            worst[name] = max(worst.get(name, 0.0), err if err == err else float("inf"))
+    return worst
+
+
 def linked_checks(rank: int, world: int) -> dict:
-    """One world for three checks (each spawn costs seconds): shapes that come back, the pipeline as a
-    compiled custom operator, then (last: it leaves the group broken) a starved link's error."""
+    """One world for four checks (each spawn costs seconds): shapes that come back, the pipeline as a
+    compiled custom operator and differentiated, then (last: it leaves the group broken) a starved link's error."""
     return {"rank": rank, "changing": changing_shapes(rank, world, [16, 2, 16, 2]), "compiled": compiled_mlp(rank, world),
-            "overshot": overshot_link(rank, world)}
+            "autograd": differentiable_mlp(rank, world), "overshot": overshot_link(rank, world)}
