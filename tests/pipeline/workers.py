@@ -131,7 +131,7 @@ def overshot_link(rank: int, world: int) -> dict:
     from syncopy.errors import SyncopyTimeout
 
     t = templates.get("tp_mlp")
-    op = t.fused(chunks_per_rank=2, timeout_s=2.0)
+    op = t.fused(chunks_per_rank=2, timeout_s=1.0)
     inp = t.module.inputs(rank, world, (8, 16, 32), torch.float32)
     t.module.launch(op, **inp)
     (link,) = next(iter(op.pipeline.plans.values())).links.values()
