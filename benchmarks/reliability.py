@@ -11,7 +11,8 @@ Each case is one `syncopy run` in a subprocess of its own session, with a hard w
     soak     --random-shapes, fresh data every launch,     must survive: every element right
              a slow link that lands chunks in random order
 
-for every template x world 2 and 4 (the soak once per template and world). Per case: whether the fault
+for every template x world 2 and 4 (the soak once per template and world; a pipeline's four faults
+also on a send of its last operator alone, see DOWN_ONLY). Per case: whether the fault
 was detected (or survived), the detection time (from the failing launch's start to its error on the
 rank that reported first; for a kill, from the killed rank's launch start to the launcher's report of
 its death, the others stopped) against the timeout, hangs (the case outlived its wall bound and was
@@ -20,7 +21,8 @@ the run's check of every element: must be 0), and processes left behind (alive i
 once it ended: must be 0; they are killed after counting). Progress goes to stderr, one line a case.
 
 `--quick` runs ag_gemm and gemm_rs on 2 ranks (ten cases, about 10 minutes on two loaded cores); the
-full matrix is every template (7) x 2 worlds x 5 cases: 70 cases, 25 minutes there at a load of about 6. The exit status is 0 only when
+full matrix is every template (8) x 2 worlds x 5 cases, and tp_mlp's 2 x 4 faults on its down projection
+alone: 88 cases, about 30 minutes there at a load of about 6. The exit status is 0 only when
 every case ended as it must, with no hang, wrong result or leftover process.
 """
 from __future__ import annotations
@@ -49,19 +51,27 @@ SHAPE = "8,32,32"
 ITERS, SOAK_ITERS = 2, 10
 
 
-def fault_spec(kind: str) -> str:
+#: A pipeline's fault names a send of either of its operators (templates/tp_mlp/template.py,
+#: route_faults). Rank 1's chunk 0 is sent by both (the up projection's own chunk 0, the down
+#: projection's partial of rank 0's chunk 0; the up projection's fault strikes first), so each fault is
+#: injected once more on a send only the down projection makes: rank 1's global chunk 4 at world 4 and,
+#: at world 2 (where rank 1 sends the same chunk ids in both), rank 0's partial of rank 1's chunk 0 (2).
+DOWN_ONLY = {"tp_mlp": {2: "0:2", 4: "1:4"}}
+
+
+def fault_spec(kind: str, where: str = "1:0") -> str:
     """The --inject text of a fault on a chunk rank 1 sends in every plan: `1:0` is its own chunk 0 for
     the gathers and, for the reductions (a global chunk there), rank 0's chunk 0, to which every other
-    rank contributes a partial."""
-    return {"drop": "drop=1:0", "delay": f"delay=1:0:{DELAY_MS}", "kill": "kill=1:0", "corrupt": "corrupt=1:0"}[kind]
+    rank contributes a partial. `where`: another SRC:CHUNK (DOWN_ONLY)."""
+    return f"{kind}={where}:{DELAY_MS}" if kind == "delay" else f"{kind}={where}"
 
 
-def case_argv(template: str, world: int, kind: str, timeout_s: float, out: Path) -> list[str]:
+def case_argv(template: str, world: int, kind: str, timeout_s: float, out: Path, where: str = "1:0") -> list[str]:
     argv = ["run", template, "--world", str(world), "--shape", SHAPES.get(template, SHAPE), "--timeout", f"{timeout_s:g}",
             "--json", str(out)]
     if kind == "soak":
         return [*argv, "--iters", str(SOAK_ITERS), "--random-shapes", "--seed", str(world), "--slow-link", "4"]
-    argv += ["--iters", str(ITERS), "--inject", fault_spec(kind)]
+    argv += ["--iters", str(ITERS), "--inject", fault_spec(kind, where)]
     return [*argv, "--verify-chunks"] if kind == "corrupt" else argv
 
 
@@ -81,11 +91,11 @@ def session_processes(sid: int) -> list[int]:
     return found
 
 
-def run_case(template: str, world: int, kind: str, timeout_s: float, wall_s: float) -> dict:
+def run_case(template: str, world: int, kind: str, timeout_s: float, wall_s: float, where: str = "1:0") -> dict:
     """One case in its own session; its row of the table."""
     with tempfile.TemporaryDirectory(prefix="syncopy-reliability-") as tmp:
         out = Path(tmp, "run.json")
-        argv = case_argv(template, world, kind, timeout_s, out)
+        argv = case_argv(template, world, kind, timeout_s, out, where)
         env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
         start = time.monotonic()
         proc = subprocess.Popen([sys.executable, "-m", "syncopy.cli", *argv], cwd=tmp, env=env, stdout=subprocess.PIPE,
@@ -167,8 +177,17 @@ def table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
-def plan(templates: list[str], worlds: list[int], kinds: list[str]) -> list[tuple[str, int, str]]:
-    return [(name, world, kind) for name in templates for world in worlds for kind in kinds]
+def plan(templates: list[str], worlds: list[int], kinds: list[str]) -> list[tuple[str, int, str, str]]:
+    """(template, world, case, SRC:CHUNK of the fault) of every case: each fault on rank 1's chunk 0, and
+    a pipeline's once more on a send of its last operator alone (DOWN_ONLY)."""
+    cases = []
+    for name in templates:
+        for world in worlds:
+            for kind in kinds:
+                cases.append((name, world, kind, "1:0"))
+                if kind in MUST_DETECT + ("delay",) and world in DOWN_ONLY.get(name, {}):
+                    cases.append((name, world, kind, DOWN_ONLY[name][world]))
+    return cases
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -193,10 +212,10 @@ def main(argv: list[str] | None = None) -> int:
     cases = plan(names, worlds, kinds)
     rows = []
     began = time.monotonic()
-    for n, (name, world, kind) in enumerate(cases, start=1):
-        row = run_case(name, world, kind, args.timeout, args.wall)
+    for n, (name, world, kind, where) in enumerate(cases, start=1):
+        row = run_case(name, world, kind, args.timeout, args.wall, where)
         rows.append(row)
-        print(f"[{n}/{len(cases)} {time.monotonic() - began:5.0f} s] {name} world {world} {kind}: {row['outcome']}, "
+        print(f"[{n}/{len(cases)} {time.monotonic() - began:5.0f} s] {name} world {world} {row['inject']}: {row['outcome']}, "
               f"{'as it must' if row['as_must'] else 'NOT AS IT MUST: ' + row['message']}", file=sys.stderr, flush=True)
     print(table(rows))
     if args.json:

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 import torch
 
 from syncopy import device as dev
-from syncopy.errors import LaunchError, SyncopyTimeout
+from syncopy.errors import LaunchError, SyncopyError, SyncopyTimeout
 from syncopy.runtime.launch import _spin_limit
 from syncopy.runtime.streamops import wrap32
 
@@ -232,6 +232,16 @@ class Plan:
     links: dict[Edge, LinkSignals]
     graph: object = None  # this rank's instruction graph (runtime/instructions.py), built on first ask
 
+    def link_args(self, index: int) -> dict:
+        """The context and signal pad of every link of launch `index` (its syncopy_in_* / syncopy_out_*)."""
+        out = {}
+        for e, link in self.links.items():
+            if e.src == index:
+                out.update(link.args("out"))
+            if e.dst == index:
+                out.update(link.args("in"))
+        return out
+
 
 class Pipeline:
     """Fused operators launched together, linked by per-chunk signals on the tensors they share.
@@ -290,21 +300,29 @@ class Pipeline:
                               "launch in the `with` block (a link is between two kernels of one rank)")
         key = self._key(launches)
         plan = self._plan(key, launches)
+        epochs = {}
         try:
-            epochs = {}
             for edge, link in plan.links.items():
                 writer = launches[edge.src]
                 need = self._tiles_per_chunk(plan.variants[edge.src], writer, link)
                 timeout = plan.variants[edge.dst].timeout_s
                 epochs[edge] = link.begin(need, _spin_limit(timeout, link.ctx.device.type))
-            for variant, x in zip(plan.variants, launches):
+            for index, (variant, x) in enumerate(zip(plan.variants, launches)):
+                # A linked variant serves every plan of its operator (one compile), so it takes this
+                # plan's links at each launch: links given once, when a plan was made, would send a
+                # plan reused after another shape's plan was made onto that shape's link, whose
+                # counts then overshoot their targets and starve its next launch.
+                variant.link_args = plan.link_args(index)
                 variant[x.grid](*x.args, group=x.group, **x.kwargs)
-            for edge, link in plan.links.items():
-                self._raise_if_starved(launches, edge, link, epochs[edge])
-        except BaseException:
+            self._raise_if_starved(launches, plan, epochs)
+        except BaseException as exc:
             # A launch that stopped part way leaves its links' counts behind their targets: the next
             # launch of these shapes starts from new links (the operators keep their own contexts).
             self.plans.pop(key, None)
+            if isinstance(exc, SyncopyError) and epochs:
+                # A reader's transfers give up on the chunks it never finished about when its tiles
+                # give up on the link, and the transfer's error would hide the link's, which is the cause.
+                self._raise_if_starved(launches, plan, epochs, cause=exc)
             raise
         self.launches += 1
         if self.trace:
@@ -334,10 +352,6 @@ class Pipeline:
             edges = infer_edges(launches)
             variants = [self._variant(x.op, i, edges) for i, x in enumerate(launches)]
             links = {e: LinkSignals(launches[e.src].bound[e.src_arg], self._chunks(launches, e)) for e in edges}
-            for e, link in links.items():
-                # Each variant keeps its own dict: the same user operator may appear in two plans.
-                variants[e.src].link_args = {**variants[e.src].link_args, **link.args("out")}
-                variants[e.dst].link_args = {**variants[e.dst].link_args, **link.args("in")}
             plan = Plan(edges, variants, links)
             while len(self.plans) >= self.max_plans:
                 self.plans.pop(next(iter(self.plans)))
@@ -393,21 +407,24 @@ class Pipeline:
             need = link.tiles_per_chunk[key] = _probe_writes(variant, writer, link)
         return need
 
-    def _raise_if_starved(self, launches: list[Launch], edge: Edge, link: LinkSignals, epoch: int) -> None:
-        chunk = link.error()
-        if chunk is None:
-            return
+    def _raise_if_starved(self, launches: list[Launch], plan: Plan, epochs: dict, cause: BaseException | None = None) -> None:
+        """SyncopyTimeout for the first link a reader's tile gave up waiting on in this launch, if any."""
         import torch.distributed as dist
 
         from syncopy.runtime.contexts import checked_group
 
-        rank = dist.get_rank(checked_group(launches[edge.dst].group))
-        lo, hi = link.bounds[chunk]
-        raise SyncopyTimeout(rank, (rank, chunk), epoch, launches[edge.dst].op.timeout_s,
-                             f"it is rows {lo}..{hi - 1} of '{edge.dst_arg}', which {launches[edge.dst].name} waits for and "
-                             f"{launches[edge.src].name} (launch {edge.src + 1} of the pipeline) writes",
-                             f"check that {launches[edge.src].name} writes every row {launches[edge.dst].name} reads, or "
-                             "raise timeout_s")
+        for edge, epoch in epochs.items():
+            link = plan.links[edge]
+            chunk = link.error()
+            if chunk is None:
+                continue
+            rank = dist.get_rank(checked_group(launches[edge.dst].group))
+            lo, hi = link.bounds[chunk]
+            raise SyncopyTimeout(rank, (rank, chunk), epoch, launches[edge.dst].op.timeout_s,
+                                 f"it is rows {lo}..{hi - 1} of '{edge.dst_arg}', which {launches[edge.dst].name} waits for and "
+                                 f"{launches[edge.src].name} (launch {edge.src + 1} of the pipeline) writes",
+                                 f"check that {launches[edge.src].name} writes every row {launches[edge.dst].name} reads, or "
+                                 "raise timeout_s") from cause
 
     def _write_trace(self, plan: Plan, group) -> None:
         """Every operator's trace of this launch, every rank's, gathered by rank 0 (as one operator's are)."""

@@ -24,6 +24,8 @@ class TpMlp:
         from syncopy.runtime.context import Arena
 
         self.up, self.down, self.pipeline = up, down, pipeline
+        self.faults = up.faults  # injected faults, as given (both operators hold them until routed)
+        self._routed_world: int | None = None
         self.schedule = up.schedule  # what `syncopy run` reads of an operator: the communicated input's
         self.last_resolution = None
         self._hidden: dict[tuple, torch.Tensor] = {}
@@ -38,6 +40,14 @@ class TpMlp:
             else:
                 self._hidden[key] = torch.empty(rows, width, dtype=like.dtype, device=like.device)
         return self._hidden[key]
+
+    def route_faults(self, world: int) -> None:
+        """Give each operator the injected faults that name its sends (see `route_faults`), once, at
+        the first launch (before the pipeline copies the operators into its linked variants)."""
+        if self.faults is None or self._routed_world is not None:
+            return
+        self.up.faults, self.down.faults = route_faults(self.faults, self.up.schedule, self.down.schedule, world)
+        self._routed_world = world
 
     @property
     def _contexts(self) -> dict:
@@ -64,6 +74,46 @@ def make_operator(chunks_per_rank=None, order=None, trace=False, link_chunks=Non
     return TpMlp(up, down, syncopy.pipeline(trace=trace, link_chunks=link_chunks), options.get("max_rows"))
 
 
+def route_faults(faults, up_schedule, down_schedule, world: int):
+    """(the up projection's faults, the down projection's): a fault `kind=SRC:CHUNK` names a send of
+    either operator, in that operator's numbering (the up projection's CHUNK is a chunk of rank SRC's
+    shard of X, the down projection's a global chunk id of Y), and goes to each operator that makes
+    that send: a send both make (rank 1's chunk 0 at world 2) is faulted in both, the up projection's
+    first. A fault naming a send of neither is one FaultError, the same on every rank."""
+    from syncopy.errors import FaultError
+    from syncopy.runtime import link as links
+    from syncopy.runtime import plan as planning
+
+    if world < 2 or not all(isinstance(s.chunks_per_rank, int) for s in (up_schedule, down_schedule)):
+        return faults, faults  # nothing is sent, or the planner picks the chunks: each operator's own check says
+    c = up_schedule.chunks_per_rank
+    ups = set().union(*(links.sends(planning.all_gather(up_schedule, r, world, c)) for r in range(world)))
+    downs = set().union(*(links.sends(planning.reduce(down_schedule, r, world, down_schedule.chunks_per_rank))
+                          for r in range(world)))
+    for kind, (src, chunk) in faults.named():
+        if not 0 <= src < world:
+            raise FaultError(f"injected fault {kind}={src}:{chunk} names rank {src}, but the group has {world} rank(s); "
+                             f"name a rank 0..{world - 1}")
+        if (src, chunk) not in ups | downs:
+            raise FaultError(f"injected fault {kind}={src}:{chunk} names a send no operator of tp_mlp makes: CHUNK is a chunk of "
+                             f"rank {src}'s shard of X (the up projection sends {_listed(ups, src)}) or a global chunk id of Y "
+                             f"(the down projection sends {_listed(downs, src)}); name one of those")
+    return _only(faults, ups), _only(faults, downs)
+
+
+def _listed(sends: set, src: int) -> str:
+    return ", ".join(str(i) for r, i in sorted(sends) if r == src) or "none"
+
+
+def _only(faults, sends: set):
+    """The faults that name one of `sends` (None if no fault does)."""
+    from syncopy.runtime.link import Faults
+
+    kept = Faults.of(drop=[k for k in faults.drop if k in sends], delay={k: v for k, v in faults.delay_s if k in sends},
+                     kill=faults.kill if faults.kill in sends else None, corrupt=[k for k in faults.corrupt if k in sends])
+    return kept if kept.named() else None
+
+
 def _down_schedule(chunks_per_rank, order):
     from syncopy.schedule import from_dict, load_schedule
 
@@ -86,6 +136,7 @@ def launch(fused, x, w1, w2, group=None):
     their communication and linked: the down projection's tiles wait on the device for the rows of H
     the up projection's tiles announce."""
     world = world_size(group)
+    fused.route_faults(world)
     m, n = x.shape[0] * world, x.shape[1]
     f = w1.shape[1]
     h = fused.hidden(m, f, x, world)

@@ -99,3 +99,36 @@ def test_varying_token_counts_share_buffers_made_once_at_max_rows():
         assert max(r["errs"]) < 1e-4
         assert all(s == r["storages"][0] for s in r["storages"]), "a shape up to max_rows got buffers of its own"
         assert r["grown"] == [1, 1, 1]  # gathered X, the partial of Y, H: one allocation each, at max_rows
+
+
+@pytest.fixture(scope="module")
+def linked_world2():
+    return spawn(workers.linked_checks, 2)
+
+
+def test_a_shape_that_comes_back_runs_on_its_own_link(linked_world2):
+    # Soak regression (tp_mlp, world 4, seed 1, launch 127): each plan's links were given to the shared
+    # linked operators when the plan was made, so a plan reused after another shape's plan was made ran
+    # its kernels on that other shape's link. The writer's counts there went past its targets, and the
+    # next launch of that shape never raised its flags: the reader starved (here at launch 4, chunk 0).
+    for r in linked_world2:
+        r = r["changing"]
+        assert r["errors"] == [] and len(r["errs"]) == 4 and max(r["errs"]) < 1e-4 and r["plans"] == 2
+
+
+def test_a_compiled_module_calls_the_pipeline_as_one_custom_operator(linked_world2):
+    for r in linked_world2:
+        r = r["compiled"]
+        assert max(r["errs"]) < 1e-4 and r["fake_shape"] == r["shape"] == (8, 16)
+
+
+def test_the_pipeline_custom_operator_is_differentiable_with_both_backward_gemms_fused(linked_world2):
+    for r in linked_world2:
+        assert set(r["autograd"]) == {"y", "dx", "dw1", "dw2"} and max(r["autograd"].values()) < 1e-4, r["autograd"]
+
+
+def test_a_starved_link_is_named_even_when_the_readers_transfers_give_up_first(linked_world2):
+    for r in linked_world2:
+        error = r["overshot"]["error"]
+        assert error.startswith(f"rank {r['rank']} waited 1s for chunk "), error
+        assert "of 'A', which mlp_down_kernel waits for and mlp_up_kernel (launch 1 of the pipeline) writes" in error

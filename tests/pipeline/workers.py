@@ -99,3 +99,116 @@ def varying_tokens(rank: int, world: int, rows: list, max_rows: int) -> dict:
     variants = next(iter(op.pipeline.plans.values())).variants
     grown = [a.grown for v in variants for a in v._arenas.values()] + [op.arena.grown]
     return {"errs": errs, "storages": storages, "grown": grown}
+
+
+def changing_shapes(rank: int, world: int, rows: list, timeout_s: float = 5.0) -> dict:
+    """tp_mlp launched with the token counts `rows` in turn (plans of earlier shapes come back): every
+    launch's worst error against torch (inf for NaN or a launch that raised, with its message)."""
+    from syncopy import templates
+    from syncopy.errors import SyncopyError
+
+    t = templates.get("tp_mlp")
+    op = t.fused(chunks_per_rank=2, poison_receive=True, timeout_s=timeout_s)
+    errs, errors = [], []
+    for seed, m in enumerate(rows):
+        inp = t.module.inputs(rank, world, (m, 16, 32), torch.float32, seed=seed)
+        try:
+            y = t.module.launch(op, **inp)
+        except SyncopyError as exc:
+            errs.append(float("inf"))
+            errors.append(str(exc))
+            break
+        ref = t.module.reference(**inp)
+        err = (y - ref).abs().max().item()
+        errs.append(err if err == err else float("inf"))
+    return {"errs": errs, "errors": errors, "plans": len(op.pipeline.plans)}
+
+
+def overshot_link(rank: int, world: int) -> dict:
+    """A launch whose link counters start past their targets (what a launch of another shape on this
+    link left, the soak's launch 127): the writer never raises the flags, and the error names the link."""
+    from syncopy import templates
+    from syncopy.errors import SyncopyTimeout
+
+    t = templates.get("tp_mlp")
+    op = t.fused(chunks_per_rank=2, timeout_s=1.0)
+    inp = t.module.inputs(rank, world, (8, 16, 32), torch.float32)
+    t.module.launch(op, **inp)
+    (link,) = next(iter(op.pipeline.plans.values())).links.values()
+    counters = slice(6 + link.chunks, 6 + 2 * link.chunks)
+    link.signals[counters] += link.signals[6 + 2 * link.chunks:].clone()  # one launch's worth too many
+    try:
+        t.module.launch(op, **inp)
+        return {"error": None}
+    except SyncopyTimeout as exc:
+        return {"error": str(exc), "cause": str(exc.__cause__) if exc.__cause__ else None}
+
+
+def compiled_mlp(rank: int, world: int, shape=(8, 16, 32), launches: int = 2) -> dict:
+    """torch.ops.syncopy.tp_mlp inside a module compiled whole (fullgraph: a graph break fails), launched
+    with fresh data each time, against the template's unfused reference; and its fake (meta) shape."""
+    import torch.distributed as dist
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    import syncopy.templates.ops  # noqa: F401  (registers torch.ops.syncopy.*)
+    from syncopy import templates
+
+    module = templates.get("tp_mlp").module
+    group_name = dist.group.WORLD.group_name
+
+    class Block(torch.nn.Module):
+        def forward(self, x, w1, w2):
+            return x + torch.ops.syncopy.tp_mlp(x * 2.0, w1, w2, group_name)
+
+    model = torch.compile(Block(), backend="aot_eager", fullgraph=True)
+    errs = []
+    for seed in range(launches):
+        inp = module.inputs(rank, world, shape, torch.float32, seed=seed)
+        y = model(inp["x"], inp["w1"], inp["w2"])
+        want = inp["x"] + module.reference(inp["x"] * 2.0, inp["w1"], inp["w2"])
+        errs.append((y - want).abs().max().item())
+    with FakeTensorMode() as mode:
+        fake = torch.ops.syncopy.tp_mlp(*(mode.from_tensor(inp[k]) for k in ("x", "w1", "w2")), group_name)
+    return {"errs": errs, "fake_shape": tuple(fake.shape), "shape": tuple(y.shape)}
+
+
+def differentiable_mlp(rank: int, world: int, shape=(8, 16, 24), steps: int = 2) -> dict:
+    """syncopy.templates.ops.tp_mlp forward and backward with fresh data each step, against the same
+    layer in plain torch autograd on the gathered pieces: the worst relative error of y and each gradient."""
+    import torch.distributed as dist
+
+    import syncopy.templates.ops as ops
+    from syncopy import templates
+
+    module = templates.get("tp_mlp").module
+    worst: dict[str, float] = {}
+    for step in range(steps):
+        inp = module.inputs(rank, world, shape, torch.float32, seed=10 + step)
+        dy = torch.randn(inp["x"].shape, generator=torch.Generator().manual_seed(50 * step + rank))
+        x, w1, w2 = (inp[k].clone().requires_grad_() for k in ("x", "w1", "w2"))
+        y = ops.tp_mlp(x, w1, w2)
+        y.backward(dy)
+        pieces = {}
+        for name, t in (("x", inp["x"]), ("w1", inp["w1"]), ("w2", inp["w2"]), ("dy", dy)):
+            parts = [torch.empty_like(t) for _ in range(world)]
+            dist.all_gather(parts, t.contiguous())
+            pieces[name] = parts
+        X = torch.cat(pieces["x"]).requires_grad_()
+        W1 = torch.cat(pieces["w1"], dim=1).requires_grad_()  # rank r holds columns r of W1, rows r of W2
+        W2 = torch.cat(pieces["w2"], dim=0).requires_grad_()
+        Y = torch.nn.functional.gelu(X @ W1, approximate="tanh") @ W2
+        Y.backward(torch.cat(pieces["dy"]))
+        m, f = shape[0], shape[2]
+        rows, cols = slice(m * rank, m * (rank + 1)), slice(f * rank, f * (rank + 1))
+        for name, got, want in (("y", y, Y[rows]), ("dx", x.grad, X.grad[rows]), ("dw1", w1.grad, W1.grad[:, cols]),
+                                ("dw2", w2.grad, W2.grad[cols])):
+            err = ((got - want).abs().max() / max(1.0, want.abs().max().item())).item()
+            worst[name] = max(worst.get(name, 0.0), err if err == err else float("inf"))
+    return worst
+
+
+def linked_checks(rank: int, world: int) -> dict:
+    """One world for four checks (each spawn costs seconds): shapes that come back, the pipeline as a
+    compiled custom operator and differentiated, then (last: it leaves the group broken) a starved link's error."""
+    return {"rank": rank, "changing": changing_shapes(rank, world, [16, 2, 16, 2]), "compiled": compiled_mlp(rank, world),
+            "autograd": differentiable_mlp(rank, world), "overshot": overshot_link(rank, world)}
