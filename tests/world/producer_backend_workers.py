@@ -45,9 +45,10 @@ def run_all_reduce(rank: int, world: int) -> dict:
     return out
 
 
-def run_nccl_reduce_scatter(rank: int, world: int) -> dict:
-    """gemm_rs on nccl, three launches with fresh inputs, NaN-poisoned: the error against torch, which
-    reduction ran, and each round's send and receive in the order this rank posted them."""
+def run_nccl_producers(rank: int, world: int) -> dict:
+    """gemm_rs and gemm_ar (a short last part) on nccl, three launches each with fresh inputs,
+    NaN-poisoned: the errors against torch, which reduction ran, and each round's sends and receives
+    in the order this rank posted them."""
     import torch
     import torch.distributed as dist
 
@@ -68,14 +69,19 @@ def run_nccl_reduce_scatter(rank: int, world: int) -> dict:
         return real_join(self)
 
     dist.batch_isend_irecv, nccl.FlagRounds.join = batch, join
+    out = {}
     try:
-        t = templates.get("gemm_rs")
-        fused = t.fused(chunks_per_rank=2, order="local_first", backend="nccl", poison_receive=True, timeout_s=60)
-        worst = []
-        for it in range(3):
-            inp = t.module.inputs(rank, world, (24 * world, 16, 16), torch.float32, seed=it)
-            got = t.module.launch(fused, **inp)
-            worst.append(float(torch.nan_to_num((got - t.module.reference(**inp)).abs(), nan=float("inf")).max()))
+        for name, shape in (("gemm_rs", (24 * world, 16, 16)), ("gemm_ar", (22, 16, 16))):
+            t = templates.get(name)
+            fused = t.fused(chunks_per_rank=2, order="local_first", backend="nccl", poison_receive=True, timeout_s=60)
+            worst = []
+            posted.clear()
+            used.clear()
+            for it in range(3):
+                inp = t.module.inputs(rank, world, shape, torch.float32, seed=it)
+                got = t.module.launch(fused, **inp)
+                worst.append(float(torch.nan_to_num((got - t.module.reference(**inp)).abs(), nan=float("inf")).max()))
+            out[name] = {"worst": worst, "used": list(used), "posted": list(posted), "same_bits": got.view(torch.int32).sum().item()}
     finally:
         dist.batch_isend_irecv, nccl.FlagRounds.join = real_batch, real_join
-    return {"worst": worst, "used": used, "posted": posted}
+    return out

@@ -31,11 +31,22 @@ def test_p2p_all_reduce_sends_while_the_kernel_runs_and_gathers_on_the_device():
 
 
 @pytest.mark.world
-def test_nccl_reduce_scatter_runs_rounds_behind_the_kernels_flags():
-    results = spawn(workers.run_nccl_reduce_scatter, WORLD, timeout_s=400)
+def test_nccl_producers_run_rounds_behind_the_kernels_flags():
+    results = spawn(workers.run_nccl_producers, WORLD, timeout_s=400)
     for rank, r in enumerate(results):
-        assert r["used"] == ["FlagRounds"] * 3, r["used"]
-        assert max(r["worst"]) < 1e-3, f"rank {rank}: {r['worst']}"
+        rs, ar = r["gemm_rs"], r["gemm_ar"]
+        assert rs["used"] == ar["used"] == ["FlagRounds"] * 3, (rs["used"], ar["used"])
+        assert max(rs["worst"]) < 1e-3 and max(ar["worst"]) < 1e-3, f"rank {rank}: {rs['worst']} {ar['worst']}"
         # Per launch, one round per (peer offset, chunk): a send to rank+d and a receive from rank-d.
         want = [[("isend", (rank + d) % WORLD, 12), ("irecv", (rank - d) % WORLD, 12)] for d in range(1, WORLD) for _ in range(2)]
-        assert r["posted"] == want * 3, (rank, r["posted"])
+        assert rs["posted"] == want * 3, (rank, rs["posted"])
+        # all_reduce of 22 rows (parts of 8, 8, 6; chunks of 4, 4 / 4, 4 / 4, 2): the same rounds, then
+        # one round per offset with the reduced rows; rank 2's part is the short one.
+        rows = [8, 8, 6]
+        chunk = [[4, 4], [4, 4], [4, 2]]
+        reduce_rounds = [[("isend", (rank + d) % WORLD, chunk[(rank + d) % WORLD][i]), ("irecv", (rank - d) % WORLD, chunk[rank][i])]
+                         for d in range(1, WORLD) for i in range(2)]
+        gather_rounds = [[("isend", (rank + d) % WORLD, rows[rank]), ("irecv", (rank - d) % WORLD, rows[(rank - d) % WORLD])]
+                         for d in range(1, WORLD)]
+        assert ar["posted"] == (reduce_rounds + gather_rounds) * 3, (rank, ar["posted"])
+    assert len({r["gemm_ar"]["same_bits"] for r in results}) == 1

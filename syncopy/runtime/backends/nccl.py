@@ -21,17 +21,18 @@ so no round waits for a later one and nothing deadlocks.
 The fused kernel must leave SMs to NCCL's kernels (see occupancy.py): `check_grid` refuses grids
 that could occupy them all.
 
-reduce_scatter along dim 0 is triggered by the kernel's flags (`FlagRounds`): rounds (d, i) for each
+reduce_scatter and all_reduce along dim 0 are triggered by the kernel's flags (`FlagRounds`): rounds (d, i) for each
 peer offset d and chunk index i, the same on every rank: send our partial of chunk i of rank r+d's
 rows once its flag is up (`cuStreamWaitValue32` on the syncopy stream, enqueued after the kernel),
 receive rank r-d's partial of our chunk i into an inbox slot; then our rows are reduced in rank
-order, all on the syncopy stream, while later tiles still compute:
+order, all on the syncopy stream, while later tiles still compute (all_reduce then sends our reduced
+rows to every peer and receives theirs, one round per offset, and the result is the buffer):
 
     syncopy stream s   [wait flag (r+1, 0)][send/recv][wait flag (r+1, 1)][send/recv] ... [our rows = own + inbox]
     compute stream     [partial = 0][=== fused kernel: tiles in send order, flags rise ===]        [wait s]
 
-all_reduce, and reduce_scatter along another dim, run NCCL's own collective after the kernel
-(`Collective`: correct, no in-kernel overlap yet).
+Producers along another dim run NCCL's own collective after the kernel (`Collective`: correct, no
+in-kernel overlap).
 """
 from __future__ import annotations
 
@@ -353,8 +354,15 @@ class Collective(Reduction):
             self.final[g].set()
 
 
+def _run(p2p: list) -> None:
+    """One round: its sends and receives as one NCCL group; the current stream waits for it."""
+    if p2p:
+        for work in dist.batch_isend_irecv(p2p):
+            work.wait()  # the stream waits for NCCL's stream; the host does not block
+
+
 class FlagRounds(Reduction):
-    """reduce_scatter along dim 0 on nccl, triggered by the kernel's flags (module doc). Built at
+    """reduce_scatter / all_reduce along dim 0 on nccl, triggered by the kernel's flags (module doc). Built at
     the launch's start (a mark on the compute stream: the partial is initialised); `join()`, called
     once the kernel is enqueued, enqueues the rounds and the reduction on the syncopy stream and
     makes the compute stream wait for them: nothing waits on the host on a GPU."""
@@ -373,7 +381,13 @@ class FlagRounds(Reduction):
 
     @staticmethod
     def fits(ctx: Context) -> bool:
-        return ctx.plan.pattern == "reduce_scatter" and ctx.dim == 0 and ctx.plan.world > 1
+        return ctx.plan.pattern in ("reduce_scatter", "all_reduce") and ctx.dim == 0 and ctx.plan.world > 1
+
+    def rows_of(self, rank: int) -> tuple[int, int]:
+        """Rows of rank `rank`'s part (all_reduce: the last part may be short, even empty)."""
+        plan = self.ctx.plan
+        c = plan.chunks_per_rank
+        return plan.bounds(rank * c)[0], plan.bounds(rank * c + c - 1)[1]
 
     def rounds(self) -> list[tuple[int, int, int, int]]:
         """(send chunk, to, receive chunk, from) per round: every rank runs the same (offset, index)
@@ -396,22 +410,40 @@ class FlagRounds(Reduction):
 
         with engine.using(s):
             for send, to, recv, source in self.rounds():
-                ops.wait32(ctx.flag_address(send), e, hs)  # every tile of the chunk stored
-                lo, hi = plan.bounds(send)
-                mine_lo, mine_hi = plan.bounds(recv)
-                slot = self.inbox[source].narrow(0, mine_lo - plan.rank * rows, mine_hi - mine_lo)
-                data = ctx.buffer.narrow(0, lo, hi - lo)
-                works = dist.batch_isend_irecv([dist.P2POp(dist.isend, data, be.global_ranks[to], group=be.nccl, tag=tag(send)),
-                                                dist.P2POp(dist.irecv, slot, be.global_ranks[source], group=be.nccl, tag=tag(recv))])
-                for work in works:
-                    work.wait()  # stream s waits for NCCL's stream; the host does not block
-            lo, hi = plan.rank * rows, (plan.rank + 1) * rows
+                round_ops = []
+                if not plan.empty(send):  # chunks past a short last part move nothing (on both ends)
+                    ops.wait32(ctx.flag_address(send), e, hs)  # every tile of the chunk stored
+                    lo, hi = plan.bounds(send)
+                    round_ops.append(dist.P2POp(dist.isend, ctx.buffer.narrow(0, lo, hi - lo), be.global_ranks[to], group=be.nccl, tag=tag(send)))
+                if not plan.empty(recv):
+                    lo, hi = plan.bounds(recv)
+                    slot = self.inbox[source].narrow(0, lo - plan.rank * rows, hi - lo)
+                    round_ops.append(dist.P2POp(dist.irecv, slot, be.global_ranks[source], group=be.nccl, tag=tag(recv)))
+                _run(round_ops)
+            lo, hi = self.rows_of(plan.rank)
             wide = torch.float32 if out.dtype in (torch.float16, torch.bfloat16) else out.dtype
             acc = None
             for p in range(plan.world):
-                part = ctx.buffer.narrow(0, lo, hi - lo) if p == plan.rank else self.inbox[p]
+                part = ctx.buffer.narrow(0, lo, hi - lo) if p == plan.rank else self.inbox[p].narrow(0, 0, hi - lo)
                 acc = part.to(wide, copy=True) if acc is None else acc.add_(part)
-            out.copy_(acc)
+            if plan.pattern == "all_reduce":
+                # The gather half: our reduced rows to every peer, theirs into our buffer, one round
+                # per peer offset (every rank the same), then the buffer is the result.
+                ctx.buffer.narrow(0, lo, hi - lo).copy_(acc)
+                for d in range(1, plan.world):
+                    to, source = (plan.rank + d) % plan.world, (plan.rank - d) % plan.world
+                    t_lo, t_hi = self.rows_of(source)
+                    round_ops = []
+                    if hi > lo:  # a short last part may be empty
+                        round_ops.append(dist.P2POp(dist.isend, ctx.buffer.narrow(0, lo, hi - lo), be.global_ranks[to], group=be.nccl,
+                                                    tag=tag((1 << 14) | plan.rank)))
+                    if t_hi > t_lo:
+                        round_ops.append(dist.P2POp(dist.irecv, ctx.buffer.narrow(0, t_lo, t_hi - t_lo), be.global_ranks[source],
+                                                    group=be.nccl, tag=tag((1 << 14) | source)))
+                    _run(round_ops)
+                out.copy_(ctx.buffer)
+            else:
+                out.copy_(acc)
         engine.join_compute(s, ctx.buffer.device)  # what the caller enqueues next (and the next launch) follows
         for g in plan.owned:
             self.final[g].set()
