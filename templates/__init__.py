@@ -64,6 +64,16 @@ def world_size(group=None) -> int:
     return dist.get_world_size(group)
 
 
+def rank_of(group=None) -> int:
+    """This rank in a template launch's `group`: a torch.distributed group (None: the default one;
+    0 where no process group is initialised), or a thread world's RankGroup (as `world_size`)."""
+    import torch.distributed as dist
+
+    if group is not None and not isinstance(group, dist.ProcessGroup) and hasattr(group, "rank"):
+        return group.rank()
+    return dist.get_rank(group) if dist.is_initialized() else 0
+
+
 def available() -> dict[str, Template]:
     """Every folder of the template library (templates/ in the repository) with a schedule.yaml, by name."""
     root = resources.files("syncopy.templates")

@@ -131,13 +131,14 @@ context_ids = itertools.count()  # ids of this process's contexts (a launch take
 
 
 def refuse_listed(schedule, backend: str) -> None:
-    """Several communicated tensors (`tensor: [K, V]`) move on the gloo backend only so far: every
-    other mover copies one buffer, and would hand the kernel the other tensors' shards unGathered."""
+    """Several communicated tensors (`tensor: [K, V]`) move on the gloo backend and the thread world
+    only so far: every other mover copies one buffer, and would hand the kernel the other tensors'
+    shards ungathered."""
     if len(schedule.tensors) > 1:
         from syncopy.errors import LaunchError
 
-        raise LaunchError(f"several communicated tensors ({', '.join(schedule.tensors)}) move on the gloo backend only so far, "
-                          f"not {backend}; list one tensor, or run on CPU ranks (gloo)")
+        raise LaunchError(f"several communicated tensors ({', '.join(schedule.tensors)}) move on the gloo backend and the thread "
+                          f"world only so far, not {backend}; list one tensor, or run on CPU ranks (gloo)")
 
 
 def _gathered(shape: tuple[int, ...], dim: int, world: int) -> list[int]:

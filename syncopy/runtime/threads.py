@@ -1,7 +1,8 @@
 r"""The thread world: W ranks of one fused operator on one GPU, in one process. Each rank has its own
 streams (compute, and one per peer for its transfers) and its own buffers and signal pad, all in one
-address space; chunks move by copy-engine copies (`cuMemcpyAsync`) and flags by stream write-values
-(runtime/streamops.py): the p2p protocol end to end, without IPC. Kernels of different streams of
+address space; chunks move by copy-engine copies (`cuMemcpyAsync`; a chunk of every listed tensor,
+`tensor: [K, V]`, before its flag) and flags by stream write-values (runtime/streamops.py): the p2p
+protocol end to end, without IPC. Kernels of different streams of
 one process run concurrently on one GPU (processes take turns), so this is where several fused
 kernels, their pushes and (producer patterns) their sends and reductions overlap for real on a
 single device.
@@ -66,7 +67,7 @@ from syncopy import device as dev
 from syncopy.runtime.launch import _ensure_allocator, _spin_limit
 from syncopy.errors import LaunchError
 from syncopy.runtime import streamops
-from syncopy.runtime.context import Context, refuse_listed
+from syncopy.runtime.context import Context
 from syncopy.runtime.loopback import _Cuda, _Host, _Loop, _Timeline, launch_args
 from syncopy.runtime.streamops import ptr, wrap32
 
@@ -168,7 +169,12 @@ class _Rank(_Loop):
         if not ctx.producer:  # behind the own rows: error words cleared, the epoch, the own flags, then ready[r]
             self.start_writes = ops.batch([(self.errors.words + 4 * i, 0) for i in range(4)] + [(self.epoch_word, None)]
                                           + [(f, None) for f in self.own_flags] + [(self.ready, None)])
-        self.moves: dict[int, list[tuple]] = {}  # consumer: p -> [(chunk, dst, src offset, bytes, p's flag addresses)]
+        rows = ctx.plan.rows_per_rank
+        # The other listed tensors (`tensor: [K, V]`): this rank's slot of each gathered buffer.
+        self.own_extras = [(ptr(t.narrow(ctx.dim, self.rank * rows, rows)), t.narrow(ctx.dim, self.rank * rows, rows).nbytes)
+                           for t in ctx.extras]
+        # consumer: p -> [(chunk, dst, src offset, bytes, p's flag addresses, [(dst, src, bytes) of each other listed tensor])]
+        self.moves: dict[int, list[tuple]] = {}
         self.inbox: dict[int, torch.Tensor] = {}  # producer: peer -> its partial of this rank's rows
         self.sends: dict[int, list[tuple]] = {}  # producer: p -> [(chunk, flag address, dst, src, bytes)] in finish order
 
@@ -180,7 +186,6 @@ class ThreadWorld:
         """pushes: "in-kernel" (tiles wait for chunks that land while the kernels run) or
         "before-kernel" (each rank's kernel starts once the pushes into it are done); default
         $SYNCOPY_THREAD_PUSHES, else before-kernel on a GPU and in-kernel on the CPU engine (module doc)."""
-        refuse_listed(fused.schedule, "a thread world")
         pushes = pushes or os.environ.get("SYNCOPY_THREAD_PUSHES") or None
         if pushes is not None and pushes not in PUSH_MODES:
             raise LaunchError(f"pushes={pushes!r}: expected one of {', '.join(PUSH_MODES)} (or unset: before-kernel on a GPU)")
@@ -260,9 +265,12 @@ class ThreadWorld:
         for rk in ranks:
             rk.errors.check()  # earlier launches that are done: their errors surface here
         calls = []
+        listed = fk.schedule.tensors[1:]
         for rk, g, (arguments, _, options) in zip(ranks, grids, bound):
             call = dict(arguments)
-            call[fk.schedule.tensor] = rk.ctx.buffer
+            rk.ctx.extra_shards = [arguments[n] for n in listed]
+            call[fk.schedule.tensors[0]] = rk.ctx.buffer
+            call.update(zip(listed, rk.ctx.extras))
             if fk.producer:
                 order = fk._order(rk.ctx, g, call, None)[0]
                 calls.append((g, call, fk._extra(rk.ctx, order, rk.ctx.no_trace), options))
@@ -276,7 +284,7 @@ class ThreadWorld:
         for rk in ranks:
             rk.ctx.epoch = epoch
             if eng.device_type == "cuda":  # the caller's tensors are used on this rank's stream
-                for t in (*calls[rk.rank][1].values(), shards[rk.rank]):
+                for t in (*calls[rk.rank][1].values(), shards[rk.rank], *rk.ctx.extra_shards):
                     if isinstance(t, torch.Tensor) and t.is_cuda:
                         t.record_stream(rk.stream)
         if fk.producer:
@@ -300,14 +308,18 @@ class ThreadWorld:
             hc = ops.handle(rk.stream)
             ops.wait_event(hc, start)
             self.timelines[rk.rank].mark("start", rk.stream)
-            if fk.poison_receive and rk.ctx.buffer.is_floating_point():
+            if fk.poison_receive:
                 with self._using(rk.stream):  # a read before its chunk lands gives NaN
-                    rk.ctx.buffer.fill_(float("nan"))
+                    for t in rk.ctx.tensors():
+                        if t.is_floating_point():
+                            t.fill_(float("nan"))
             mine = shards[rk.rank]
             if a2a:
                 rows = rk.ctx.plan.rows_per_rank
                 mine = mine.narrow(rk.ctx.dim, rk.rank * rows, rows)
             ops.copy(rk.own[0], ptr(mine), rk.own[1], hc)
+            for (dst, n), extra in zip(rk.own_extras, rk.ctx.extra_shards):
+                ops.copy(dst, ptr(extra), n, hc)
             ops.write_batch(rk.start_writes, epoch, hc)  # error words cleared, the epoch, own flags, ready[r]: one driver call
             ops.record(rk.fork, hc)
         for rk in ranks:
@@ -316,11 +328,13 @@ class ThreadWorld:
                 hs = ops.handle(rk.out[p])
                 ops.wait_event(hs, rk.fork)
                 ops.wait32(ranks[p].ready, epoch, hs)
-                for g, dst, offset, n, flags in moves:
+                for g, dst, offset, n, flags, extras in moves:
                     if g in withhold:
                         continue
                     self._pause(rk.out[p])
                     ops.copy(dst, base + offset, n, hs)
+                    for extra in extras:  # the chunk's rows of every listed tensor, then its flags
+                        ops.copy(*extra, hs)
                     for f in flags:
                         ops.write32(f, epoch, hs)
                     self.timelines[p].mark(g, rk.out[p])
@@ -453,16 +467,21 @@ class ThreadWorld:
         first = shards[0]
         for r, s in enumerate(shards):
             if tuple(s.shape) != tuple(first.shape) or s.dtype != first.dtype or s.device != first.device:
-                raise LaunchError(f"rank {r} passed '{self.fk.schedule.tensor}' as {list(s.shape)} {s.dtype} on {s.device} but rank 0 "
+                raise LaunchError(f"rank {r} passed '{self.fk.schedule.tensors[0]}' as {list(s.shape)} {s.dtype} on {s.device} but rank 0 "
                                   f"passed {list(first.shape)} {first.dtype} on {first.device}; every rank's shard must match")
-        key = (tuple(first.shape), first.dtype)
+        fk = self.fk
+        extras = fk._listed_shapes(bound[0][0])
+        for r, (arguments, _, _) in enumerate(bound):
+            if fk._listed_shapes(arguments) != extras:
+                raise LaunchError(f"rank {r} passed the listed tensors {', '.join(fk.schedule.tensors[1:])} with shapes and dtypes "
+                                  f"{fk._listed_shapes(arguments)} but rank 0 {extras}; every rank's shards must match")
+        key = (tuple(first.shape), first.dtype, *((extras,) if extras else ()))
         if key not in self.worlds:
-            fk = self.fk
             # One process plays every rank: the planner's choice needs no exchange.
             choice = fk._resolve(first, self.world, bound[0][0]) if fk.schedule.planned else None
             ranks = []
             for r in range(self.world):
-                ctx = fk._make_context(shards[r], r, self.world, choice)
+                ctx = fk._make_context(shards[r], r, self.world, choice, **({"extras": extras} if extras else {}))
                 ctx.ctx[dev.CTX_SPIN_LIMIT.value] = _spin_limit(fk.timeout_s, self.engine.device_type)
                 ranks.append(_Rank(self, ctx, key[0]))
             if fk.producer:
@@ -497,7 +516,14 @@ class ThreadWorld:
                         continue
                     offset = (lo - rk.rank * rows + p * rows) * row_bytes if a2a else lo * row_bytes
                     dst = peer.chunk_view(g)
-                    moves.append((g, ptr(dst), offset, dst.nbytes, [peer.flag_address(f) for f in peer.plan.flags(g)]))
+                    extras = []
+                    for mine, theirs in zip(ctx.extras, peer.extras):
+                        src_rows, dst_rows = mine.narrow(ctx.dim, lo, hi - lo), theirs.narrow(ctx.dim, lo, hi - lo)
+                        if not (src_rows.is_contiguous() and dst_rows.is_contiguous()):
+                            raise LaunchError(f"the thread world moves each chunk with one copy, which needs it contiguous, but chunks "
+                                              f"along dim {ctx.dim} of a {list(mine.shape)} tensor are strided; shard along dim 0")
+                        extras.append((ptr(dst_rows), ptr(src_rows), src_rows.nbytes))
+                    moves.append((g, ptr(dst), offset, dst.nbytes, [peer.flag_address(f) for f in peer.plan.flags(g)], extras))
                 rk.moves[p] = moves
 
     def _wire_producer(self, ranks: list[_Rank]) -> None:

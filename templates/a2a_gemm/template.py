@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 import triton
 
-from syncopy.templates import world_size
+from syncopy.templates import rank_of, world_size
 
 DEFAULT_SHAPE = (128, 32, 32)
 TOLERANCE = {torch.float32: 1e-3, torch.float16: 2e-2, torch.bfloat16: 6e-2}
@@ -58,14 +58,6 @@ def inputs(rank, world, shape, dtype, seed=0, routing="uniform"):
     return {"x": x, "w": w, "counts": route(rank, world, m, routing, seed)}
 
 
-def _rank(group=None) -> int:
-    """This rank in a launch's `group`: a torch.distributed group (None: the default one) or a thread
-    world's RankGroup (as world_size takes them)."""
-    if group is not None and not isinstance(group, dist.ProcessGroup) and hasattr(group, "rank"):
-        return group.rank()
-    return dist.get_rank(group)
-
-
 def _uniform_counts(rows: int, world: int) -> torch.Tensor:
     return torch.full((world, EXPERTS), rows // world // EXPERTS, dtype=torch.int64)
 
@@ -100,7 +92,7 @@ def launch(fused, x, w, counts=None, group=None, **meta):
     `counts` (routed): [world, E] rows of x per destination rank and expert; None: uniform."""
     meta = {**META, **meta}
     world = world_size(group)
-    rank = _rank(group) if world > 1 else 0
+    rank = rank_of(group) if world > 1 else 0
     (m, k), n = x.shape, w.shape[2]
     received = received_counts(counts, group) if counts is not None else _uniform_counts(m, world)
     tiles = tile_table(received, meta["BLOCK_M"], rank, x.device)

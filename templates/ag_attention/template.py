@@ -7,7 +7,7 @@ import math
 import torch
 import triton
 
-from syncopy.templates import all_gather_rows, world_size
+from syncopy.templates import all_gather_rows, rank_of, world_size
 
 DEFAULT_SHAPE = (32, 2, 16)
 TOLERANCE = {torch.float32: 1e-3, torch.float16: 2e-2, torch.bfloat16: 6e-2}
@@ -21,12 +21,6 @@ def inputs(rank, world, shape, dtype, seed=0):
     return {"q": q, "k": k, "v": v, "causal": bool(seed % 2)}
 
 
-def _rank(group) -> int:
-    import torch.distributed as dist
-
-    return dist.get_rank(group) if dist.is_initialized() else 0
-
-
 def launch(fused, q, k, v, causal=False, group=None, **meta):
     """O = scaled_dot_product_attention(q, all_gather(k), all_gather(v), is_causal over global positions), fused."""
     meta = {**META, **meta}
@@ -34,14 +28,14 @@ def launch(fused, q, k, v, causal=False, group=None, **meta):
     n = k.shape[0] * world_size(group)
     out = torch.empty_like(q)
     grid = (triton.cdiv(m, meta["BM"]), heads)
-    fused[grid](q, k, v, out, m, n, _rank(group) * m, 1.0 / math.sqrt(dim), H=heads, D=dim, CAUSAL=causal, **meta, group=group)
+    fused[grid](q, k, v, out, m, n, rank_of(group) * m, 1.0 / math.sqrt(dim), H=heads, D=dim, CAUSAL=causal, **meta, group=group)
     return out
 
 
 def reference(q, k, v, causal=False, group=None):
     keys, values = all_gather_rows(k, group), all_gather_rows(v, group)
     m, n = q.shape[0], keys.shape[0]
-    start = _rank(group) * m
+    start = rank_of(group) * m
     mask = None
     if causal:
         mask = torch.arange(n)[None, :] <= start + torch.arange(m)[:, None]

@@ -27,7 +27,7 @@ def _world(name: str, world: int, **options):
 
 
 @pytest.mark.parametrize("world", [2, 4])
-@pytest.mark.parametrize("name", ["a2a_gemm", "ag_gemm", "ag_gemm_persistent", "ag_rmsnorm", "gemm_ar", "gemm_rs"])
+@pytest.mark.parametrize("name", ["a2a_gemm", "ag_attention", "ag_gemm", "ag_gemm_persistent", "ag_rmsnorm", "gemm_ar", "gemm_rs"])
 def test_every_template_on_the_thread_world(name, world):
     from syncopy import templates
 

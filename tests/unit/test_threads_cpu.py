@@ -43,6 +43,18 @@ def reference(name: str, inputs: list[dict], world: int) -> list[torch.Tensor]:
                 out[expert == e] = received[expert == e] @ inputs[r]["w"][e].float()
             outs.append(out)
         return outs
+    if name == "ag_attention":  # softmax(q k^T / sqrt(d)) v over every rank's keys; causal: keys up to the query's global row
+        keys, values = (torch.cat([i[t] for i in inputs]).float() for t in ("k", "v"))
+        outs = []
+        for r, i in enumerate(inputs):
+            q = i["q"].float()
+            m, d = q.shape[0], q.shape[2]
+            scores = torch.einsum("mhd,nhd->hmn", q, keys) / d ** 0.5
+            if i["causal"]:
+                seen = torch.arange(keys.shape[0])[None, :] <= r * m + torch.arange(m)[:, None]
+                scores = scores.masked_fill(~seen, float("-inf"))
+            outs.append(torch.einsum("hmn,nhd->mhd", scores.softmax(-1), values))
+        return outs
     raise AssertionError(f"no reference for template {name}")
 
 
@@ -55,10 +67,11 @@ def run_template(tw: ThreadWorld, name: str, seed: int, dtype=torch.float32, dev
     """One launch of template `name` on every rank of `tw` with fresh inputs; the worst relative error."""
     mod = templates.get(name).module
     shape = shape or CPU_SHAPES.get(name, mod.DEFAULT_SHAPE)
-    inputs = [{k: v.to(device) for k, v in mod.inputs(r, tw.world, shape, dtype, seed=seed).items()} for r in range(tw.world)]
+    inputs = [{k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in mod.inputs(r, tw.world, shape, dtype, seed=seed).items()}
+              for r in range(tw.world)]
     outs = tw.run(lambda fused, group, r: mod.launch(fused, **inputs[r], group=group))
     tw.synchronize()
-    refs = reference(name, [{k: v.cpu() for k, v in i.items()} for i in inputs], tw.world)
+    refs = reference(name, [{k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in i.items()} for i in inputs], tw.world)
     worst = 0.0
     for out, ref in zip(outs, refs):
         err = (out.float().cpu() - ref).abs().max().item() / max(1.0, ref.abs().max().item())
@@ -66,9 +79,9 @@ def run_template(tw: ThreadWorld, name: str, seed: int, dtype=torch.float32, dev
     return worst
 
 
-# ag_attention lists K and V (`tensor: [K, V]`), which move on the gloo backend only so far; a
-# pipeline template (tp_mlp) is several operators, which a thread world does not link.
-@pytest.mark.parametrize("name", sorted(n for n, t in templates.available().items() if n != "ag_attention" and not t.pipeline))
+# A pipeline template (tp_mlp) is several operators, which a thread world does not link.
+# ag_attention lists K and V (`tensor: [K, V]`): each chunk of both lands before its flag.
+@pytest.mark.parametrize("name", sorted(n for n, t in templates.available().items() if not t.pipeline))
 def test_every_template_on_a_thread_world_of_three_launch_after_launch(name):
     tw = ThreadWorld(templates.get(name).fused(timeout_s=30.0, poison_receive=True), 3, device="cpu")
     for seed in range(2):
@@ -76,11 +89,24 @@ def test_every_template_on_a_thread_world_of_three_launch_after_launch(name):
     assert tw.epochs == {next(iter(tw.worlds)): 2}
 
 
-def test_a_thread_world_refuses_several_listed_tensors_in_one_line():
+def test_the_loopback_world_refuses_several_listed_tensors_in_one_line():
+    from syncopy.runtime.loopback import LoopbackWorld
+
     with pytest.raises(LaunchError) as err:
-        ThreadWorld(templates.get("ag_attention").fused(), 3, device="cpu")
-    assert str(err.value) == ("several communicated tensors (K, V) move on the gloo backend only so far, not a thread world; "
-                              "list one tensor, or run on CPU ranks (gloo)")
+        LoopbackWorld(templates.get("ag_attention").fused(), 3, device="cpu")
+    assert str(err.value) == ("several communicated tensors (K, V) move on the gloo backend and the thread world only so far, not a "
+                              "loopback world; list one tensor, or run on CPU ranks (gloo)")
+
+
+def test_listed_tensors_of_different_shapes_on_two_ranks_are_one_line():
+    tw = ThreadWorld(templates.get("ag_attention").fused(timeout_s=30.0), 2, device="cpu")
+    mod = templates.get("ag_attention").module
+    inputs = [mod.inputs(r, 2, (16, 2, 16), torch.float32) for r in range(2)]
+    inputs[1]["v"] = inputs[1]["v"][:, :1].contiguous()  # one head where rank 0 has two
+    with pytest.raises(LaunchError) as err:
+        tw.run(lambda fused, group, r: mod.launch(fused, **inputs[r], group=group))
+    assert str(err.value) == ("rank 1 passed the listed tensors V with shapes and dtypes (((16, 1, 16), torch.float32),) but "
+                              "rank 0 (((16, 2, 16), torch.float32),); every rank's shards must match"), str(err.value)
 
 
 def _ag(chunks=2, timeout_s=30.0, order="ring"):
