@@ -228,9 +228,10 @@ def one_gpu(rank: int, world: int) -> dict:
 
 
 def one_gpu_sends(rank: int, world: int) -> dict:
-    """Two ranks on GPU 0 told they are alone on their GPUs: p2p's reduce_scatter then takes the
-    device-side path (SendReduce: send streams behind the kernel's flags, the owner's reduction
-    behind delivered words), which one-rank-per-GPU deployments run."""
+    """Two ranks on GPU 0 told they are alone on their GPUs: p2p's reduce_scatter and all_reduce then
+    take the device-side path (SendReduce: send streams behind the kernel's flags, the owner's
+    reduction behind delivered words; all_reduce's reduced rows pushed to every peer behind it),
+    which one-rank-per-GPU deployments run."""
     import torch
 
     from syncopy.runtime.backends.p2p import CudaMemory
@@ -238,7 +239,8 @@ def one_gpu_sends(rank: int, world: int) -> dict:
     torch.cuda.set_device(0)
     CudaMemory.shares_device = lambda self, group, device: False
 
-    return {"gemm_rs p2p sends": _check("gemm_rs p2p sends", lambda: reduce(rank, world, "p2p", "gemm_rs", launches=4))}
+    return {"gemm_rs p2p sends": _check("gemm_rs p2p sends", lambda: reduce(rank, world, "p2p", "gemm_rs", launches=4)),
+            "gemm_ar p2p sends": _check("gemm_ar p2p sends", lambda: reduce(rank, world, "p2p", "gemm_ar", launches=4))}
 
 
 def two_gpus(rank: int, world: int) -> dict:
