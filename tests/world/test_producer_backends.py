@@ -12,13 +12,19 @@ import pytest
 
 from tests.world.harness import spawn
 from tests.world import producer_backend_workers as workers
+from tests.world.workers import once
 
 WORLD = 3
 
 
+@once
+def _results() -> list[dict]:
+    return spawn(workers.run_producers, WORLD, timeout_s=400)
+
+
 @pytest.mark.world
 def test_p2p_all_reduce_sends_while_the_kernel_runs_and_gathers_on_the_device():
-    results = spawn(workers.run_all_reduce, WORLD, timeout_s=400)
+    results = [r["p2p_all_reduce"] for r in _results()]
     for rank, r in enumerate(results):
         assert r["reducer"] == ["SendReduce"], r
         assert max(r["worst"]) < 1e-3, f"rank {rank}: {r['worst']}"
@@ -32,7 +38,7 @@ def test_p2p_all_reduce_sends_while_the_kernel_runs_and_gathers_on_the_device():
 
 @pytest.mark.world
 def test_nccl_producers_run_rounds_behind_the_kernels_flags():
-    results = spawn(workers.run_nccl_producers, WORLD, timeout_s=400)
+    results = [r["nccl"] for r in _results()]
     for rank, r in enumerate(results):
         rs, ar = r["gemm_rs"], r["gemm_ar"]
         assert rs["used"] == ar["used"] == ["FlagRounds"] * 3, (rs["used"], ar["used"])
