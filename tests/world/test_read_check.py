@@ -17,12 +17,23 @@ import pytest
 
 from tests.world.harness import spawn
 from tests.world import read_check_workers as rw
-from tests.world.workers import once
+from tests.world import workers
+from tests.world.workers import job, once
+
+CASES = [("all_gather", False), ("all_gather", True), ("reduce_scatter", True)]
 
 
 @once
+def _spawned() -> list[dict]:
+    """Every world of this file is one spawned world of 2 ranks (spawning costs seconds): the three
+    cases, then the gap kernels, each a job of its own (workers.run_jobs)."""
+    jobs = {f"{pattern} checked={checked}": (f"{rw.__name__}:run_case", (pattern, checked)) for pattern, checked in CASES}
+    jobs["gaps"] = (f"{rw.__name__}:run_gaps", ())
+    return spawn(workers.run_jobs, 2, jobs, timeout_s=600)
+
+
 def _world(pattern: str, checked: bool) -> list[dict]:
-    return spawn(rw.run_case, 2, pattern, checked, timeout_s=300)
+    return job(_spawned(), f"{pattern} checked={checked}")
 
 
 def _line(pattern: str) -> int:
@@ -63,9 +74,8 @@ def test_checked_a_store_after_its_chunk_was_announced_raises():
 
 
 # -- reads checked mode used to check at the wrong time or not at all ------------------------------
-@once
 def _gaps() -> list[dict]:
-    return spawn(rw.run_gaps, 2, timeout_s=300)
+    return job(_spawned(), "gaps")
 
 
 def _line_of(kernel: str, text: str) -> int:
