@@ -10,8 +10,7 @@ import pytest
 from syncopy import templates
 from syncopy.cli import main
 from tests.templates import template_workers
-from tests.world.harness import spawn
-from tests.world.workers import once
+from tests.world import shared
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -79,10 +78,13 @@ def _case(run_id: str, name: str, extra: list[str]) -> dict:
             "shape": shape, "dtype": opts.get("--dtype", "fp32")}
 
 
-@once
+for _size in (2, 3, 4):  # jobs of the shared worlds (tests/world/shared.py)
+    shared.register(__name__, _size, {"templates": (f"{template_workers.__name__}:run_templates",
+                                                    ([_case(i, name, extra) for i, (name, w, extra) in zip(RUN_IDS, RUNS) if w == _size],))})
+
+
 def _template_world(world: int) -> list:
-    cases = [_case(i, name, extra) for i, (name, w, extra) in zip(RUN_IDS, RUNS) if w == world]
-    return spawn(template_workers.run_templates, world, cases, timeout_s=300)
+    return shared.results(__name__, world, "templates")
 
 
 @pytest.mark.world

@@ -1,19 +1,18 @@
 """All-gather fused into local kernels, on CPU worlds (gloo + the Triton interpreter), against the
 torch reference (`dist.all_gather_into_tensor` + torch math).
 
-One spawned world per world size serves every test of this file (spawning costs seconds): each
-world runs its jobs (workers.run_jobs: the matrix, then the tile, ragged, overlap and reordering
-jobs of that size) once per session, and each test reads its own job; every rank reports (case,
-error) so a failure names the case, and a job that raised fails only its own tests.
+The tests of this file run as jobs of the shared world of their size (tests/world/shared.py: one
+spawn per world size for the files that share one, spawning costs seconds): the matrix, then the
+tile, ragged, overlap and reordering jobs of that size, once per session; each test reads its own
+job; every rank reports (case, error) so a failure names the case, and a job that raised fails
+only its own tests.
 """
 from __future__ import annotations
 
 import pytest
 
-from tests.world.harness import spawn
-from tests.world import workers
+from tests.world import shared, workers
 from tests.world.cases import CHUNKS, DTYPES, KERNELS, ROWS, WORLDS, matrix_cases, order_id, order_names
-from tests.world.workers import job, once
 
 world_ids = [f"world{w}" for w in WORLDS]
 TILE_ORDERS = {2: ["ring", "local_first"], 3: ["bidirectional_ring", [2, 1]]}
@@ -35,9 +34,8 @@ def _jobs(world: int) -> dict:
     return jobs
 
 
-@once
-def _world(world: int) -> list[dict]:
-    return spawn(workers.run_jobs, world, _jobs(world), timeout_s=600)
+for _size in WORLDS:
+    shared.register(__name__, _size, _jobs(_size))
 
 
 def _failures(per_rank_errors: list[list[tuple]]) -> list[str]:
@@ -53,7 +51,7 @@ def _failures(per_rank_errors: list[list[tuple]]) -> list[str]:
 # 1. The matrix: world sizes x kernels x chunk counts x orders x ragged/aligned rows x dtypes x epochs
 # --------------------------------------------------------------------------------------------------
 def _matrix(world: int) -> list[dict]:
-    return job(_world(world), "matrix")
+    return shared.results(__name__, world, "matrix")
 
 
 def test_matrix_covers_the_space():
@@ -164,7 +162,7 @@ def test_ragged_4091_rows_per_rank():
     """4091 rows per rank (prime: no tile size or chunk count divides it), 3 chunks per rank, 64-row
     tiles: tiles straddle chunk boundaries and the rank boundary. GEMMs with N = K = 16 keep the
     interpreter fast (the row kernel would need 8182 programs)."""
-    results = job(_world(2), "ragged")
+    results = shared.results(__name__, 2, "ragged")
     bad = _failures([r["errors"] for r in results])
     assert not bad, "\n".join(bad)
     assert all(len(r["errors"]) == 4 for r in results)
@@ -183,7 +181,7 @@ def _chunks(rng: tuple[int, int]) -> range:
 
 
 def _overlap(world: int, kernel: str) -> list[dict]:
-    return job(_world(world), f"overlap {kernel}")
+    return shared.results(__name__, world, f"overlap {kernel}")
 
 
 @pytest.mark.world
@@ -285,7 +283,7 @@ def test_trace_counts_a_chunk_before_raising_its_flag():
 @pytest.mark.parametrize("world", [2, 3], ids=["world2", "world3"])
 def test_every_tile_runs_exactly_once(world):
     orders = TILE_ORDERS[world]
-    per_rank = job(_world(world), "tiles")
+    per_rank = shared.results(__name__, world, "tiles")
     seen = 0
     for rank, results in enumerate(per_rank):
         for res in results:
@@ -310,7 +308,7 @@ def test_reordering_link_keeps_rows_nan_until_their_flag_and_shuffles_flags():
     """The tests' oracle for reads that were not waited for (Link(reorder=True), the default link of
     tests/world/harness.py): a chunk's rows stay NaN in the poisoned buffer until its own flag
     rises, flags rise one at a time, and not in the planned order every time."""
-    results = job(_world(3), "reorder")
+    results = shared.results(__name__, 3, "reorder")
     shuffled = 0
     for rank, log in enumerate(results):
         assert len(log) == REORDER_LAUNCHES, log

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.world.harness import spawn
-from tests.world import producer_workers
-from tests.world.workers import once
+from tests.world import producer_workers, shared
 
 ALL = ["splitk_atomic", "partial_grid", "accumulate", "lower_triangular", "rows_by_index", "skip_by_flag", "scatter_add_rows"]
 WORLD4 = ["accumulate", "lower_triangular", "scatter_add_rows"]
@@ -19,9 +17,12 @@ KERNELS = {2: ALL, 3: [k for k in ALL if k not in WORLD4], 4: WORLD4}
 PATTERNS = ["reduce_scatter", "all_reduce"]
 
 
-@once
+for _size in KERNELS:  # jobs of the shared worlds (tests/world/shared.py: checked mode, the slow link)
+    shared.register(__name__, _size, {"cases": (f"{producer_workers.__name__}:run_producer_cases", (KERNELS[_size], PATTERNS))})
+
+
 def _world(world: int) -> list:
-    return spawn(producer_workers.run_producer_cases, world, KERNELS[world], PATTERNS, timeout_s=400, checked=True)
+    return shared.results(__name__, world, "cases")
 
 
 def test_every_kernel_runs_beyond_world_2():

@@ -15,25 +15,19 @@ import re
 
 import pytest
 
-from tests.world.harness import spawn
 from tests.world import read_check_workers as rw
-from tests.world import workers
-from tests.world.workers import job, once
+from tests.world import shared
 
 CASES = [("all_gather", False), ("all_gather", True), ("reduce_scatter", True)]
-
-
-@once
-def _spawned() -> list[dict]:
-    """Every world of this file is one spawned world of 2 ranks (spawning costs seconds): the three
-    cases, then the gap kernels, each a job of its own (workers.run_jobs)."""
-    jobs = {f"{pattern} checked={checked}": (f"{rw.__name__}:run_case", (pattern, checked)) for pattern, checked in CASES}
-    jobs["gaps"] = (f"{rw.__name__}:run_gaps", ())
-    return spawn(workers.run_jobs, 2, jobs, timeout_s=600)
+# Jobs of the shared world of 2 ranks (tests/world/shared.py; spawning costs seconds): the three
+# cases, then the gap kernels.
+shared.register(__name__, 2, {f"{pattern} checked={checked}": (f"{rw.__name__}:run_case", (pattern, checked))
+                              for pattern, checked in CASES})
+shared.register(__name__, 2, {"gaps": (f"{rw.__name__}:run_gaps", ())})
 
 
 def _world(pattern: str, checked: bool) -> list[dict]:
-    return job(_spawned(), f"{pattern} checked={checked}")
+    return shared.results(__name__, 2, f"{pattern} checked={checked}")
 
 
 def _line(pattern: str) -> int:
@@ -75,7 +69,7 @@ def test_checked_a_store_after_its_chunk_was_announced_raises():
 
 # -- reads checked mode used to check at the wrong time or not at all ------------------------------
 def _gaps() -> list[dict]:
-    return job(_spawned(), "gaps")
+    return shared.results(__name__, 2, "gaps")
 
 
 def _line_of(kernel: str, text: str) -> int:
