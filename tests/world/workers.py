@@ -41,25 +41,42 @@ def once(fn):
 def run_jobs(rank: int, world: int, jobs: dict) -> dict:
     """Several rank functions in one spawned world, in order (a spawn costs seconds: process start,
     imports, a first compile per process): `jobs` is {name: (function, args)}, the function a name
-    in this module or "module:name"; returns {name: ("ok", result) or ("error", text)}. A job that
-    raised on a rank leaves the other jobs to run, and the test that reads it names the error."""
+    in this module or "module:name"; returns {name: ("ok", result) or ("error", text)}. After each
+    job the ranks tell each other whether it ran: once a job raised on some rank (its peers may be
+    out of step, waiting in a collective it never reached), the later jobs do not run and say why,
+    so the first failure is the one the tests report."""
     import importlib
 
-    import torch.distributed as dist
-
-    out, seconds = {}, {}
+    out, seconds, stopped = {}, {}, None
+    names = list(jobs)
     for name, (fn, args) in jobs.items():
+        if stopped is not None:
+            out[name] = ("error", f"not run: {stopped}")
+            continue
         start = time.perf_counter()
         module, _, attr = fn.rpartition(":")
         try:
             out[name] = ("ok", getattr(importlib.import_module(module) if module else sys.modules[__name__], attr)(rank, world, *args))
         except Exception as exc:  # the test of this job reports it with the rank
             out[name] = ("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()[-1500:]}")
-        if name != list(jobs)[-1]:  # (after the last, the group may be broken on purpose: a job that timed out)
-            dist.barrier()  # the next job starts together on every rank, as its own spawn did
+        if name != names[-1]:  # (after the last, the group may be broken on purpose: a job that timed out)
+            stopped = _out_of_step(name, out[name][0] == "ok")  # also the barrier: the next job starts together
         seconds[name] = round(time.perf_counter() - start, 2)
     out["seconds"] = ("ok", seconds)  # where a world's time goes: job(per_rank, "seconds")
     return out
+
+
+def _out_of_step(name: str, ran: bool) -> str | None:
+    """Whether job `name` ran on every rank (None) or why the world's later jobs must not run."""
+    import torch.distributed as dist
+
+    flags = [None] * dist.get_world_size()
+    try:
+        dist.all_gather_object(flags, ran)
+    except Exception as exc:
+        return f"the ranks lost step after job {name!r} ({type(exc).__name__}: {exc})"
+    failed = [r for r, ok in enumerate(flags) if not ok]
+    return f"job {name!r} failed on rank(s) {failed}" if failed else None
 
 
 def job(per_rank: list[dict], name: str) -> list:
