@@ -5,3 +5,12 @@ import tempfile
 os.environ.setdefault("TRITON_INTERPRET", "1")
 os.environ.setdefault("SYNCOPY_CACHE_DIR", tempfile.mkdtemp(prefix="syncopy-test-cache-"))
 os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+
+
+def pytest_collection_finish(session):
+    """The shared CPU worlds (tests/world/shared.py) run the jobs of the selected tests' files only."""
+    import sys
+
+    shared = sys.modules.get("tests.world.shared")
+    if shared is not None:
+        shared.selected_modules = {item.module.__name__ for item in session.items if getattr(item, "module", None) is not None}

@@ -28,6 +28,7 @@ import pytest
 from syncopy.cli import main
 from syncopy.schedule import load_schedule
 from tests.golden.spans import DEVICE_IMPORT, assert_only_kernel_changed, inside, outside
+from tests.world.workers import job, once
 
 HERE = Path(__file__).parent
 REGEN = os.environ.get("SYNCOPY_REGEN") == "1"
@@ -388,15 +389,28 @@ def test_recipes_cover_every_all_gather_golden():
     assert sorted(PRODUCER_RECIPES) == producers
 
 
+@once
+def _expected_world() -> list[dict]:
+    """Both expected-kernel tests in one spawned world of 2 (spawning costs seconds), unchecked:
+    expected.py is the unchecked form."""
+    from tests.golden import golden_worlds
+    from tests.golden.golden_worlds import PRODUCER_RECIPES, RECIPES
+    from tests.world.harness import spawn
+    from tests.world.workers import run_jobs
+
+    jobs = {"consumers": (f"{golden_worlds.__name__}:run_expected_kernels", (sorted(RECIPES),)),
+            "producers": (f"{golden_worlds.__name__}:run_expected_producers", (sorted(PRODUCER_RECIPES),))}
+    return spawn(run_jobs, 2, jobs, timeout_s=600, checked=False)
+
+
 @pytest.mark.world
 def test_expected_kernels_equal_all_gather_then_the_users_kernel():
     """Each expected kernel (the one the runtime runs, checked against expected.py) on a world of 2
     with the tests' slow reordering link and poisoned receive buffers, three launches each, equals
     all_gather_into_tensor followed by the user's own kernel.py on the gathered tensor."""
-    from tests.golden.golden_worlds import RECIPES, run_expected_kernels
-    from tests.world.harness import spawn
+    from tests.golden.golden_worlds import RECIPES
 
-    results = spawn(run_expected_kernels, 2, sorted(RECIPES), timeout_s=400, checked=False)  # expected.py is the unchecked form
+    results = job(_expected_world(), "consumers")
     for rank, r in enumerate(results):
         assert len(r) == 3 * len(RECIPES), r
         bad = [f"{label}: {problem or f'error {err:.3g}'}" for label, err, problem in r if problem or not err <= 1e-4]
@@ -408,10 +422,9 @@ def test_expected_producer_kernels_equal_the_users_kernel_then_a_reduce():
     """Each producer golden's expected kernel on a world of 2, three launches with new data each,
     equals the user's kernel.py on zeros (reduce_scatter) or on the rank's C (all_reduce), then an
     all_reduce over the ranks (this rank's rows for reduce_scatter)."""
-    from tests.golden.golden_worlds import PRODUCER_RECIPES, run_expected_producers
-    from tests.world.harness import spawn
+    from tests.golden.golden_worlds import PRODUCER_RECIPES
 
-    results = spawn(run_expected_producers, 2, sorted(PRODUCER_RECIPES), timeout_s=400, checked=False)  # as above
+    results = job(_expected_world(), "producers")
     for rank, r in enumerate(results):
         assert len(r) == 3 * len(PRODUCER_RECIPES), r
         bad = [f"{label}: {problem or f'error {err:.3g}'}" for label, err, problem in r if problem or not err <= 1e-4]

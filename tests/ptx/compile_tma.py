@@ -52,4 +52,5 @@ def main(arch: int) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]))
+    for target in sys.argv[1:]:  # one JSON line per target
+        main(int(target))

@@ -10,8 +10,7 @@ import pytest
 from syncopy import templates
 from syncopy.cli import main
 from tests.templates import template_workers
-from tests.world.harness import spawn
-from tests.world.workers import once
+from tests.world import shared
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -79,10 +78,13 @@ def _case(run_id: str, name: str, extra: list[str]) -> dict:
             "shape": shape, "dtype": opts.get("--dtype", "fp32")}
 
 
-@once
+for _size in (2, 3, 4):  # jobs of the shared worlds (tests/world/shared.py)
+    shared.register(__name__, _size, {"templates": (f"{template_workers.__name__}:run_templates",
+                                                    ([_case(i, name, extra) for i, (name, w, extra) in zip(RUN_IDS, RUNS) if w == _size],))})
+
+
 def _template_world(world: int) -> list:
-    cases = [_case(i, name, extra) for i, (name, w, extra) in zip(RUN_IDS, RUNS) if w == world]
-    return spawn(template_workers.run_templates, world, cases, timeout_s=300)
+    return shared.results(__name__, world, "templates")
 
 
 @pytest.mark.world
@@ -110,20 +112,36 @@ def test_syncopy_run_reports_each_rank(name, world, extra):
     assert f"{name} on {world} rank(s): correct" in proc.stdout
 
 
-def _compile(name: str, arch: str, tmp_path: Path):
-    """`syncopy compile NAME --arch ARCH -o OUT` in a process without the interpreter."""
-    out = tmp_path / f"{name}.ptx"
+CONSUMER_TEMPLATES = ["ag_gemm", "ag_gemm_persistent", "ag_rmsnorm", "a2a_gemm"]
+PRODUCER_TEMPLATES = ["gemm_rs", "gemm_ar"]
+ARCHS = ["sm_80", "sm_90"]
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory) -> Path:
+    """`syncopy compile NAME --arch ARCH -o OUT` of every template for every target, in one process
+    without the interpreter (tests/templates/compile_all.py): the folder of their outputs."""
+    out = tmp_path_factory.mktemp("compiled")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = str(ROOT)
-    proc = subprocess.run([sys.executable, "-m", "syncopy.cli", "compile", name, "--arch", arch, "-o", str(out)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    return proc, out
+    pairs = [f"{name}:{arch}" for name in CONSUMER_TEMPLATES + PRODUCER_TEMPLATES for arch in ARCHS]
+    proc = subprocess.run([sys.executable, "-m", "tests.templates.compile_all", str(out), *pairs],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return out
 
 
-@pytest.mark.parametrize("name", ["ag_gemm", "ag_gemm_persistent", "ag_rmsnorm", "a2a_gemm"])
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
-def test_compile_template_has_acquire_polls_in_loops(name, arch, tmp_path):
-    proc, out = _compile(name, arch, tmp_path)
+def _compile(name: str, arch: str, compiled: Path):
+    """What `syncopy compile NAME --arch ARCH -o OUT` returned and wrote to stderr, and OUT."""
+    base = compiled / f"{name}-{arch}"
+    proc = subprocess.CompletedProcess([], int(Path(f"{base}.rc").read_text()), stderr=Path(f"{base}.err").read_text())
+    return proc, Path(f"{base}.ptx")
+
+
+@pytest.mark.parametrize("name", CONSUMER_TEMPLATES)
+@pytest.mark.parametrize("arch", ARCHS)
+def test_compile_template_has_acquire_polls_in_loops(name, arch, compiled):
+    proc, out = _compile(name, arch, compiled)
     if proc.returncode != 0 and name == "ag_gemm_persistent" and arch == "sm_80" and "descriptor" in proc.stderr.lower():
         # Tensor descriptors are TMA, an sm_90 unit; triton 3.9 lowers them to plain loads for
         # sm_80, an older triton may refuse: then only sm_90 is checked for this template.
@@ -144,10 +162,10 @@ def test_compile_template_has_acquire_polls_in_loops(name, arch, tmp_path):
         assert bool(proxy_fences(ptx)) is (arch == "sm_90") and tma_loads_fenced(ptx)
 
 
-@pytest.mark.parametrize("name", ["gemm_rs", "gemm_ar"])
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
-def test_compile_producer_template_notifies_with_release_after_its_stores(name, arch, tmp_path):
-    proc, out = _compile(name, arch, tmp_path)
+@pytest.mark.parametrize("name", PRODUCER_TEMPLATES)
+@pytest.mark.parametrize("arch", ARCHS)
+def test_compile_producer_template_notifies_with_release_after_its_stores(name, arch, compiled):
+    proc, out = _compile(name, arch, compiled)
     assert proc.returncode == 0, proc.stderr[-2000:]
     from syncopy.emit.ptx import acquire_polls, notifies, stores_then_barrier_then_notify
 

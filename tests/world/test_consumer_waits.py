@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.world.harness import spawn
+from tests.world import shared
 from tests.world import wait_workers as ww
-from tests.world.workers import once
 
 TOL = 1e-4
 
@@ -54,9 +53,12 @@ CASES = {
 }
 
 
-@once
+for _size in CASES:  # jobs of the shared worlds (tests/world/shared.py: checked mode, the slow link)
+    shared.register(__name__, _size, {"cases": (f"{ww.__name__}:run_cases", (CASES[_size],))})
+
+
 def _world(world: int) -> list[dict]:
-    return spawn(ww.run_cases, world, CASES[world], timeout_s=500, checked=True)
+    return shared.results(__name__, world, "cases")
 
 
 @pytest.mark.world

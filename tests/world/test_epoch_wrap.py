@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from tests.world.harness import spawn
 from tests.world import epoch_workers as workers
+from tests.world import shared
+
+shared.register(__name__, 2, {"across the wrap": (f"{workers.__name__}:run_across_the_wrap", ())})  # tests/world/shared.py
 
 
 @pytest.mark.world
 def test_consumer_and_producer_launches_cross_the_int32_wrap():
-    for rank, r in enumerate(spawn(workers.run_across_the_wrap, 2, timeout_s=300)):
+    for rank, r in enumerate(shared.results(__name__, 2, "across the wrap")):
         for name in ("ag_gemm", "gemm_rs", "gemm_ar"):
             got = r[name]
             assert max(got["errs"]) < 1e-3, (rank, name, got)

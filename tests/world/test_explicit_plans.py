@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.world.harness import spawn
-from tests.world import explicit_plan_workers
-from tests.world.workers import once
+from tests.world import explicit_plan_workers, shared
 
 WORLD = 3
 SHAPES = {"a2a_gemm": (96, 32, 32), "gemm_rs": (96, 32, 24), "gemm_ar": (50, 32, 24)}  # gemm_ar: a short last part
@@ -24,10 +22,12 @@ CASES = [
 ]
 
 
-@once
+shared.register(__name__, WORLD, {"full forms": (f"{explicit_plan_workers.__name__}:run_full_forms",  # tests/world/shared.py
+                                                  ([{**c, "shape": SHAPES[c["template"]]} for c in CASES], 0.002))})
+
+
 def _results() -> list:
-    cases = [{**c, "shape": SHAPES[c["template"]]} for c in CASES]
-    return spawn(explicit_plan_workers.run_full_forms, WORLD, cases, 0.002, timeout_s=400)
+    return shared.results(__name__, WORLD, "full forms")
 
 
 def _name(case: dict) -> str:

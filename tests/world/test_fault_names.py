@@ -1,20 +1,23 @@
 """Launch options every rank must agree on, and injected faults that name no send (issue 15): one
-LaunchError line on every rank at the first launch, never a hang or a fault silently skipped. One
-spawned world of three ranks serves every test here."""
+LaunchError line on every rank at the first launch, never a hang or a fault silently skipped. The
+shared world of three ranks serves every test here."""
 from __future__ import annotations
 
 import pytest
 
 from tests.world import fault_name_workers as workers
-from tests.world.harness import spawn
-from tests.world.workers import once
+from tests.world import shared
 
 WORLD = 3
 
 
-@once
+# A job of the shared world (tests/world/shared.py): each refusal is agreed at the first launch, before
+# any transfer, so the world stays as it was.
+shared.register(__name__, WORLD, {"fault names": (f"{workers.__name__}:run_fault_names", ())})
+
+
 def _world() -> list[dict]:
-    return spawn(workers.run_fault_names, WORLD, timeout_s=300)
+    return shared.results(__name__, WORLD, "fault names")
 
 
 def _refused(outcome: dict, text: str, kind: str = "LaunchError") -> None:

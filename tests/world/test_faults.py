@@ -10,7 +10,7 @@ import pytest
 from syncopy.runtime.link import Faults
 from tests.world.harness import spawn
 from tests.world import workers
-from tests.world.workers import once
+from tests.world.workers import job, once
 
 DROP = (0, 1)  # rank 0 never sends its chunk 1
 TIMEOUT_S = 3.0
@@ -19,14 +19,21 @@ DELAY_S = 0.6  # extra delay of chunk (0, 0); large against rank skew on a loade
 
 
 @once
-def _drop() -> list[dict]:
+def _world() -> list[dict]:
+    """One spawned world for the delay, the launch errors and the drop (spawning costs seconds): the
+    drop last, as its timeout breaks the group's transport (the recovery makes a new group)."""
     # World 3, ring: rank 1 needs the chunk from rank 0 directly, rank 2 through rank 1's relay.
-    return spawn(workers.run_drop, WORLD, "ring", DROP, 2, TIMEOUT_S, timeout_s=180)
+    jobs = {"delay and launch errors": ("run_delay_and_launch_errors", (DELAY_S,)),
+            "drop": ("run_drop", ("ring", DROP, 2, TIMEOUT_S))}
+    return spawn(workers.run_jobs, WORLD, jobs, timeout_s=360)
 
 
-@once
+def _drop() -> list[dict]:
+    return job(_world(), "drop")
+
+
 def _delay_and_errors() -> list[dict]:
-    return spawn(workers.run_delay_and_launch_errors, WORLD, DELAY_S, timeout_s=180)
+    return job(_world(), "delay and launch errors")
 
 
 @pytest.mark.world

@@ -12,7 +12,7 @@ import pytest
 
 from tests.world.harness import spawn
 from tests.world import host_backend_workers as workers
-from tests.world.workers import once
+from tests.world.workers import job, once, run_jobs
 
 WORLD = 3
 CASES = [
@@ -35,14 +35,25 @@ HOST_CLASS = {"p2p": "HostP2P", "nccl": "HostNccl"}
 CONSUMERS = {"ag_gemm", "ag_gemm_persistent", "a2a_gemm"}
 
 
+DROP = (0, 1)
+
+
 @once
+def _world() -> list[dict]:
+    """Every world-3 test of this file in one spawned world (spawning costs seconds), the dropped
+    chunk last: its timeout breaks the group's transport."""
+    jobs = {name: (f"{workers.__name__}:{fn}", args) for name, fn, args in [
+        ("templates", "run_templates", (CASES,)), ("traced", "run_traced", ()),
+        ("nccl big grid", "run_nccl_big_grid", ()), ("p2p drop", "run_drop", (DROP, 2.0))]}
+    return spawn(run_jobs, WORLD, jobs, timeout_s=600)
+
+
 def _templates() -> list[list[dict]]:
-    return spawn(workers.run_templates, WORLD, CASES, timeout_s=500)
+    return job(_world(), "templates")
 
 
-@once
 def _traced() -> list[dict]:
-    return spawn(workers.run_traced, WORLD, timeout_s=400)
+    return job(_world(), "traced")
 
 
 @pytest.mark.world
@@ -67,8 +78,8 @@ def test_backend_protocol_gives_the_reference_result(case):
 
 @pytest.mark.world
 def test_p2p_dropped_chunk_is_a_timeout_on_the_ranks_that_need_it():
-    drop = (0, 1)
-    results = spawn(workers.run_drop, WORLD, drop, 2.0, timeout_s=300)
+    drop = DROP
+    results = job(_world(), "p2p drop")
     assert results[0]["type"] is None, results[0]
     for rank in (1, 2):  # direct pushes: every other rank waits on rank 0's chunk itself
         r = results[rank]
@@ -78,7 +89,7 @@ def test_p2p_dropped_chunk_is_a_timeout_on_the_ranks_that_need_it():
 
 @pytest.mark.world
 def test_nccl_refuses_a_grid_that_could_hold_every_sm():
-    for rank, r in enumerate(spawn(workers.run_nccl_big_grid, WORLD, timeout_s=300)):
+    for rank, r in enumerate(job(_world(), "nccl big grid")):
         assert r["type"] == "LaunchError", (rank, r)
         assert r["str"].startswith("kernel 'ag_gemm_kernel' launches 132 programs on a GPU with 132 SMs"), r["str"]
 

@@ -7,8 +7,19 @@ from __future__ import annotations
 import pytest
 
 from tests.world.harness import spawn
+from tests.world.workers import job, once, run_jobs
 
 WORLD = 3
+ROUNDS = 40
+STOP_TIMEOUT_S = 0.5
+
+
+@once
+def _world() -> list[dict]:
+    """The three cases in one spawned world (spawning costs seconds), the rank that never comes last."""
+    jobs = {"rounds": (f"{__name__}:_rounds", (ROUNDS,)), "cannot map": (f"{__name__}:_cannot_map", ()),
+            "one stops": (f"{__name__}:_one_stops", (STOP_TIMEOUT_S,))}
+    return spawn(run_jobs, WORLD, jobs, timeout_s=300)
 
 
 def _rounds(rank: int, world: int, rounds: int) -> dict:
@@ -59,18 +70,22 @@ def _cannot_map(rank: int, world: int) -> dict:
 
     from syncopy.runtime.backends import control
 
+    mapped = mmap.mmap
     if rank == 1:  # as if this rank's temporary folder were another one
         def refuse(*args, **kwargs):
             raise OSError("no such file")
 
         mmap.mmap = refuse
-    return {"barrier": control.node_barrier(dist.group.WORLD, timeout_s=5)}
+    try:
+        return {"barrier": control.node_barrier(dist.group.WORLD, timeout_s=5)}
+    finally:
+        mmap.mmap = mapped  # the world's next job maps its file
 
 
 @pytest.mark.world
 def test_nobody_leaves_a_barrier_before_everybody_came():
-    rounds = 40
-    results = spawn(_rounds, WORLD, rounds, timeout_s=300)
+    rounds = ROUNDS
+    results = job(_world(), "rounds")
     for i in range(rounds):
         last_in = max(r["came"][i] for r in results)
         first_out = min(r["left"][i] for r in results)
@@ -81,7 +96,7 @@ def test_nobody_leaves_a_barrier_before_everybody_came():
 
 @pytest.mark.world
 def test_a_rank_that_never_comes_is_named_after_the_deadline():
-    results = spawn(_one_stops, WORLD, 0.5, timeout_s=300)
+    results = job(_world(), "one stops")
     for rank in (0, 1):
         assert results[rank]["error"] == (f"LaunchError: rank {rank}: rank(s) 2 did not reach the handshake of launch 2 within 0.5s "
                                           f"(stopped or stuck); re-create the process group"), results[rank]
@@ -91,4 +106,4 @@ def test_a_rank_that_never_comes_is_named_after_the_deadline():
 
 @pytest.mark.world
 def test_ranks_that_cannot_map_the_file_keep_gloos_barrier():
-    assert [r["barrier"] for r in spawn(_cannot_map, WORLD, timeout_s=300)] == [None] * WORLD
+    assert [r["barrier"] for r in job(_world(), "cannot map")] == [None] * WORLD

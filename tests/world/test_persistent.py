@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.world.harness import spawn
 from tests.world import persistent_workers as pw
-from tests.world.workers import once
+from tests.world import shared
 
 
 def _case(id, kernel, chunks, rows, programs, order="ring", dtype="float32", latency_s=0.0):
@@ -39,9 +38,12 @@ TILE_START = {"sweep_tiles", "tutorial_ws", "rolling_tiles", "flat_k_desc"}  # f
 NOT_REMAPPED = {"stepping_first"}  # its while test compares the tile id: per-tile waits, its own order
 
 
-@once
+for _size in CASES:  # jobs of the shared worlds (tests/world/shared.py)
+    shared.register(__name__, _size, {"cases": (f"{pw.__name__}:run_cases", (CASES[_size],))})
+
+
 def _world(world: int) -> list[dict]:
-    return spawn(pw.run_cases, world, CASES[world], timeout_s=400)
+    return shared.results(__name__, world, "cases")
 
 
 def _cases_with_tile_waits(world):

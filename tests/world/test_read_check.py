@@ -15,14 +15,19 @@ import re
 
 import pytest
 
-from tests.world.harness import spawn
 from tests.world import read_check_workers as rw
-from tests.world.workers import once
+from tests.world import shared
+
+CASES = [("all_gather", False), ("all_gather", True), ("reduce_scatter", True)]
+# Jobs of the shared world of 2 ranks (tests/world/shared.py; spawning costs seconds): the three
+# cases, then the gap kernels.
+shared.register(__name__, 2, {f"{pattern} checked={checked}": (f"{rw.__name__}:run_case", (pattern, checked))
+                              for pattern, checked in CASES})
+shared.register(__name__, 2, {"gaps": (f"{rw.__name__}:run_gaps", ())})
 
 
-@once
 def _world(pattern: str, checked: bool) -> list[dict]:
-    return spawn(rw.run_case, 2, pattern, checked, timeout_s=300)
+    return shared.results(__name__, 2, f"{pattern} checked={checked}")
 
 
 def _line(pattern: str) -> int:
@@ -63,9 +68,8 @@ def test_checked_a_store_after_its_chunk_was_announced_raises():
 
 
 # -- reads checked mode used to check at the wrong time or not at all ------------------------------
-@once
 def _gaps() -> list[dict]:
-    return spawn(rw.run_gaps, 2, timeout_s=300)
+    return shared.results(__name__, 2, "gaps")
 
 
 def _line_of(kernel: str, text: str) -> int:

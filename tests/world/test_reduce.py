@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from tests.world.harness import spawn
-from tests.world import workers
+from tests.world import shared, workers
 from tests.world.workers import once
 
 CASES = {
@@ -30,9 +30,15 @@ CASES = {
 }
 
 
-@once
+# Jobs of the shared worlds (tests/world/shared.py: spawning costs seconds): the matrix, world 2's
+# overlap and descriptor runs. The lost contribution spawns its own world: its timeout breaks the group.
+for _size in CASES:
+    shared.register(__name__, _size, {"matrix": ("run_producer_matrix", (CASES[_size],))})
+shared.register(__name__, 2, {"overlap": ("run_producer_overlap", (0.02,)), "descriptors": ("run_producer_descriptors", (64,))})
+
+
 def _matrix(world: int) -> list:
-    return spawn(workers.run_producer_matrix, world, CASES[world], timeout_s=300)
+    return shared.results(__name__, world, "matrix")
 
 
 def _name(case: dict) -> str:
@@ -63,9 +69,8 @@ def test_all_reduce_algorithm_follows_size_and_order():
     assert three[1]["algorithms"] == ["direct"]
 
 
-@once
 def _overlap() -> list:
-    return spawn(workers.run_producer_overlap, 2, 0.02, timeout_s=180)
+    return shared.results(__name__, 2, "overlap")
 
 
 @pytest.mark.world
@@ -110,7 +115,7 @@ def test_lost_contribution_is_a_timeout_naming_rank_chunk_and_epoch():
 def test_descriptor_stores_announce_their_rows():
     """The producer pass follows `desc.store([row, col], v)` like a pointer store: its row coordinate
     binds the tile to chunks (rows 64 over 2 ranks, 2 chunks each, 16-row tiles)."""
-    for rank, runs in enumerate(spawn(workers.run_producer_descriptors, 2, 64, timeout_s=180)):
+    for rank, runs in enumerate(shared.results(__name__, 2, "descriptors")):
         assert [p for p, _ in runs] == ["reduce_scatter"] * 2 + ["all_reduce"] * 2
         for pattern, err in runs:
             assert err <= 1e-4, f"rank {rank} {pattern}: error {err}"

@@ -1,12 +1,13 @@
 """Fused operators inside real jobs, on CPU worlds: sub-groups of the world (tensor-parallel groups
 in both layouts at once, then the whole world; a group's first launch while the other ranks run
 their own collectives; templates on sub-groups), threads, inference mode and no_grad, gradients.
-One world of 4 and one of 2 serve every test here (subgroup_workers.py)."""
+The shared world of 4 (tests/world/shared.py) and one of 2 serve every test here (subgroup_workers.py)."""
 from __future__ import annotations
 
 import pytest
 
 from tests.world.harness import spawn
+from tests.world import shared
 from tests.world import subgroup_workers as workers
 from tests.world.workers import once
 
@@ -15,9 +16,11 @@ GRAD = ("launch of 'ag_gemm_kernel': argument '{}' requires grad, but fused oper
         "gradient would be lost); pass {}.detach(), or launch under torch.no_grad() or torch.inference_mode()")
 
 
-@once
+shared.register(__name__, 4, {"subgroups": (f"{workers.__name__}:run_subgroups", ())})  # tests/world/shared.py
+
+
 def _world4() -> list[dict]:
-    return spawn(workers.run_subgroups, 4, timeout_s=400)
+    return shared.results(__name__, 4, "subgroups")
 
 
 @once

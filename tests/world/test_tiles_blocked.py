@@ -7,15 +7,18 @@ from __future__ import annotations
 import pytest
 
 from tests.world import read_check_workers as rw
-from tests.world import workers
-from tests.world.harness import spawn
+from tests.world import shared, workers
+
+LAUNCHES = 3
+for _size in (2, 3):  # jobs of the shared worlds (tests/world/shared.py); the operator brings its own holding link
+    shared.register(__name__, _size, {"hold oracle": (f"{rw.__name__}:run_hold_oracle", (LAUNCHES,))})
 
 
 @pytest.mark.world
 @pytest.mark.parametrize("world", [2, 3])
 def test_every_remote_chunk_lands_while_a_tile_waits_for_it_and_results_are_exact(world):
-    launches = 3
-    for rank, log in enumerate(spawn(rw.run_hold_oracle, world, launches, timeout_s=180)):
+    launches = LAUNCHES
+    for rank, log in enumerate(shared.results(__name__, world, "hold oracle")):
         assert len(log) == launches, log
         for epoch, rec in enumerate(log, start=1):
             where = f"rank {rank} epoch {epoch}"

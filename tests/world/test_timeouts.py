@@ -9,15 +9,22 @@ import pytest
 from syncopy.runtime.backends.control import wait_bound
 from tests.world import timeout_workers as tw
 from tests.world.harness import spawn
-from tests.world.workers import once
+from tests.world.workers import job, once, run_jobs
 
 WORLD = 3
 SLOW = 2
 
 
 @once
+def _world() -> list[dict]:
+    """The slow compile and the late rank in one spawned world (spawning costs seconds), the late rank
+    last: its timeouts break the group's transport."""
+    jobs = {"slow compile": (f"{tw.__name__}:slow_compile", (SLOW,)), "late rank": (f"{tw.__name__}:late_rank", (SLOW,))}
+    return spawn(run_jobs, WORLD, jobs, timeout_s=400)
+
+
 def _slow_compile() -> list[dict]:
-    return spawn(tw.slow_compile, WORLD, SLOW, timeout_s=300)
+    return job(_world(), "slow compile")
 
 
 @pytest.mark.world
@@ -49,7 +56,7 @@ def test_a_rank_that_dies_while_compiling_is_named():
 def test_a_rank_that_launched_late_does_not_call_the_ranks_that_timed_out_dropped_out():
     # The peers that timed out waiting for it closed their connections (gloo does on a timeout); they
     # are alive, and said so: the late rank names them as having given up, not as dropped out.
-    results = spawn(tw.late_rank, WORLD, SLOW, timeout_s=300)
+    results = job(_world(), "late rank")
     for rank in (0, 1):
         assert results[rank]["error"].startswith(f"SyncopyTimeout: rank {rank} waited {tw.TIMEOUT_S:g}s for chunk "), results[rank]
         assert "dropped out" not in results[rank]["error"]

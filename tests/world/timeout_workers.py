@@ -10,13 +10,17 @@ SLOW_COMPILE_S = 9.0  # past wait_bound(TIMEOUT_S) = 7 s, as a GPU compile may b
 DIE_AFTER_S = 2.0  # how long the dying rank compiles (beating) before it dies
 
 
-def _compile_slowly_on(rank: int, slow_rank: int, then=None, seconds: float = SLOW_COMPILE_S) -> None:
-    """Make rank `slow_rank`'s kernel compiles take `seconds` (then call `then`)."""
+def _compile_slowly_on(rank: int, slow_rank: int, then=None, seconds: float = SLOW_COMPILE_S):
+    """Make rank `slow_rank`'s kernel compiles take `seconds` (then call `then`); returns what undoes it."""
     from syncopy.runtime import warmup
 
-    if rank != slow_rank:
-        return
     compile_kernel = warmup.compile_kernel
+
+    def undo():
+        warmup.compile_kernel = compile_kernel
+
+    if rank != slow_rank:
+        return undo
 
     def slow(*args, **kwargs):
         time.sleep(seconds)
@@ -25,12 +29,21 @@ def _compile_slowly_on(rank: int, slow_rank: int, then=None, seconds: float = SL
         compile_kernel(*args, **kwargs)
 
     warmup.compile_kernel = slow
+    return undo
 
 
 def slow_compile(rank: int, world: int, slow_rank: int) -> dict:
     """An all_gather (rows kernel, fp32) and an all_reduce (gemm_ar template, fp16), two launches
     each with fresh data, NaN-poisoned receive buffers, the harness's slow link; `slow_rank`
     compiles each for SLOW_COMPILE_S."""
+    undo = _compile_slowly_on(rank, slow_rank)
+    try:
+        return _launch_after_slow_compiles(rank, world)
+    finally:
+        undo()  # the world's later jobs (tests/world/test_timeouts.py) compile at full speed
+
+
+def _launch_after_slow_compiles(rank: int, world: int) -> dict:
     import torch
     import torch.distributed as dist
 
@@ -39,7 +52,6 @@ def slow_compile(rank: int, world: int, slow_rank: int) -> dict:
     from tests.kernels.rownorm import rms_rows
     from tests.world.resource_workers import launch_and_check
 
-    _compile_slowly_on(rank, slow_rank)
     rows = syncopy.overlap({"pattern": "all_gather", "tensor": "X", "dim": 0, "chunks_per_rank": 2, "order": "ring"},
                            timeout_s=TIMEOUT_S, poison_receive=True)(rms_rows)
     out = {"rows": [], "ar": [], "first_s": []}
@@ -91,6 +103,7 @@ def late_rank(rank: int, world: int, late: int) -> dict:
     import torch
 
     from syncopy.templates import available
+    from tests.world.workers import stay_until_reported
 
     ar = available()["gemm_ar"]
     fused = ar.fused(timeout_s=TIMEOUT_S, poison_receive=True)
@@ -105,6 +118,6 @@ def late_rank(rank: int, world: int, late: int) -> dict:
             error = None
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
-    if rank != late:
-        time.sleep(LATE_S + 4 * TIMEOUT_S)  # alive (rank 0 hosts the store) until the late rank has reported
+    # Alive (rank 0 hosts the store) until the late rank has its error.
+    stay_until_reported(rank, [late], LATE_S + 60)
     return {"error": error}

@@ -13,6 +13,7 @@ The kernels:
 from __future__ import annotations
 
 import functools
+import sys
 import time
 import traceback
 
@@ -35,6 +36,55 @@ def once(fn):
         return value
 
     return wrapper
+
+
+def run_jobs(rank: int, world: int, jobs: dict) -> dict:
+    """Several rank functions in one spawned world, in order (a spawn costs seconds: process start,
+    imports, a first compile per process): `jobs` is {name: (function, args)}, the function a name
+    in this module or "module:name"; returns {name: ("ok", result) or ("error", text)}. After each
+    job the ranks tell each other whether it ran: once a job raised on some rank (its peers may be
+    out of step, waiting in a collective it never reached), the later jobs do not run and say why,
+    so the first failure is the one the tests report."""
+    import importlib
+
+    out, seconds, stopped = {}, {}, None
+    names = list(jobs)
+    for name, (fn, args) in jobs.items():
+        if stopped is not None:
+            out[name] = ("error", f"not run: {stopped}")
+            continue
+        start = time.perf_counter()
+        module, _, attr = fn.rpartition(":")
+        try:
+            out[name] = ("ok", getattr(importlib.import_module(module) if module else sys.modules[__name__], attr)(rank, world, *args))
+        except Exception as exc:  # the test of this job reports it with the rank
+            out[name] = ("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()[-1500:]}")
+        if name != names[-1]:  # (after the last, the group may be broken on purpose: a job that timed out)
+            stopped = _out_of_step(name, out[name][0] == "ok")  # also the barrier: the next job starts together
+        seconds[name] = round(time.perf_counter() - start, 2)
+    out["seconds"] = ("ok", seconds)  # where a world's time goes: job(per_rank, "seconds")
+    return out
+
+
+def _out_of_step(name: str, ran: bool) -> str | None:
+    """Whether job `name` ran on every rank (None) or why the world's later jobs must not run."""
+    import torch.distributed as dist
+
+    flags = [None] * dist.get_world_size()
+    try:
+        dist.all_gather_object(flags, ran)
+    except Exception as exc:
+        return f"the ranks lost step after job {name!r} ({type(exc).__name__}: {exc})"
+    failed = [r for r, ok in enumerate(flags) if not ok]
+    return f"job {name!r} failed on rank(s) {failed}" if failed else None
+
+
+def job(per_rank: list[dict], name: str) -> list:
+    """One job's per-rank results from `run_jobs`, raising (naming the rank and its error) where it failed."""
+    failed = [f"rank {rank}: {jobs[name][1]}" for rank, jobs in enumerate(per_rank) if jobs[name][0] != "ok"]
+    if failed:
+        raise RuntimeError(f"job {name} failed:\n" + "\n".join(failed))
+    return [jobs[name][1] for jobs in per_rank]
 
 # --------------------------------------------------------------------------------------------------
 # Shapes and tolerances (small: the Triton interpreter is slow and CI has two cores)
@@ -324,6 +374,33 @@ def run_tile_tags(rank: int, world: int, rows: int, chunks: int, orders: list) -
 def _exc_info(exc: BaseException) -> dict:
     return {"type": type(exc).__name__, "str": str(exc), "rank": getattr(exc, "rank", None),
             "chunk": getattr(exc, "chunk", None), "epoch": getattr(exc, "epoch", None)}
+
+
+def stay_until_reported(rank: int, reporting, most_s: float, tag: str = "reported") -> None:
+    """Keep this rank alive, its connections open, until every rank of `reporting` has its result
+    (each says so through the group's store), `most_s` at most: a peer that exits before the others
+    have seen what they test would change what they see (its connections close). This rank reports
+    too if it is one of them. Waits no longer than the slowest peer needs, where a sleep would wait
+    as long as it could ever need."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    if rank in reporting:
+        say_reported(rank, tag)
+    others = [f"{tag}/{r}" for r in reporting if r != rank]
+    try:
+        if others:
+            dist.distributed_c10d._get_default_store().wait(others, timedelta(seconds=most_s))
+    except Exception:  # a peer that never reported: go on after most_s, as the sleep did
+        pass
+
+
+def say_reported(rank: int, tag: str = "reported") -> None:
+    """This rank has its result (see stay_until_reported)."""
+    import torch.distributed as dist
+
+    dist.distributed_c10d._get_default_store().set(f"{tag}/{rank}", "1")
 
 
 def _epochs(fused) -> list[int]:
@@ -637,7 +714,8 @@ def run_kill(rank: int, world: int, order, kill: tuple[int, int], timeout_s: flo
     except Exception as exc:
         res = _exc_info(exc)
     res["seconds"] = time.perf_counter() - start
-    time.sleep(2 * timeout_s)  # stay up while the peers find out: only rank kill[0] drops out
+    # Stay up while the other survivors find out: only rank kill[0] drops out.
+    stay_until_reported(rank, [r for r in range(world) if r != kill[0]], 2 * timeout_s + 30)
     return res
 
 
@@ -652,7 +730,8 @@ def run_absent_first_launch(rank: int, world: int, timeout_s: float) -> dict:
     # A first operator that every rank launches: the group's control plane exists from here on.
     t.module.launch(t.fused(chunks_per_rank=1, timeout_s=timeout_s), **t.module.inputs(rank, world, (4, 16, 16), torch.float32))
     if rank == world - 1:
-        time.sleep(control_bound(timeout_s) + 6)
+        # Alive and silent until the others have given up on it (not dead: they must time out, not see a close).
+        stay_until_reported(rank, range(world - 1), control_bound(timeout_s) + 60)
         return {"type": "absent"}
     fused = t.fused(chunks_per_rank=2, timeout_s=timeout_s)
     start = time.perf_counter()
@@ -662,6 +741,7 @@ def run_absent_first_launch(rank: int, world: int, timeout_s: float) -> dict:
     except Exception as exc:
         res = _exc_info(exc)
     res["seconds"] = time.perf_counter() - start
+    say_reported(rank)  # frees the absent rank once every other rank has its error
     return res
 
 
@@ -737,10 +817,13 @@ def run_reorder_oracle(rank: int, world: int, launches: int) -> list[dict]:
         land(ctx, chunk)
 
     Context.land = watched
-    fused = syncopy.overlap(schedule("rms", 2, "ring"), poison_receive=True,
-                            link=Link(latency_s=0.004, jitter_s=0.004, reorder=True))(_kernel("rms"))
-    for epoch in range(launches):
-        p = Problem("rms", rank, world, 6, "float32", seed=90 + epoch)
-        p.launch(fused)
-        log[-1]["err"] = p.error()
+    try:
+        fused = syncopy.overlap(schedule("rms", 2, "ring"), poison_receive=True,
+                                link=Link(latency_s=0.004, jitter_s=0.004, reorder=True))(_kernel("rms"))
+        for epoch in range(launches):
+            p = Problem("rms", rank, world, 6, "float32", seed=90 + epoch)
+            p.launch(fused)
+            log[-1]["err"] = p.error()
+    finally:
+        Context.land = land  # the world's later jobs (run_jobs) land chunks unwatched
     return log
