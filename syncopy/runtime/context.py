@@ -130,6 +130,18 @@ class Arena:
 context_ids = itertools.count()  # ids of this process's contexts (a launch takes rank 0's, see FusedKernel._context)
 
 
+def sum_in_rank_order(parts, dtype: torch.dtype) -> torch.Tensor:
+    """The sum of `parts` (every rank's partial of the same rows, an iterable in rank order),
+    accumulated in fp32 for half types: whoever adds the same parts in this order gets the same
+    bits, so every backend's reduction agrees with every other rank's."""
+    parts = iter(parts)
+    wide = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    acc = next(parts).to(wide, copy=True)
+    for part in parts:
+        acc.add_(part)
+    return acc
+
+
 def refuse_listed(schedule, backend: str) -> None:
     """Several communicated tensors (`tensor: [K, V]`) move on the gloo backend and the thread world
     only so far: every other mover copies one buffer, and would hand the kernel the other tensors'

@@ -22,8 +22,8 @@ GPU_POLL_S = 200e-9
 
 def _spin_limit(timeout_s: float, device_type: str) -> int:
     """The bound of every wait in a launch (ctx CTX_SPIN_LIMIT): compiled, a number of polls,
-    timeout_s over GPU_POLL_S plus the sleep between polls (device.WAIT_BACKOFF_NS; see device.py for why waits count polls rather than read
-    %globaltimer); interpreted, timeout_s in microseconds of the host's clock (device.TIMED_WAITS:
+    timeout_s over GPU_POLL_S plus the sleep between polls (device.WAIT_BACKOFF_NS; see device.py
+    for why waits count polls rather than read %globaltimer); interpreted, timeout_s in microseconds of the host's clock (device.TIMED_WAITS:
     an interpreted poll's cost drifts within a process -- a wait bounded by a measured cost gave up
     after 0.34 s of 0.5 -- so a count of polls is no bound in time there)."""
     if not _interpreting():

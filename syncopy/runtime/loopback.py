@@ -42,7 +42,7 @@ from syncopy.runtime.launch import _ensure_allocator, _spin_limit
 from syncopy.errors import LaunchError, SyncopyTimeout
 from syncopy.runtime import graph as graphs
 from syncopy.runtime import streamops
-from syncopy.runtime.context import Context, refuse_listed
+from syncopy.runtime.context import Context, refuse_listed, sum_in_rank_order
 from syncopy.runtime.pending import LaunchErrors
 from syncopy.runtime.streamops import ptr, wrap32
 
@@ -477,9 +477,9 @@ class LoopbackWorld:
     def _raise_on_flag_stream(self, loop: _Loop, ops, hs, raise_on):
         """flags="own-stream": a chunk's flags are raised (`raise_on(flags, stream, barrier)`: a
         write-value of the host's epoch) on the flags' stream once an event recorded behind the
-        chunk on the copies' stream `hs` has completed (the chunk is in memory), so the copies' stream goes on to the
-        next chunk at once. A flag on another stream (a presignalled chunk on the compute stream)
-        is raised there, behind the chunk."""
+        chunk on the copies' stream `hs` has completed (the chunk is in memory), so the copies'
+        stream goes on to the next chunk at once. A flag on another stream (a presignalled chunk
+        on the compute stream) is raised there, behind the chunk."""
         if not loop.flag_events:  # made once (the CPU engine's stream is None: done when enqueued)
             loop.flag_events = [ops.event() for _ in range(loop.ctx.n_chunks)]
             loop.flag_stream = self.engine.stream(loop.ctx.buffer.device)
@@ -686,12 +686,8 @@ class LoopbackWorld:
         """out = this rank's own partial rows + every peer's (in rank order: the same bits as a
         reduce on any rank), accumulated in fp32 for half types."""
         rows, rank = ctx.plan.rows_per_rank, ctx.plan.rank
-        wide = torch.float32 if out.dtype in (torch.float16, torch.bfloat16) else out.dtype
-        acc = None
-        for r in range(ctx.plan.world):
-            part = ctx.buffer.narrow(ctx.dim, rank * rows, rows) if r == rank else wire.inbox[r]
-            acc = part.to(wide, copy=True) if acc is None else acc.add_(part)
-        out.copy_(acc)
+        out.copy_(sum_in_rank_order((ctx.buffer.narrow(ctx.dim, rank * rows, rows) if r == rank else wire.inbox[r]
+                                     for r in range(ctx.plan.world)), out.dtype))
 
     def _check_peers(self, loop: _Loop, peers) -> None:
         if len(peers) != self.world:

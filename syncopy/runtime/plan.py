@@ -394,6 +394,12 @@ class ReducePlan:
         size = self.size or self.world * self.rows_per_rank
         return min(dst * self.rows_per_rank + lo, size), min(dst * self.rows_per_rank + hi, size)
 
+    def part(self, rank: int) -> tuple[int, int]:
+        """Rows [lo, hi) of rank `rank`'s part of the full output (all_reduce: the last part may be
+        short, even empty)."""
+        c = self.chunks_per_rank
+        return self.bounds(rank * c)[0], self.bounds(rank * c + c - 1)[1]
+
     def empty(self, chunk: int) -> bool:
         """A chunk past the end of a short last part: no rows, nothing to compute or move."""
         lo, hi = self.bounds(chunk)

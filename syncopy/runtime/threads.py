@@ -67,7 +67,7 @@ from syncopy import device as dev
 from syncopy.runtime.launch import _ensure_allocator, _spin_limit
 from syncopy.errors import LaunchError
 from syncopy.runtime import streamops
-from syncopy.runtime.context import Context
+from syncopy.runtime.context import Context, sum_in_rank_order
 from syncopy.runtime.loopback import _Cuda, _Host, _Loop, _Timeline, launch_args
 from syncopy.runtime.streamops import ptr, wrap32
 
@@ -171,8 +171,8 @@ class _Rank(_Loop):
                                           + [(f, None) for f in self.own_flags] + [(self.ready, None)])
         rows = ctx.plan.rows_per_rank
         # The other listed tensors (`tensor: [K, V]`): this rank's slot of each gathered buffer.
-        self.own_extras = [(ptr(t.narrow(ctx.dim, self.rank * rows, rows)), t.narrow(ctx.dim, self.rank * rows, rows).nbytes)
-                           for t in ctx.extras]
+        slots = [t.narrow(ctx.dim, self.rank * rows, rows) for t in ctx.extras]
+        self.own_extras = [(ptr(slot), slot.nbytes) for slot in slots]
         # consumer: p -> [(chunk, dst, src offset, bytes, p's flag addresses, [(dst, src, bytes) of each other listed tensor])]
         self.moves: dict[int, list[tuple]] = {}
         self.inbox: dict[int, torch.Tensor] = {}  # producer: peer -> its partial of this rank's rows
@@ -434,29 +434,18 @@ class ThreadWorld:
                 with self._using(rk.stream):
                     for p, other in enumerate(ranks):
                         if p != rk.rank:
-                            part = self._part(other.ctx, p)
-                            outs[rk.rank].narrow(rk.ctx.dim, *part).copy_(outs[p].narrow(rk.ctx.dim, *part))
-
-    @staticmethod
-    def _part(ctx: Context, owner: int) -> tuple[int, int]:
-        """(first row, rows) of `owner`'s part of the full output (all_reduce: the last may be short)."""
-        rows = ctx.plan.rows_per_rank
-        size = ctx.plan.size or ctx.plan.world * rows
-        lo = min(owner * rows, size)
-        return lo, min(lo + rows, size) - lo
+                            lo, hi = other.ctx.plan.part(p)
+                            outs[rk.rank].narrow(rk.ctx.dim, lo, hi - lo).copy_(outs[p].narrow(rk.ctx.dim, lo, hi - lo))
 
     def _reduce(self, rk: _Rank, out: torch.Tensor, all_reduce: bool) -> None:
         """This rank's rows: its own partial plus every peer's, in rank order, in fp32 for half types."""
         ctx, dim = rk.ctx, rk.ctx.dim
-        lo, n = self._part(ctx, rk.rank)
-        if n == 0:
+        lo, hi = ctx.plan.part(rk.rank)
+        if hi == lo:
             return
-        wide = torch.float32 if out.dtype in (torch.float16, torch.bfloat16) else out.dtype
-        acc = None
-        for r in range(self.world):
-            part = ctx.buffer.narrow(dim, lo, n) if r == rk.rank else rk.inbox[r].narrow(dim, 0, n)
-            acc = part.to(wide, copy=True) if acc is None else acc.add_(part)
-        (out.narrow(dim, lo, n) if all_reduce else out).copy_(acc)
+        acc = sum_in_rank_order((ctx.buffer.narrow(dim, lo, hi - lo) if r == rk.rank else rk.inbox[r].narrow(dim, 0, hi - lo)
+                                 for r in range(self.world)), out.dtype)
+        (out.narrow(dim, lo, hi - lo) if all_reduce else out).copy_(acc)
 
     def _using(self, stream):
         return torch.cuda.stream(stream) if self.engine.device_type == "cuda" else contextlib.nullcontext()

@@ -29,6 +29,24 @@ def _use_host_backends() -> None:
     backends.select = select
 
 
+def count_host_handshakes() -> list[int]:
+    """Count p2p's host-side handshakes from now on in this rank (a sync of the compute stream, a
+    barrier): a one-element list the patched methods add to. Ranks alone on their GPU hand-shake
+    on the device only, after their first launch."""
+    from syncopy.runtime.backends.p2p import HostMemory, P2PBackend
+
+    count = [0]
+    for cls, name in ((HostMemory, "sync"), (P2PBackend, "barrier")):
+        real = getattr(cls, name)
+
+        def counted(self, *args, _real=real):
+            count[0] += 1
+            return _real(self, *args)
+
+        setattr(cls, name, counted)
+    return count
+
+
 def _launch_ag_gemm(fused, rank: int, world: int, shape: tuple[int, int, int]) -> dict:
     """One launch of the ag_gemm template through `fused`: {"type": None}, or what it raised."""
     import torch
@@ -50,20 +68,9 @@ def run_templates(rank: int, world: int, cases: list[dict]) -> list[dict]:
     from syncopy import templates
     from syncopy.runtime.backends.p2p import HostMemory
 
-    from syncopy.runtime.backends.p2p import P2PBackend
-
     _use_host_backends()
-    # Host-side handshakes (a sync of the compute stream, a barrier) per launch, counted from the
-    # second launch on: ranks alone on their GPU hand-shake on the device only.
-    host_handshakes = [0]
-    for cls, name in ((HostMemory, "sync"), (P2PBackend, "barrier")):
-        real = getattr(cls, name)
-
-        def counted(self, *args, _real=real):
-            host_handshakes[0] += 1
-            return _real(self, *args)
-
-        setattr(cls, name, counted)
+    # Host-side handshakes per launch, counted from the second launch on.
+    host_handshakes = count_host_handshakes()
     out = []
     for case in cases:
         # shared: the ranks behave as if they shared one GPU (p2p then completes pushes before the launch)

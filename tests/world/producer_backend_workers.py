@@ -3,7 +3,7 @@ gemm_ar on p2p (shared memory for CUDA IPC, worker threads for the send streams,
 their "GPU"), gemm_rs on nccl (gloo standing in for NCCL)."""
 from __future__ import annotations
 
-from tests.world.host_backend_workers import _use_host_backends
+from tests.world.host_backend_workers import _use_host_backends, count_host_handshakes
 
 
 def run_all_reduce(rank: int, world: int) -> dict:
@@ -13,18 +13,9 @@ def run_all_reduce(rank: int, world: int) -> dict:
     import torch
 
     from syncopy import templates
-    from syncopy.runtime.backends.p2p import HostMemory, P2PBackend
 
     _use_host_backends()
-    host_waits = [0]
-    for cls, name in ((HostMemory, "sync"), (P2PBackend, "barrier")):
-        real = getattr(cls, name)
-
-        def counted(self, *args, _real=real):
-            host_waits[0] += 1
-            return _real(self, *args)
-
-        setattr(cls, name, counted)
+    host_waits = count_host_handshakes()
     t = templates.get("gemm_ar")
     fused = t.fused(chunks_per_rank=2, order="local_first", backend="p2p", poison_receive=True, timeout_s=60, trace=True)
     out = {"worst": [], "sent_before_end": [], "sent": [], "same_bits": []}

@@ -23,7 +23,7 @@ import torch.distributed as dist
 
 from syncopy.runtime.backends import checksum, control
 from syncopy.runtime.backends.control import control_group, mark_broken, wait_bound
-from syncopy.runtime.context import Context
+from syncopy.runtime.context import Context, sum_in_rank_order
 from syncopy.runtime import link as links
 from syncopy.runtime.link import Faults, Link
 
@@ -436,11 +436,7 @@ class ReduceTransfer(_Threads):
         reduces a chunk gets bit-identical results)."""
         self._wait_ready(chunk)
         terms = sorted([(self.ctx.plan.rank, self.ctx.chunk_view(chunk)), *parts], key=lambda p: p[0])
-        wide = torch.float32 if terms[0][1].dtype in (torch.float16, torch.bfloat16) else terms[0][1].dtype
-        acc = terms[0][1].to(wide, copy=True)
-        for _, t in terms[1:]:
-            acc += t
-        acc = acc.to(terms[0][1].dtype)
+        acc = sum_in_rank_order((t for _, t in terms), terms[0][1].dtype).to(terms[0][1].dtype)
         self.sums[chunk] = acc
         self.summed[chunk].set()
         if chunk in self.reduced_here:

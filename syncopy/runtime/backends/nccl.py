@@ -51,7 +51,7 @@ from syncopy.runtime import plan as planning
 from syncopy.runtime import streamops
 from syncopy.runtime.backends.control import control_group, group_lock, member_group, wait_bound
 from syncopy.runtime.backends.p2p import Inline, Reduction, put_own_shard, refuse_emulation
-from syncopy.runtime.context import Context
+from syncopy.runtime.context import Context, sum_in_rank_order
 from syncopy.runtime.link import Faults, Link
 
 _groups: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # user group -> its NCCL group
@@ -241,6 +241,7 @@ class NcclBackend:
         self.timeout_s = timeout_s
         self.stream = self.engine.stream()
         self.rounds: list[list[tuple[str, int, int]]] | None = None  # this rank's ops per round
+        self.inbox: torch.Tensor | None = None  # producers (FlagRounds): each peer's partial of our rows
         self.ops = self.engine.make_ops()
 
     def check_grid(self, programs: int, persistent: bool, kernel: str, device, ctas_per_program: int = 1) -> None:
@@ -371,23 +372,14 @@ class FlagRounds(Reduction):
         super().__init__(backend, ctx, out)
         self.epoch = epoch
         plan = ctx.plan
-        rows, c = plan.rows_per_rank, plan.chunks_per_rank
-        inbox = getattr(ctx, "nccl_inbox", None)
-        if inbox is None or inbox.shape[1:] != out.shape[1:] or inbox.dtype != out.dtype:
-            # [p]: peer p's partial of our rows; kept on the context, reused launch after launch
-            inbox = ctx.nccl_inbox = torch.empty((plan.world, rows, *out.shape[1:]), dtype=out.dtype, device=out.device)
-        self.inbox = inbox
+        if backend.inbox is None:  # [p]: peer p's partial of our rows; made at the first launch, then reused (a backend per context)
+            backend.inbox = torch.empty((plan.world, plan.rows_per_rank, *out.shape[1:]), dtype=out.dtype, device=out.device)
+        self.inbox = backend.inbox
         self.start_mark = backend.engine.mark(backend.engine.compute_stream(ctx.buffer.device))
 
     @staticmethod
     def fits(ctx: Context) -> bool:
         return ctx.plan.pattern in ("reduce_scatter", "all_reduce") and ctx.dim == 0 and ctx.plan.world > 1
-
-    def rows_of(self, rank: int) -> tuple[int, int]:
-        """Rows of rank `rank`'s part (all_reduce: the last part may be short, even empty)."""
-        plan = self.ctx.plan
-        c = plan.chunks_per_rank
-        return plan.bounds(rank * c)[0], plan.bounds(rank * c + c - 1)[1]
 
     def rounds(self) -> list[tuple[int, int, int, int]]:
         """(send chunk, to, receive chunk, from) per round: every rank runs the same (offset, index)
@@ -420,19 +412,16 @@ class FlagRounds(Reduction):
                     slot = self.inbox[source].narrow(0, lo - plan.rank * rows, hi - lo)
                     round_ops.append(dist.P2POp(dist.irecv, slot, be.global_ranks[source], group=be.nccl, tag=tag(recv)))
                 _run(round_ops)
-            lo, hi = self.rows_of(plan.rank)
-            wide = torch.float32 if out.dtype in (torch.float16, torch.bfloat16) else out.dtype
-            acc = None
-            for p in range(plan.world):
-                part = ctx.buffer.narrow(0, lo, hi - lo) if p == plan.rank else self.inbox[p].narrow(0, 0, hi - lo)
-                acc = part.to(wide, copy=True) if acc is None else acc.add_(part)
+            lo, hi = plan.part(plan.rank)
+            acc = sum_in_rank_order((ctx.buffer.narrow(0, lo, hi - lo) if p == plan.rank else self.inbox[p].narrow(0, 0, hi - lo)
+                                     for p in range(plan.world)), out.dtype)
             if plan.pattern == "all_reduce":
                 # The gather half: our reduced rows to every peer, theirs into our buffer, one round
                 # per peer offset (every rank the same), then the buffer is the result.
                 ctx.buffer.narrow(0, lo, hi - lo).copy_(acc)
                 for d in range(1, plan.world):
                     to, source = (plan.rank + d) % plan.world, (plan.rank - d) % plan.world
-                    t_lo, t_hi = self.rows_of(source)
+                    t_lo, t_hi = plan.part(source)
                     round_ops = []
                     if hi > lo:  # a short last part may be empty
                         round_ops.append(dist.P2POp(dist.isend, ctx.buffer.narrow(0, lo, hi - lo), be.global_ranks[to], group=be.nccl,

@@ -79,7 +79,7 @@ from syncopy.errors import LaunchError, SyncopyTimeout
 from syncopy.runtime import plan as planning
 from syncopy.runtime import streamops
 from syncopy.runtime.backends.control import JOIN_FIX, NodeBarrier, control_group, hosts, node_barrier, wait_bound
-from syncopy.runtime.context import Context
+from syncopy.runtime.context import Context, sum_in_rank_order
 from syncopy.runtime.link import Faults, Link
 from syncopy.runtime.pending import LaunchErrors
 
@@ -461,16 +461,14 @@ class PullReduce(Reduction):
         be.memory.sync(out.device)  # our partial is complete
         be.barrier(f"the partials of launch {ctx.epoch}")  # so is every peer's
         rank, dim = ctx.plan.rank, ctx.dim
-        acc = None
-        wide = torch.float32 if out.dtype in (torch.float16, torch.bfloat16) else out.dtype
-        for r in range(be.world):
-            part = ctx.buffer if r == rank else be.peers[r][0]
+
+        def part(r: int) -> torch.Tensor:
+            t = ctx.buffer if r == rank else be.peers[r][0]
             if ctx.plan.pattern == "reduce_scatter":
-                part = part.narrow(dim, rank * out.shape[dim], out.shape[dim])
-            if part.device != out.device:
-                part = part.to(out.device)  # a peer on another GPU: one copy-engine copy
-            acc = part.to(wide, copy=True) if acc is None else acc.add_(part)
-        out.copy_(acc)
+                t = t.narrow(dim, rank * out.shape[dim], out.shape[dim])
+            return t if t.device == out.device else t.to(out.device)  # a peer on another GPU: one copy-engine copy
+
+        out.copy_(sum_in_rank_order((part(r) for r in range(be.world)), out.dtype))
         be.memory.sync(out.device)  # our reads of the peers' partials are done...
         be.barrier(f"the end of launch {ctx.epoch}")  # ...and everyone's, before anyone rewrites a partial
         for g in ctx.plan.owned:
@@ -488,8 +486,7 @@ class SendReduce:
         mem, plan, dim = backend.memory, ctx.plan, ctx.dim
         self.backend, self.ctx, self.ops = backend, ctx, backend.ops
         rank, rows, c = plan.rank, plan.rows_per_rank, plan.chunks_per_rank
-        # This rank's rows (all_reduce: the last part may be short, even empty).
-        self.own = (plan.bounds(rank * c)[0], plan.bounds(rank * c + c - 1)[1])
+        self.own = plan.part(rank)  # this rank's rows (all_reduce: the last part may be short, even empty)
         part = list(ctx.buffer.shape)
         part[dim] = rows
         self.inbox = torch.zeros((plan.world, *part), dtype=ctx.buffer.dtype, device=ctx.buffer.device)  # [p]: p's partial of our rows
@@ -601,11 +598,8 @@ class SendReduce:
                     raise SyncopyTimeout(plan.rank, divmod(mine, plan.chunks_per_rank), e, r.backend.timeout_s,
                                          f"the partial sums from rank {p} never came") from None
             lo, hi = r.own
-            wide = torch.float32 if out.dtype in (torch.float16, torch.bfloat16) else out.dtype
-            acc = None
-            for p in range(plan.world):
-                part = ctx.buffer.narrow(dim, lo, hi - lo) if p == plan.rank else r.inbox[p].narrow(dim, 0, hi - lo)
-                acc = part.to(wide, copy=True) if acc is None else acc.add_(part)
+            acc = sum_in_rank_order((ctx.buffer.narrow(dim, lo, hi - lo) if p == plan.rank else r.inbox[p].narrow(dim, 0, hi - lo)
+                                     for p in range(plan.world)), out.dtype)
             if r.all_reduce:
                 ctx.buffer.narrow(dim, lo, hi - lo).copy_(acc)  # our rows, reduced: what every peer gets
                 self._gather(hc, e)
