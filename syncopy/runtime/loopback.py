@@ -50,6 +50,9 @@ if TYPE_CHECKING:  # the runtime never imports the user-facing layer (syncopy.ap
     from syncopy.api import FusedKernel
 
 
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (lambda index: torch.cuda.current_stream(index).cuda_stream)
+
+
 class _Cuda:
     """Streams, events and pinned memory of the GPU the loopback world runs on."""
 
@@ -64,6 +67,13 @@ class _Cuda:
 
     def current(self, device):
         return torch.cuda.current_stream(device)
+
+    @staticmethod
+    def current_handle(device) -> int:
+        """The CUstream of `device`'s current stream without making a stream object (5 us of host
+        time an H100's launch spent in torch.cuda.current_stream: benchmarks/host_profile.py); the
+        call Triton's own launcher makes."""
+        return _raw_stream(device.index if device.index is not None else torch.cuda.current_device())
 
     def on(self, device):
         """Make the tensors' GPU current: Triton launches on the current device's current stream."""
@@ -110,6 +120,10 @@ class _Host(_Cuda):
 
     current = stream
 
+    @staticmethod
+    def current_handle(device):
+        return None  # done when enqueued
+
     def on(self, device):
         return contextlib.nullcontext()
 
@@ -141,7 +155,7 @@ class _Host(_Cuda):
             launch()
 
     def recording_ops(self, ops):
-        return graphs.RecordingOps(ops, self.graph) if self.capturing() else ops
+        return streamops.Recording(ops, self.graph.steps) if self.capturing() else ops
 
 
 class _Loop:
@@ -151,7 +165,8 @@ class _Loop:
 
     def __init__(self, ctx: Context, shard_shape: tuple[int, ...], engine, timeout_s: float):
         self.ctx, self.shard_shape = ctx, shard_shape
-        self.peers: list | None = None  # the peer tensors the moves were made from (compared by identity)
+        self.peers: list | None = None  # the peer tensors the moves were made from (compared by identity and address)
+        self.peer_addresses: list = []
         self.moves: dict[int, tuple[int, int, int, list[int]]] = {}  # chunk -> (dst, src, bytes, flag addresses)
         self.epoch_word = ptr(ctx.ctx) + 8 * dev.CTX_EPOCH.value  # low half of an int64 (little-endian)
         rows, rank, per = ctx.plan.rows_per_rank, ctx.plan.rank, ctx.plan.flags_per_rank
@@ -181,6 +196,11 @@ class _Loop:
         self.flag_stream = None
         self.flag_events: list = []
         self.kernel_marked = False  # buffers=2: compute_mark was recorded behind a kernel of this context
+        # side="graph": per withheld set, the side stream's work of a launch as one graph (made with the
+        # moves, dropped with them); the words its flags are copied from (made at first use).
+        self.side_graphs: dict[frozenset, object] = {}
+        self.side_words: tuple[int, int, int] | None = None  # (epoch word on the device, its pinned mirror, scratch)
+        self.side_tensors: tuple = ()
         self.wire: _Wire | None = None  # producer contexts: their transfers (made with the first peer list)
 
 
@@ -189,9 +209,10 @@ class LoopbackWorld:
 
     COPIES = ("before", "after", "beside", "split")
     FLAGS = ("behind-copy", "own-stream")
+    SIDES = ("calls", "graph")
 
     def __init__(self, fused: FusedKernel, world: int, rank: int = 0, device: str = "cuda", graph: bool = False,
-                 flags: str | None = None, buffers: int = 1):
+                 flags: str | None = None, buffers: int = 1, side: str | None = None):
         """graph: advance every launch's epoch on the device (runtime/graph.py) from the first
         launch on, as a context does anyway from its first captured launch.
         flags: where a chunk's flag is written (host-epoch launches):
@@ -207,8 +228,25 @@ class LoopbackWorld:
         between, by epoch parity: a launch's copies then wait only for the kernel two launches
         back, which read the same buffer, instead of the last one, so back-to-back launches keep
         the copy engine busy while the last kernel still computes. Twice the receive memory;
-        all_gather launches without graph capture."""
+        all_gather launches without graph capture.
+        side: how a launch issues its chunks' copies and flags on the side stream:
+          "calls" (the default): one driver call per copy and per flag, ~55 a launch at world 4 x 4
+                  chunks (~100 us of an H100 host's time: benchmarks/host_profile.py);
+          "graph": recorded once per peer list (and withheld set) as a CUDA graph, each chunk's
+                  flag a 4-byte copy of the launch's epoch behind a write-value's memory barrier
+                  (the flags behind the copies, as in a captured launch); a launch then makes 3
+                  calls on the side stream: the epoch into a device word, that word into a pinned
+                  mirror, the graph. Plain all_gather launches (not paced, presignalled or
+                  timelined, `copies` left to the default); others issue their calls as before.
+        Default from $SYNCOPY_LOOPBACK_SIDE."""
         refuse_listed(fused.schedule, "a loopback world")
+        side = side or os.environ.get("SYNCOPY_LOOPBACK_SIDE") or "calls"
+        if side not in self.SIDES:
+            raise ValueError(f"side={side!r}: expected one of {', '.join(self.SIDES)}")
+        if side == "graph" and (graph or fused.producer):
+            raise LaunchError(f"side='graph' replays the chunk copies of host-epoch all_gather launches; leave it out for "
+                              f"{'graph=True' if graph else fused.schedule.pattern}")
+        self.side = side
         flags = flags or os.environ.get("SYNCOPY_LOOPBACK_FLAGS") or "own-stream"
         if flags not in self.FLAGS:
             raise ValueError(f"flags={flags!r}: expected one of {', '.join(self.FLAGS)}")
@@ -335,6 +373,11 @@ class LoopbackWorld:
             order, _, _ = fk._order(ctx, grid, call, None)
             return self._launch_producer(loop, grid, call, order, shard, options, peers, sync, timeline, host0)
         order, extra = self._launch_args(loop, grid, call)
+        # side="graph": the side stream's work of this launch is one graph replay (see __init__).
+        replayed = (self.side == "graph" and copies is None and not (capturing or presignal or delay_s or timeline)
+                    and loop.device_epoch is None)
+        if replayed and loop.side is None:  # the CPU engine's copies need a stream that runs beside the kernel
+            loop.side = eng.side_stream(ctx.buffer.device, fk.timeout_s)
         if copies is None:  # a capture records the copies before the kernel (a CPU replay paces them on the side stream)
             if (presignal or delay_s) and not capturing:
                 copies = "after"
@@ -346,8 +389,8 @@ class LoopbackWorld:
             self._use_device_epoch(loop)
         moves = self._moves(loop, peers)
         ops = eng.recording_ops(self.ops)
-        cur = eng.current(ctx.buffer.device)
-        hc, hs = ops.handle(cur), ops.handle(loop.side)
+        cur = eng.current(ctx.buffer.device) if timeline else None  # a stream object only for the timeline's events
+        hc, hs = eng.current_handle(ctx.buffer.device) if cur is None else ops.handle(cur), ops.handle(loop.side)
         events = self._events(timeline)
         events.mark("start", cur)
         events.host("setup", host0)
@@ -361,14 +404,14 @@ class LoopbackWorld:
         if self.buffers == 2:  # epochs count the shape's launches, whichever buffer takes them
             ctx.epoch = self.turns[key]
         ctx.epoch = epoch = ctx.epoch + 1
-        raise_flags = self._own_writes(loop, shard, epoch, ops, hc, hs)
+        raise_flags = self._own_writes(loop, shard, epoch, ops, hc, hs, flags=not replayed)
         if presignal:
             for _, dst, src, n, flags in self._arrivals(loop, moves, frozenset()):
                 ops.copy(dst, src, n, hc)
                 raise_flags(flags, hc, barrier=False)  # the kernel follows on this stream
         events.host("own writes", host0)
 
-        pending = [] if presignal else list(self._arrivals(loop, moves, withhold))
+        pending = [] if presignal or replayed else list(self._arrivals(loop, moves, withhold))
         failed: list[BaseException] = []
         copy, marked = ops.copy, events is not _Timeline.OFF
         # A chunk has landed once its flags are written: on the flags' own stream where they have one.
@@ -392,7 +435,9 @@ class LoopbackWorld:
             except BaseException as exc:  # surfaced by the launching thread
                 failed.append(exc)
 
-        if copies == "before":
+        if replayed:
+            self._replay_side(loop, moves, withhold, epoch, ops, hs)
+        elif copies == "before":
             arrive()
         elif copies == "split":
             arrive(1)
@@ -426,12 +471,13 @@ class LoopbackWorld:
             self.synchronize()
         return ctx
 
-    def _own_writes(self, loop: _Loop, shard: torch.Tensor, epoch: int, ops, hc, hs):
+    def _own_writes(self, loop: _Loop, shard: torch.Tensor, epoch: int, ops, hc, hs, flags: bool = True):
         """Enqueue what the kernel needs before it starts: the epoch, cleared error words, this
         rank's rows and their flags; and start the side stream (`hs`) once what its flags need is
         there. Returns how this launch raises a chunk's flags,
         `raise_flags(flag addresses, stream, barrier=True)`: the host's epoch by write-value, or
-        in device-epoch mode (runtime/graph.py) a copy from the epoch's pinned mirror."""
+        in device-epoch mode (runtime/graph.py) a copy from the epoch's pinned mirror; None without
+        `flags` (side="graph": the side stream's graph raises them)."""
         own_dst, own_bytes = loop.own
         de = loop.device_epoch
         if de is None:
@@ -445,6 +491,8 @@ class LoopbackWorld:
                 ops.wait_event(hs, loop.compute_mark)
             ops.copy(own_dst, ptr(shard), own_bytes, hc)
             ops.write_batch(loop.start_writes, epoch, hc)  # error words cleared, the epoch, the own flags
+            if not flags:
+                return None
             write32 = ops.write32
 
             def raise_flags(flags, stream, barrier=True):
@@ -495,6 +543,40 @@ class LoopbackWorld:
             raise_on(flags, hf, True)
 
         return raise_flags
+
+    def _replay_side(self, loop: _Loop, moves: dict, withhold: frozenset, epoch: int, ops, hs) -> None:
+        """side="graph": the launch's epoch into the word its flags are copied from, then the graph
+        of every chunk's copy and flag, made at the first launch of this peer list and withheld set.
+        Everything is on the side stream, so the last launch's flags have been copied before the
+        word changes."""
+        graph = loop.side_graphs.get(withhold)
+        if graph is None:
+            graph = loop.side_graphs[withhold] = self._capture_side(loop, self._arrivals(loop, moves, withhold), hs)
+        word, mirror, _ = loop.side_words
+        ops.write32(word, epoch, hs)
+        ops.copy(mirror, word, 4, hs)  # to pinned memory: a copy engine's work, never an SM's
+        ops.launch_graph(graph, hs)
+
+    def _capture_side(self, loop: _Loop, arrivals: list, hs):
+        """The side stream's graph of `arrivals`: each chunk's copy, a write-value whose memory barrier
+        makes its bytes visible first, and its flags copied from the pinned mirror of the epoch (as a
+        captured launch raises them, runtime/graph.py: a host-to-device copy, by the copy engine)."""
+        if loop.side_words is None:
+            with torch.inference_mode(False):  # raw addresses only; plain tensors all the same
+                words = torch.zeros(2, dtype=torch.int32, device=loop.ctx.buffer.device)
+                mirror = self.engine.pin(torch.zeros(1, dtype=torch.int32))
+            loop.side_tensors = (words, mirror)
+            loop.side_words = (ptr(words), ptr(mirror), ptr(words) + 4)
+        _, mirror, scratch = loop.side_words
+
+        def record(o):
+            for _, dst, src, n, flags in arrivals:
+                o.copy(dst, src, n, hs)
+                o.write32(scratch, 0, hs)
+                for f in flags:
+                    o.copy(f, mirror, 4, hs)
+
+        return self.ops.capture(hs, record)
 
     def _use_device_epoch(self, loop: _Loop) -> None:
         """From now on `loop`'s launches advance the epoch on the device (runtime/graph.py). On the
@@ -728,7 +810,10 @@ class LoopbackWorld:
     def _moves(self, loop: _Loop, peers) -> dict[int, tuple[int, int, int, list[int]]]:
         """Per remote chunk: (address of its rows in the buffer, of the same rows of the peer's pinned
         shard, their bytes, the addresses of its flags), made once per context and peer list."""
-        if loop.peers is not None and len(loop.peers) == len(peers) and all(a is b for a, b in zip(loop.peers, peers)):
+        # The same tensors at the same addresses (a tensor's storage can be swapped in place: `set_`).
+        addresses = [p.data_ptr() if isinstance(p, torch.Tensor) else None for p in peers]
+        if (loop.peers is not None and len(loop.peers) == len(peers) and all(a is b for a, b in zip(loop.peers, peers))
+                and addresses == loop.peer_addresses):
             return loop.moves
         ctx = loop.ctx
         c, rows = ctx.plan.chunks_per_rank, ctx.plan.rows_per_rank
@@ -744,8 +829,11 @@ class LoopbackWorld:
                 raise LaunchError(f"the loopback world moves each chunk with one copy, which needs it contiguous, but chunks "
                                   f"along dim {ctx.dim} of a {list(ctx.buffer.shape)} tensor are strided; shard along dim 0")
             moves[g] = (ptr(dst), ptr(what), dst.nbytes, [ctx.flag_address(f) for f in ctx.plan.flags(g)])
-        loop.peers, loop.moves = list(peers), moves
+        loop.peers, loop.peer_addresses, loop.moves = list(peers), addresses, moves
         loop.arrivals.clear()
+        for graph in loop.side_graphs.values():  # made from the last moves
+            self.ops.drop_graph(graph)
+        loop.side_graphs.clear()
         return moves
 
 
