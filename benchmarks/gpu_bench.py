@@ -127,6 +127,7 @@ def gpu_profile(fns: dict, iters: int = 4, path: str | None = None) -> dict:
         h2d = [e for e in events if e["cat"] == "gpu_memcpy" and "HtoD" in e["name"] and e["dur"] > 5]
         gaps = [b["ts"] - (a["ts"] + a["dur"]) for a, b in zip(h2d, h2d[1:])]
         kernels = [e for e in events if e["cat"] == "kernel"]
+        d2h = [e for e in events if e["cat"] == "gpu_memcpy" and "DtoH" in e["name"] and e["dur"] > 5]  # GEMM-RS's sends
         span = max(e["ts"] + e["dur"] for e in events) - events[0]["ts"]
         out[name] = dict(period_ms=span / iters / 1e3, kernel_busy_ms=sum(e["dur"] for e in kernels) / iters / 1e3,
                          kernels_per_call=len(kernels) / iters, copies_per_call=len(h2d) / iters,
@@ -134,11 +135,14 @@ def gpu_profile(fns: dict, iters: int = 4, path: str | None = None) -> dict:
                          h2d_busy_ms=sum(e["dur"] for e in h2d) / iters / 1e3,
                          h2d_gap_total_ms=sum(g for g in gaps if g > 0) / iters / 1e3,
                          h2d_gaps_over_5us=sorted(round(g, 1) for g in gaps if g > 5)[-12:],
-                         other_copies_per_call=(len(events) - len(kernels) - len(h2d)) / iters)
+                         d2h_busy_ms=sum(e["dur"] for e in d2h) / iters / 1e3, d2h_per_call=len(d2h) / iters,
+                         first_d2h_after_start_ms=((d2h[0]["ts"] - events[0]["ts"]) / 1e3) if d2h else None,
+                         other_copies_per_call=(len(events) - len(kernels) - len(h2d) - len(d2h)) / iters)
         r = out[name]
         print(f"    profile {name:22s} period {r['period_ms']:.3f} ms/call: kernels {r['kernel_busy_ms']:.3f} ms "
               f"({r['kernels_per_call']:.0f}), H2D {r['h2d_busy_ms']:.3f} ms ({r['copies_per_call']:.0f} x {r['h2d_mean_us'] or 0:.1f} us), "
-              f"holes in the copy train {r['h2d_gap_total_ms']:.3f} ms, other copies/memsets {r['other_copies_per_call']:.0f}; "
+              f"holes in the copy train {r['h2d_gap_total_ms']:.3f} ms, D2H {r['d2h_busy_ms']:.3f} ms ({r['d2h_per_call']:.0f}), "
+              f"other copies/memsets {r['other_copies_per_call']:.0f}; "
               f"largest holes (us) {r['h2d_gaps_over_5us']}", flush=True)
     return out
 
@@ -493,6 +497,9 @@ def gemm_rs_case(m, n, k, world=4, chunks=2, reps=10):
     compute = lambda: ag_gemm_kernel[grid](*_args(a, b, partial, m, n, k), **META)  # noqa: E731
     tl = _measure(res, lw, copies_only, compute, dict(sequential=sequential, stream_overlap=stream_level, fused=fused), reps,
                   lambda: lw.launch(grid, _args(a, b, out, m, n, k), dict(META), peers, timeline=True))
+    if PROFILE_DIR:  # what the GPU does per launch: sends (D2H), receives (H2D), the kernel, the reduction
+        res["profile"] = gpu_profile(dict(fused=fused, stream_overlap=stream_level, sequential=sequential, copies_only=copies_only),
+                                     path=os.path.join(PROFILE_DIR, f"rs_{m}x{n}x{k}_c{chunks}"))
     sent = [v for name, v in tl.items() if isinstance(name, tuple)]
     res["fused_timeline_ms"] = dict(kernel_launched=tl["kernel"], first_sent=min(sent), last_sent=max(sent), kernel_end=tl["end"],
                                     reduced=tl["reduced"], host=tl["host"])

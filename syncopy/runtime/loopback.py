@@ -404,6 +404,7 @@ class LoopbackWorld:
         if self.buffers == 2:  # epochs count the shape's launches, whichever buffer takes them
             ctx.epoch = self.turns[key]
         ctx.epoch = epoch = ctx.epoch + 1
+        side_graph = self._prime_side(loop, moves, withhold, epoch, ops, hs) if replayed else None
         raise_flags = self._own_writes(loop, shard, epoch, ops, hc, hs, flags=not replayed)
         if presignal:
             for _, dst, src, n, flags in self._arrivals(loop, moves, frozenset()):
@@ -436,7 +437,7 @@ class LoopbackWorld:
                 failed.append(exc)
 
         if replayed:
-            self._replay_side(loop, moves, withhold, epoch, ops, hs)
+            ops.launch_graph(side_graph, hs)
         elif copies == "before":
             arrive()
         elif copies == "split":
@@ -544,18 +545,19 @@ class LoopbackWorld:
 
         return raise_flags
 
-    def _replay_side(self, loop: _Loop, moves: dict, withhold: frozenset, epoch: int, ops, hs) -> None:
-        """side="graph": the launch's epoch into the word its flags are copied from, then the graph
-        of every chunk's copy and flag, made at the first launch of this peer list and withheld set.
-        Everything is on the side stream, so the last launch's flags have been copied before the
-        word changes."""
+    def _prime_side(self, loop: _Loop, moves: dict, withhold: frozenset, epoch: int, ops, hs):
+        """side="graph": the launch's epoch into the word its flags are copied from, on the side
+        stream before it waits for the last kernel (nothing of that kernel is needed for it, and the
+        last launch's flags, earlier on this stream, have been copied by then). Returns the graph of
+        every chunk's copy and flag, made at the first launch of this peer list and withheld set;
+        the launch replays it once the side stream may write the buffer."""
         graph = loop.side_graphs.get(withhold)
         if graph is None:
             graph = loop.side_graphs[withhold] = self._capture_side(loop, self._arrivals(loop, moves, withhold), hs)
         word, mirror, _ = loop.side_words
         ops.write32(word, epoch, hs)
         ops.copy(mirror, word, 4, hs)  # to pinned memory: a copy engine's work, never an SM's
-        ops.launch_graph(graph, hs)
+        return graph
 
     def _capture_side(self, loop: _Loop, arrivals: list, hs):
         """The side stream's graph of `arrivals`: each chunk's copy, a write-value whose memory barrier
