@@ -42,7 +42,8 @@ from syncopy.runtime.launch import _ensure_allocator, _spin_limit
 from syncopy.errors import LaunchError, SyncopyTimeout
 from syncopy.runtime import graph as graphs
 from syncopy.runtime import streamops
-from syncopy.runtime.context import Context, refuse_listed, sum_in_rank_order
+from syncopy.runtime.context import Context, refuse_listed
+from syncopy.runtime.reduction import reduce_into
 from syncopy.runtime.pending import LaunchErrors
 from syncopy.runtime.streamops import ptr, wrap32
 
@@ -770,8 +771,7 @@ class LoopbackWorld:
         """out = this rank's own partial rows + every peer's (in rank order: the same bits as a
         reduce on any rank), accumulated in fp32 for half types."""
         rows, rank = ctx.plan.rows_per_rank, ctx.plan.rank
-        out.copy_(sum_in_rank_order((ctx.buffer.narrow(ctx.dim, rank * rows, rows) if r == rank else wire.inbox[r]
-                                     for r in range(ctx.plan.world)), out.dtype))
+        reduce_into(out, (ctx.buffer.narrow(ctx.dim, rank * rows, rows) if r == rank else wire.inbox[r] for r in range(ctx.plan.world)))
 
     def _check_peers(self, loop: _Loop, peers) -> None:
         if len(peers) != self.world:

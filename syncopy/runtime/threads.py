@@ -67,7 +67,8 @@ from syncopy import device as dev
 from syncopy.runtime.launch import _ensure_allocator, _spin_limit
 from syncopy.errors import LaunchError
 from syncopy.runtime import streamops
-from syncopy.runtime.context import Context, sum_in_rank_order
+from syncopy.runtime.context import Context
+from syncopy.runtime.reduction import reduce_into
 from syncopy.runtime.loopback import _Cuda, _Host, _Loop, _Timeline, launch_args
 from syncopy.runtime.streamops import ptr, wrap32
 
@@ -443,9 +444,8 @@ class ThreadWorld:
         lo, hi = ctx.plan.part(rk.rank)
         if hi == lo:
             return
-        acc = sum_in_rank_order((ctx.buffer.narrow(dim, lo, hi - lo) if r == rk.rank else rk.inbox[r].narrow(dim, 0, hi - lo)
-                                 for r in range(self.world)), out.dtype)
-        (out.narrow(dim, lo, hi - lo) if all_reduce else out).copy_(acc)
+        reduce_into(out.narrow(dim, lo, hi - lo) if all_reduce else out,
+                    (ctx.buffer.narrow(dim, lo, hi - lo) if r == rk.rank else rk.inbox[r].narrow(dim, 0, hi - lo) for r in range(self.world)))
 
     def _using(self, stream):
         return torch.cuda.stream(stream) if self.engine.device_type == "cuda" else contextlib.nullcontext()

@@ -51,8 +51,9 @@ from syncopy.runtime import plan as planning
 from syncopy.runtime import streamops
 from syncopy.runtime.backends.control import control_group, group_lock, member_group, wait_bound
 from syncopy.runtime.backends.p2p import Inline, Reduction, put_own_shard, refuse_emulation
-from syncopy.runtime.context import Context, sum_in_rank_order
+from syncopy.runtime.context import Context
 from syncopy.runtime.link import Faults, Link
+from syncopy.runtime.reduction import reduce_into
 
 _groups: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # user group -> its NCCL group
 
@@ -413,12 +414,12 @@ class FlagRounds(Reduction):
                     round_ops.append(dist.P2POp(dist.irecv, slot, be.global_ranks[source], group=be.nccl, tag=tag(recv)))
                 _run(round_ops)
             lo, hi = plan.part(plan.rank)
-            acc = sum_in_rank_order((ctx.buffer.narrow(0, lo, hi - lo) if p == plan.rank else self.inbox[p].narrow(0, 0, hi - lo)
-                                     for p in range(plan.world)), out.dtype)
+            parts = [ctx.buffer.narrow(0, lo, hi - lo) if p == plan.rank else self.inbox[p].narrow(0, 0, hi - lo)
+                     for p in range(plan.world)]
             if plan.pattern == "all_reduce":
                 # The gather half: our reduced rows to every peer, theirs into our buffer, one round
                 # per peer offset (every rank the same), then the buffer is the result.
-                ctx.buffer.narrow(0, lo, hi - lo).copy_(acc)
+                reduce_into(ctx.buffer.narrow(0, lo, hi - lo), parts)
                 for d in range(1, plan.world):
                     to, source = (plan.rank + d) % plan.world, (plan.rank - d) % plan.world
                     t_lo, t_hi = plan.part(source)
@@ -432,7 +433,7 @@ class FlagRounds(Reduction):
                     _run(round_ops)
                 out.copy_(ctx.buffer)
             else:
-                out.copy_(acc)
+                reduce_into(out, parts)
         engine.join_compute(s, ctx.buffer.device)  # what the caller enqueues next (and the next launch) follows
         for g in plan.owned:
             self.final[g].set()

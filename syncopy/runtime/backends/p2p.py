@@ -79,9 +79,10 @@ from syncopy.errors import LaunchError, SyncopyTimeout
 from syncopy.runtime import plan as planning
 from syncopy.runtime import streamops
 from syncopy.runtime.backends.control import JOIN_FIX, NodeBarrier, control_group, hosts, node_barrier, wait_bound
-from syncopy.runtime.context import Context, sum_in_rank_order
+from syncopy.runtime.context import Context
 from syncopy.runtime.link import Faults, Link
 from syncopy.runtime.pending import LaunchErrors
+from syncopy.runtime.reduction import reduce_into
 
 
 def refuse_emulation(name: str, link: Link | None, faults: Faults | None, drop: bool = False) -> None:
@@ -468,7 +469,7 @@ class PullReduce(Reduction):
                 t = t.narrow(dim, rank * out.shape[dim], out.shape[dim])
             return t if t.device == out.device else t.to(out.device)  # a peer on another GPU: one copy-engine copy
 
-        out.copy_(sum_in_rank_order((part(r) for r in range(be.world)), out.dtype))
+        reduce_into(out, (part(r) for r in range(be.world)))
         be.memory.sync(out.device)  # our reads of the peers' partials are done...
         be.barrier(f"the end of launch {ctx.epoch}")  # ...and everyone's, before anyone rewrites a partial
         for g in ctx.plan.owned:
@@ -598,14 +599,14 @@ class SendReduce:
                     raise SyncopyTimeout(plan.rank, divmod(mine, plan.chunks_per_rank), e, r.backend.timeout_s,
                                          f"the partial sums from rank {p} never came") from None
             lo, hi = r.own
-            acc = sum_in_rank_order((ctx.buffer.narrow(dim, lo, hi - lo) if p == plan.rank else r.inbox[p].narrow(dim, 0, hi - lo)
-                                     for p in range(plan.world)), out.dtype)
+            parts = [ctx.buffer.narrow(dim, lo, hi - lo) if p == plan.rank else r.inbox[p].narrow(dim, 0, hi - lo)
+                     for p in range(plan.world)]
             if r.all_reduce:
-                ctx.buffer.narrow(dim, lo, hi - lo).copy_(acc)  # our rows, reduced: what every peer gets
+                reduce_into(ctx.buffer.narrow(dim, lo, hi - lo), parts)  # our rows, reduced: what every peer gets
                 self._gather(hc, e)
                 out.copy_(ctx.buffer)
             else:
-                out.copy_(acc)
+                reduce_into(out, parts)
             for p in r.streams:
                 ops.write32(r.ready[p], e, hc)  # our inbox may take launch e+1's partials
                 ops.wait_event(hc, r.sent[p])  # the next launch rewrites the partial our sends read
