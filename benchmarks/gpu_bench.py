@@ -321,10 +321,6 @@ def ag_gemm_case(m, n, k, world=4, chunks=4, reps=10, core=False):
 
     lw_flags = LoopbackWorld(fk, world, flags="behind-copy")
     lw_two = LoopbackWorld(fk, world, buffers=2)
-    lw_side = LoopbackWorld(fk, world, side="graph")
-
-    def fused_side_graph():  # the side stream's copies and flags replayed as one CUDA graph
-        lw_side.launch(grid, _args(shard0, b, c, m, n, k), dict(META), peers, sync=False)
 
     def fused_two_buffers():  # launches alternate between two receive buffers (epoch parity)
         lw_two.launch(grid, _args(shard0, b, c, m, n, k), dict(META), peers, sync=False)
@@ -366,10 +362,9 @@ def ag_gemm_case(m, n, k, world=4, chunks=4, reps=10, core=False):
     res = dict(pattern="ag_gemm", world_kind="loopback", world=world, m=m, n=n, k=k, chunks=chunks)
     compute = lambda: ag_gemm_kernel[grid](*_args(full, b, c, m, n, k), **META)  # noqa: E731
     runs = dict(sequential=sequential, stream_overlap=stream_level, fused=fused, fused_copies_before=fused_copies_before,
-                fused_flags_behind_copy=fused_flags_behind_copy, fused_side_graph=fused_side_graph,
-                stream_overlap_graph=_graphed(stream_level))
+                fused_flags_behind_copy=fused_flags_behind_copy, stream_overlap_graph=_graphed(stream_level))
     if core:
-        runs = dict(sequential=sequential, stream_overlap=runs["stream_overlap_graph"], fused=fused, fused_side_graph=fused_side_graph)
+        runs = dict(sequential=sequential, stream_overlap=runs["stream_overlap_graph"], fused=fused)
     tl = _measure(res, lw, copies_only, compute, runs, reps,
                   lambda: lw.launch(grid, _args(shard0, b, c, m, n, k), dict(META), peers, timeline=True))
     landed = [v for name, v in tl.items() if isinstance(name, int)]
@@ -379,10 +374,6 @@ def ag_gemm_case(m, n, k, world=4, chunks=4, reps=10, core=False):
     lw.synchronize()
     ref = full.float() @ b.float()
     res["fused_max_rel_err"] = ((c.float() - ref).abs().max() / ref.abs().max()).item()
-    c.fill_(float("nan"))
-    fused_side_graph()
-    lw_side.synchronize()
-    res["fused_side_graph_max_rel_err"] = torch.nan_to_num((c.float() - ref).abs().max() / ref.abs().max(), nan=float("inf")).item()
     if not core:
         c.fill_(float("nan"))
         fused_flags_behind_copy()
@@ -406,7 +397,7 @@ def ag_gemm_case(m, n, k, world=4, chunks=4, reps=10, core=False):
           f"{res['fused_two_buffers_ms']:.3f} ms per launch back to back (error {res['fused_two_buffers_max_rel_err']:.1e}); "
           f"the local kernel beside the copies {res['compute_beside_copies_ms']:.3f} ms", flush=True)
     print(f"    fused max relative error {res['fused_max_rel_err']:.1e}, with the flags behind the copies "
-          f"{res.get('fused_flags_behind_copy_max_rel_err', float('nan')):.1e}, side graph {res['fused_side_graph_max_rel_err']:.1e}", flush=True)
+          f"{res.get('fused_flags_behind_copy_max_rel_err', float('nan')):.1e}", flush=True)
     res["wait_backoff_ns"] = dev.WAIT_BACKOFF_NS.value
     return _finish(res)
 
@@ -533,12 +524,8 @@ def host_launch(m=8192, n=8192, k=4096, world=4, chunks=4, launches=40, burst=8)
 
     fused_us = timed(lambda: lw.launch(grid, _args(shard, b, c, m, n, k), dict(META), peers, sync=False))
     lw.synchronize()
-    lw_side = LoopbackWorld(fk, world, side="graph")  # the side stream's work as one replayed graph
-    side_us = timed(lambda: lw_side.launch(grid, _args(shard, b, c, m, n, k), dict(META), peers, sync=False))
-    lw_side.synchronize()
     bare_us = timed(lambda: ag_gemm_kernel[grid](*_args(full, b, c, m, n, k), **META))
-    res = dict(fused_us=fused_us, bare_us=bare_us, extra_us=fused_us - bare_us, copies=(world - 1) * chunks,
-               fused_side_graph_us=side_us, side_graph_extra_us=side_us - bare_us)
+    res = dict(fused_us=fused_us, bare_us=bare_us, extra_us=fused_us - bare_us, copies=(world - 1) * chunks)
     try:  # the graph figures join the host figures; a failure there keeps these
         res.update(graph_replay(m, n, k, world, chunks, timed))
     except Exception as exc:
@@ -710,9 +697,6 @@ def _verdicts(out: dict) -> dict:
         if "stream_overlap_graph_ms" in ag:  # the baseline without its host bound (see _graphed)
             ratio = ag["fused_ms"] / ag["stream_overlap_graph_ms"]
             v["ag fused / stream-level as a graph <= 0.95"] = (round(ratio, 3), ratio <= 0.95)
-            if "fused_side_graph_ms" in ag:  # the side stream's work replayed as one graph (LoopbackWorld side="graph")
-                ratio = ag["fused_side_graph_ms"] / ag["stream_overlap_graph_ms"]
-                v["ag fused (side graph) / stream-level as a graph (info)"] = (round(ratio, 3), ratio <= 0.95)
     if rs:
         v[f"rs fused / sequential <= 0.75 (c{rs['chunks']})"] = (round(rs["fused_over_sequential"], 3), rs["fused_over_sequential"] <= 0.75)
     if wo:
@@ -722,8 +706,6 @@ def _verdicts(out: dict) -> dict:
             v[f"threads {c['pattern']} fused / stream-level (info)"] = (round(c["fused_over_stream"], 3), c["fused_over_stream"] <= 1.0)
     h = out["host_launch"]
     v["host launch extra <= 30 us"] = (round(h["extra_us"], 1), h["extra_us"] <= 30.0)
-    if "side_graph_extra_us" in h:
-        v["host launch extra, side graph (info)"] = (round(h["side_graph_extra_us"], 1), h["side_graph_extra_us"] <= 30.0)
     return v
 
 
@@ -759,8 +741,8 @@ def main(argv=None) -> int:
         _cases(out, out["failures"], "gemm_rs", gemm_rs_case, rs, wanted, a.json)
         if a.host:
             out["host_launch"] = host_launch(*((2048, 2048, 1024) if a.quick else (8192, 8192, 4096)))
-            print(f"  host time of a warm launch: fused {out['host_launch']['fused_us']:.1f} us (side graph "
-                  f"{out['host_launch']['fused_side_graph_us']:.1f}), bare Triton launch {out['host_launch']['bare_us']:.1f} us", flush=True)
+            print(f"  host time of a warm launch: fused {out['host_launch']['fused_us']:.1f} us, bare Triton launch "
+                  f"{out['host_launch']['bare_us']:.1f} us", flush=True)
             _save(out, a.json)
         _print_table(out)
         return 1 if out["failures"] else 0
@@ -830,8 +812,7 @@ def _launch_and_wait(out: dict, a, wo_shapes) -> None:
     out["host_launch_us"] = out["host_launch"]["fused_us"]
     _save(out, a.json)
     out["graph_replay_us"] = out["host_launch"].get("graph_replay_us")  # one replay of a captured warm launch
-    print(f"  fused {out['host_launch']['fused_us']:.1f} us (side graph {out['host_launch']['fused_side_graph_us']:.1f}), "
-          f"bare Triton launch {out['host_launch']['bare_us']:.1f} us "
+    print(f"  fused {out['host_launch']['fused_us']:.1f} us, bare Triton launch {out['host_launch']['bare_us']:.1f} us "
           f"({out['host_launch']['copies']} chunk copies + flags per launch)", flush=True)
     print("wait overhead (fp16 AG-GEMM, all flags up, world 4 x 4 chunks):", flush=True)
     out["wait_overhead_rows"] = wait_overhead(wo_shapes)

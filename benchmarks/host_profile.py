@@ -10,7 +10,7 @@ between bursts so that no call waits for a full queue):
     wait on an event, an event query), and `torch.cuda.current_stream()`;
   - the bare Triton launch of the local kernel and the fused launch on the loopback world, with and
     without the GPU idle before each call (a launch whose host time grows with the queue waits for
-    the device somewhere), and with the side stream's work replayed as one graph (side="graph");
+    the device somewhere);
   - the fused launch's functions by own time (cProfile), so that the next cut is measured, not guessed.
 """
 from __future__ import annotations
@@ -110,24 +110,15 @@ def launches(m: int, n: int, k: int, world: int, chunks: int, top: int) -> dict:
     def bare():
         ag_gemm_kernel[grid](*_args(full, b, c, m, n, k), **META)
 
-    lw_side = LoopbackWorld(fk, world, side="graph")
-
-    def fused_side_graph():
-        lw_side.launch(grid, args, dict(META), peers, sync=False)
-
     fused()
-    fused_side_graph()
     lw.synchronize()
-    lw_side.synchronize()
     res = {
         "bare_us": timed(bare, calls=80, burst=8),
         "bare_idle_us": timed(bare, calls=40, burst=8, idle=True),
         "fused_us": timed(fused, calls=80, burst=8),
         "fused_idle_us": timed(fused, calls=40, burst=8, idle=True),
-        "fused_side_graph_us": timed(fused_side_graph, calls=80, burst=8),
     }
     lw.synchronize()
-    lw_side.synchronize()
     prof = cProfile.Profile()
     for _ in range(5):  # 40 launches in bursts of 8; the synchronisations are not profiled
         prof.enable()
@@ -161,7 +152,7 @@ def main(argv=None) -> int:
         print(f"  {name:<18} {us:8.1f} us", flush=True)
     out.update(launches(m, n, k, world, chunks, a.profile_top))
     print(f"  bare Triton launch {out['bare_us']:.1f} us ({out['bare_idle_us']:.1f} with the GPU idle); fused launch "
-          f"{out['fused_us']:.1f} us ({out['fused_idle_us']:.1f} idle); with side=\"graph\" {out['fused_side_graph_us']:.1f} us", flush=True)
+          f"{out['fused_us']:.1f} us ({out['fused_idle_us']:.1f} idle)", flush=True)
     print(out["profile_tottime"], flush=True)
     print(out["profile_cumulative"], flush=True)
     if a.json:

@@ -38,6 +38,8 @@ their arguments and replays them as recorded: frozen values, as in a CUDA graph.
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -122,3 +124,21 @@ class HostGraph:
         for step in self.steps:
             step()
 
+
+class RecordingOps:
+    """`ops` (a HostOps) whose stream operations go into `graph` instead of running."""
+
+    _PASS = ("handle", "event", "done", "batch", "device_type", "deadline_s")
+
+    def __init__(self, ops, graph: HostGraph):
+        self._ops, self._graph = ops, graph
+
+    def __getattr__(self, name):
+        real = getattr(self._ops, name)
+        if name in self._PASS or not callable(real):
+            return real
+
+        def record(*args):
+            self._graph.steps.append(functools.partial(real, *args))
+
+        return record

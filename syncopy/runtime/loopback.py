@@ -156,7 +156,7 @@ class _Host(_Cuda):
             launch()
 
     def recording_ops(self, ops):
-        return streamops.Recording(ops, self.graph.steps) if self.capturing() else ops
+        return graphs.RecordingOps(ops, self.graph) if self.capturing() else ops
 
 
 class _Loop:
@@ -197,11 +197,6 @@ class _Loop:
         self.flag_stream = None
         self.flag_events: list = []
         self.kernel_marked = False  # buffers=2: compute_mark was recorded behind a kernel of this context
-        # side="graph": per withheld set, the side stream's work of a launch as one graph (made with the
-        # moves, dropped with them); the words its flags are copied from (made at first use).
-        self.side_graphs: dict[frozenset, object] = {}
-        self.side_words: tuple[int, int, int] | None = None  # (epoch word on the device, its pinned mirror, scratch)
-        self.side_tensors: tuple = ()
         self.wire: _Wire | None = None  # producer contexts: their transfers (made with the first peer list)
 
 
@@ -210,10 +205,9 @@ class LoopbackWorld:
 
     COPIES = ("before", "after", "beside", "split")
     FLAGS = ("behind-copy", "own-stream")
-    SIDES = ("calls", "graph")
 
     def __init__(self, fused: FusedKernel, world: int, rank: int = 0, device: str = "cuda", graph: bool = False,
-                 flags: str | None = None, buffers: int = 1, side: str | None = None):
+                 flags: str | None = None, buffers: int = 1):
         """graph: advance every launch's epoch on the device (runtime/graph.py) from the first
         launch on, as a context does anyway from its first captured launch.
         flags: where a chunk's flag is written (host-epoch launches):
@@ -229,25 +223,8 @@ class LoopbackWorld:
         between, by epoch parity: a launch's copies then wait only for the kernel two launches
         back, which read the same buffer, instead of the last one, so back-to-back launches keep
         the copy engine busy while the last kernel still computes. Twice the receive memory;
-        all_gather launches without graph capture.
-        side: how a launch issues its chunks' copies and flags on the side stream:
-          "calls" (the default): one driver call per copy and per flag, ~55 a launch at world 4 x 4
-                  chunks (~100 us of an H100 host's time: benchmarks/host_profile.py);
-          "graph": recorded once per peer list (and withheld set) as a CUDA graph, each chunk's
-                  flag a 4-byte copy of the launch's epoch behind a write-value's memory barrier
-                  (the flags behind the copies, as in a captured launch); a launch then makes 3
-                  calls on the side stream: the epoch into a device word, that word into a pinned
-                  mirror, the graph. Plain all_gather launches (not paced, presignalled or
-                  timelined, `copies` left to the default); others issue their calls as before.
-        Default from $SYNCOPY_LOOPBACK_SIDE."""
+        all_gather launches without graph capture."""
         refuse_listed(fused.schedule, "a loopback world")
-        side = side or os.environ.get("SYNCOPY_LOOPBACK_SIDE") or "calls"
-        if side not in self.SIDES:
-            raise ValueError(f"side={side!r}: expected one of {', '.join(self.SIDES)}")
-        if side == "graph" and (graph or fused.producer):
-            raise LaunchError(f"side='graph' replays the chunk copies of host-epoch all_gather launches; leave it out for "
-                              f"{'graph=True' if graph else fused.schedule.pattern}")
-        self.side = side
         flags = flags or os.environ.get("SYNCOPY_LOOPBACK_FLAGS") or "own-stream"
         if flags not in self.FLAGS:
             raise ValueError(f"flags={flags!r}: expected one of {', '.join(self.FLAGS)}")
@@ -374,11 +351,6 @@ class LoopbackWorld:
             order, _, _ = fk._order(ctx, grid, call, None)
             return self._launch_producer(loop, grid, call, order, shard, options, peers, sync, timeline, host0)
         order, extra = self._launch_args(loop, grid, call)
-        # side="graph": the side stream's work of this launch is one graph replay (see __init__).
-        replayed = (self.side == "graph" and copies is None and not (capturing or presignal or delay_s or timeline)
-                    and loop.device_epoch is None)
-        if replayed and loop.side is None:  # the CPU engine's copies need a stream that runs beside the kernel
-            loop.side = eng.side_stream(ctx.buffer.device, fk.timeout_s)
         if copies is None:  # a capture records the copies before the kernel (a CPU replay paces them on the side stream)
             if (presignal or delay_s) and not capturing:
                 copies = "after"
@@ -405,15 +377,14 @@ class LoopbackWorld:
         if self.buffers == 2:  # epochs count the shape's launches, whichever buffer takes them
             ctx.epoch = self.turns[key]
         ctx.epoch = epoch = ctx.epoch + 1
-        side_graph = self._prime_side(loop, moves, withhold, epoch, ops, hs) if replayed else None
-        raise_flags = self._own_writes(loop, shard, epoch, ops, hc, hs, flags=not replayed)
+        raise_flags = self._own_writes(loop, shard, epoch, ops, hc, hs)
         if presignal:
             for _, dst, src, n, flags in self._arrivals(loop, moves, frozenset()):
                 ops.copy(dst, src, n, hc)
                 raise_flags(flags, hc, barrier=False)  # the kernel follows on this stream
         events.host("own writes", host0)
 
-        pending = [] if presignal or replayed else list(self._arrivals(loop, moves, withhold))
+        pending = [] if presignal else list(self._arrivals(loop, moves, withhold))
         failed: list[BaseException] = []
         copy, marked = ops.copy, events is not _Timeline.OFF
         # A chunk has landed once its flags are written: on the flags' own stream where they have one.
@@ -437,9 +408,7 @@ class LoopbackWorld:
             except BaseException as exc:  # surfaced by the launching thread
                 failed.append(exc)
 
-        if replayed:
-            ops.launch_graph(side_graph, hs)
-        elif copies == "before":
+        if copies == "before":
             arrive()
         elif copies == "split":
             arrive(1)
@@ -473,13 +442,12 @@ class LoopbackWorld:
             self.synchronize()
         return ctx
 
-    def _own_writes(self, loop: _Loop, shard: torch.Tensor, epoch: int, ops, hc, hs, flags: bool = True):
+    def _own_writes(self, loop: _Loop, shard: torch.Tensor, epoch: int, ops, hc, hs):
         """Enqueue what the kernel needs before it starts: the epoch, cleared error words, this
         rank's rows and their flags; and start the side stream (`hs`) once what its flags need is
         there. Returns how this launch raises a chunk's flags,
         `raise_flags(flag addresses, stream, barrier=True)`: the host's epoch by write-value, or
-        in device-epoch mode (runtime/graph.py) a copy from the epoch's pinned mirror; None without
-        `flags` (side="graph": the side stream's graph raises them)."""
+        in device-epoch mode (runtime/graph.py) a copy from the epoch's pinned mirror."""
         own_dst, own_bytes = loop.own
         de = loop.device_epoch
         if de is None:
@@ -493,8 +461,6 @@ class LoopbackWorld:
                 ops.wait_event(hs, loop.compute_mark)
             ops.copy(own_dst, ptr(shard), own_bytes, hc)
             ops.write_batch(loop.start_writes, epoch, hc)  # error words cleared, the epoch, the own flags
-            if not flags:
-                return None
             write32 = ops.write32
 
             def raise_flags(flags, stream, barrier=True):
@@ -545,41 +511,6 @@ class LoopbackWorld:
             raise_on(flags, hf, True)
 
         return raise_flags
-
-    def _prime_side(self, loop: _Loop, moves: dict, withhold: frozenset, epoch: int, ops, hs):
-        """side="graph": the launch's epoch into the word its flags are copied from, on the side
-        stream before it waits for the last kernel (nothing of that kernel is needed for it, and the
-        last launch's flags, earlier on this stream, have been copied by then). Returns the graph of
-        every chunk's copy and flag, made at the first launch of this peer list and withheld set;
-        the launch replays it once the side stream may write the buffer."""
-        graph = loop.side_graphs.get(withhold)
-        if graph is None:
-            graph = loop.side_graphs[withhold] = self._capture_side(loop, self._arrivals(loop, moves, withhold), hs)
-        word, mirror, _ = loop.side_words
-        ops.write32(word, epoch, hs)
-        ops.copy(mirror, word, 4, hs)  # to pinned memory: a copy engine's work, never an SM's
-        return graph
-
-    def _capture_side(self, loop: _Loop, arrivals: list, hs):
-        """The side stream's graph of `arrivals`: each chunk's copy, a write-value whose memory barrier
-        makes its bytes visible first, and its flags copied from the pinned mirror of the epoch (as a
-        captured launch raises them, runtime/graph.py: a host-to-device copy, by the copy engine)."""
-        if loop.side_words is None:
-            with torch.inference_mode(False):  # raw addresses only; plain tensors all the same
-                words = torch.zeros(2, dtype=torch.int32, device=loop.ctx.buffer.device)
-                mirror = self.engine.pin(torch.zeros(1, dtype=torch.int32))
-            loop.side_tensors = (words, mirror)
-            loop.side_words = (ptr(words), ptr(mirror), ptr(words) + 4)
-        _, mirror, scratch = loop.side_words
-
-        def record(o):
-            for _, dst, src, n, flags in arrivals:
-                o.copy(dst, src, n, hs)
-                o.write32(scratch, 0, hs)
-                for f in flags:
-                    o.copy(f, mirror, 4, hs)
-
-        return self.ops.capture(hs, record)
 
     def _use_device_epoch(self, loop: _Loop) -> None:
         """From now on `loop`'s launches advance the epoch on the device (runtime/graph.py). On the
@@ -833,9 +764,6 @@ class LoopbackWorld:
             moves[g] = (ptr(dst), ptr(what), dst.nbytes, [ctx.flag_address(f) for f in ctx.plan.flags(g)])
         loop.peers, loop.peer_addresses, loop.moves = list(peers), addresses, moves
         loop.arrivals.clear()
-        for graph in loop.side_graphs.values():  # made from the last moves
-            self.ops.drop_graph(graph)
-        loop.side_graphs.clear()
         return moves
 
 

@@ -24,7 +24,6 @@ on the stream instead of hanging.
 from __future__ import annotations
 
 import ctypes
-import functools
 import queue
 import threading
 import time
@@ -48,7 +47,6 @@ class _WriteValueOp(ctypes.Structure):
 
 assert ctypes.sizeof(_WriteValueOp) == 48
 CU_EVENT_DISABLE_TIMING = 2
-CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1
 CUDA_ERROR_NOT_READY = 600
 CUDA_ERROR_NOT_SUPPORTED = 801
 
@@ -79,13 +77,6 @@ class CudaOps:
         self._event_record = _bind(lib, ("cuEventRecord",), (vp, vp))
         self._event_query = _bind(lib, ("cuEventQuery",), (vp,))
         self._stream_wait_event = _bind(lib, ("cuStreamWaitEvent",), (vp, vp, ctypes.c_uint))
-        # Stream capture, for a launch's side-stream work replayed as one graph (loopback side="graph").
-        self._begin_capture = _bind(lib, ("cuStreamBeginCapture_v2", "cuStreamBeginCapture"), (vp, ctypes.c_int))
-        self._end_capture = _bind(lib, ("cuStreamEndCapture",), (vp, ctypes.POINTER(vp)))
-        self._instantiate = _bind(lib, ("cuGraphInstantiateWithFlags",), (ctypes.POINTER(vp), vp, ctypes.c_ulonglong))
-        self._graph_launch = _bind(lib, ("cuGraphLaunch",), (vp, vp))
-        self._graph_destroy = _bind(lib, ("cuGraphDestroy",), (vp,))
-        self._graph_exec_destroy = _bind(lib, ("cuGraphExecDestroy",), (vp,))
         self._error_string = lib.cuGetErrorString
         self._error_string.argtypes = (ctypes.c_int, ctypes.POINTER(ctypes.c_char_p))
 
@@ -153,32 +144,6 @@ class CudaOps:
 
     def wait_event(self, stream: int, event: int) -> None:
         self._check(self._stream_wait_event(stream, event, 0), "cuStreamWaitEvent")
-
-    def capture(self, stream: int, record) -> int:
-        """What `record(ops)` enqueues on `stream`, captured (stream capture, this thread only) and
-        instantiated as a CUDA graph: `launch_graph` replays it with one driver call. The values and
-        addresses of the calls are frozen in the graph."""
-        self._check(self._begin_capture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture")
-        graph = ctypes.c_void_p()
-        try:
-            record(self)
-        finally:  # the stream leaves capture mode whatever happened (a failed call leaves it invalidated)
-            rc = self._end_capture(stream, ctypes.byref(graph))
-        self._check(rc, "cuStreamEndCapture")
-        exe = ctypes.c_void_p()
-        rc = self._instantiate(ctypes.byref(exe), graph, 0)
-        self._graph_destroy(graph)  # the executable graph does not need it
-        self._check(rc, "cuGraphInstantiateWithFlags")
-        return exe.value
-
-    def launch_graph(self, graph: int, stream: int) -> None:
-        rc = self._graph_launch(graph, stream)
-        if rc:
-            self._check(rc, "cuGraphLaunch")
-
-    def drop_graph(self, graph: int) -> None:
-        """Free a graph of `capture` (one still running is freed when it completes)."""
-        self._check(self._graph_exec_destroy(graph), "cuGraphExecDestroy")
 
     def _check(self, rc: int, what: str) -> None:
         if rc:
@@ -306,20 +271,6 @@ class HostOps:
     def event(self) -> threading.Event:
         return threading.Event()
 
-    def capture(self, stream, record) -> list:
-        """CudaOps.capture between CPU buffers: the calls `record(ops)` makes, kept with their
-        arguments (frozen, as a CUDA graph's); `launch_graph` makes them again, in order."""
-        steps: list = []
-        record(Recording(self, steps))
-        return steps
-
-    def launch_graph(self, graph: list, stream) -> None:
-        for step in graph:
-            step()
-
-    def drop_graph(self, graph: list) -> None:
-        graph.clear()
-
     def record(self, event: threading.Event, stream) -> None:
         event.clear()
         self._on(stream, event.set, always=True)
@@ -332,22 +283,6 @@ class HostOps:
             event.wait()
         else:
             stream.put(event.wait, always=True)
-
-
-class Recording:
-    """HostOps whose stream operations are kept in `steps` (with their arguments, frozen as a CUDA
-    graph's) instead of made; what only describes or makes objects passes through."""
-
-    _PASS = ("handle", "event", "done", "batch", "device_type", "deadline_s", "capture", "launch_graph", "drop_graph")
-
-    def __init__(self, ops: HostOps, steps: list):
-        self._ops, self._steps = ops, steps
-
-    def __getattr__(self, name):
-        real = getattr(self._ops, name)
-        if name in self._PASS or not callable(real):
-            return real
-        return lambda *args: self._steps.append(functools.partial(real, *args))
 
 
 def wrap32(x: int) -> int:
