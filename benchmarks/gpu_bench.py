@@ -497,9 +497,9 @@ def gemm_rs_case(m, n, k, world=4, chunks=2, reps=10):
     return _finish(res)
 
 
-def host_launch(m=8192, n=8192, k=4096, world=4, chunks=4, launches=40, burst=8) -> dict:
-    """Host time of a warm launch, call to return (the GPU keeps up: bursts, synchronised between):
-    the fused launch on the loopback world against the bare Triton launch of the local kernel."""
+def warm_launch_case(m, n, k, world, chunks):
+    """The AG-GEMM whose warm launches host_launch (and benchmarks/host_profile.py) time: (the fused
+    launch on the loopback world, the bare Triton launch of the local kernel, the world)."""
     rows = m // world
     fk = syncopy.overlap(dict(pattern="all_gather", tensor="A", dim=0, chunks_per_rank=chunks))(ag_gemm_kernel)
     peers = [torch.randn(rows, k, dtype=torch.float16).pin_memory() for _ in range(world)]
@@ -509,6 +509,21 @@ def host_launch(m=8192, n=8192, k=4096, world=4, chunks=4, launches=40, burst=8)
     c = torch.empty(m, n, dtype=torch.float16, device="cuda")
     grid = (triton.cdiv(m, META["BLOCK_M"]) * triton.cdiv(n, META["BLOCK_N"]),)
     lw = LoopbackWorld(fk, world)
+    args = _args(shard, b, c, m, n, k)
+
+    def fused():
+        lw.launch(grid, args, dict(META), peers, sync=False)
+
+    def bare():
+        ag_gemm_kernel[grid](*_args(full, b, c, m, n, k), **META)
+
+    return fused, bare, lw
+
+
+def host_launch(m=8192, n=8192, k=4096, world=4, chunks=4, launches=40, burst=8) -> dict:
+    """Host time of a warm launch, call to return (the GPU keeps up: bursts, synchronised between):
+    the fused launch on the loopback world against the bare Triton launch of the local kernel."""
+    fused, bare, lw = warm_launch_case(m, n, k, world, chunks)
 
     def timed(fn) -> float:
         fn()
@@ -522,9 +537,9 @@ def host_launch(m=8192, n=8192, k=4096, world=4, chunks=4, launches=40, burst=8)
             torch.cuda.synchronize()
         return statistics.median(out)
 
-    fused_us = timed(lambda: lw.launch(grid, _args(shard, b, c, m, n, k), dict(META), peers, sync=False))
+    fused_us = timed(fused)
     lw.synchronize()
-    bare_us = timed(lambda: ag_gemm_kernel[grid](*_args(full, b, c, m, n, k), **META))
+    bare_us = timed(bare)
     res = dict(fused_us=fused_us, bare_us=bare_us, extra_us=fused_us - bare_us, copies=(world - 1) * chunks)
     try:  # the graph figures join the host figures; a failure there keeps these
         res.update(graph_replay(m, n, k, world, chunks, timed))

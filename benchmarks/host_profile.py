@@ -31,10 +31,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 import triton  # noqa: E402
 
-import syncopy  # noqa: E402
-from gpu_bench import META, _args, ag_gemm_kernel  # noqa: E402
+from gpu_bench import warm_launch_case  # noqa: E402
 from syncopy.runtime import streamops  # noqa: E402
-from syncopy.runtime.loopback import LoopbackWorld  # noqa: E402
 
 
 def timed(fn, calls: int = 200, burst: int = 20, idle: bool = False) -> float:
@@ -93,23 +91,7 @@ def stream_ops(chunk_bytes: int) -> dict:
 
 
 def launches(m: int, n: int, k: int, world: int, chunks: int, top: int) -> dict:
-    rows = m // world
-    fk = syncopy.overlap(dict(pattern="all_gather", tensor="A", dim=0, chunks_per_rank=chunks))(ag_gemm_kernel)
-    peers = [torch.randn(rows, k, dtype=torch.float16).pin_memory() for _ in range(world)]
-    shard = torch.randn(rows, k, dtype=torch.float16, device="cuda")
-    full = torch.randn(m, k, dtype=torch.float16, device="cuda")
-    b = torch.randn(k, n, dtype=torch.float16, device="cuda")
-    c = torch.empty(m, n, dtype=torch.float16, device="cuda")
-    grid = (triton.cdiv(m, META["BLOCK_M"]) * triton.cdiv(n, META["BLOCK_N"]),)
-    lw = LoopbackWorld(fk, world)
-    args = _args(shard, b, c, m, n, k)
-
-    def fused():
-        lw.launch(grid, args, dict(META), peers, sync=False)
-
-    def bare():
-        ag_gemm_kernel[grid](*_args(full, b, c, m, n, k), **META)
-
+    fused, bare, lw = warm_launch_case(m, n, k, world, chunks)
     fused()
     lw.synchronize()
     res = {
