@@ -16,10 +16,39 @@ reads (passes/link.py). Nothing on the host stands between them:
     h flags           ^ chunk 0  ^ chunk 1
     down tiles          [wait 0][rows 0..31][wait 1][rows 32..63] ... (their partials leave as they finish)
 
-On CPU ranks the Triton interpreter runs one kernel at a time per process (its program index and its
-patches of triton.language are process globals), so `down` starts once `up` has ended and finds the
-flags raised; the flags are still the only thing it waits on. On GPUs the flags let `down` run
-beside `up`, which needs the launches on two streams (not done yet: both run on the caller's stream).
+A launch enqueues and returns, like any CUDA op. Each link's per-launch words (error words cleared,
+the epoch, the wait bound, counters from zero, the targets: tiles per chunk, found once per launch
+shape by the writer's probe) are one batch of stream write-values on the caller's stream
+(streamops.write_batch, no host write of a device word); after the operators, the link's error
+words are copied into a pinned ring and read once that copy's event is done (LinkErrors, after
+runtime/pending.py): at the next launch or `pipe.synchronize()`, raising SyncopyTimeout naming rank,
+chunk and epoch. On CPU ranks those copies are done when enqueued, so a starved reader raises as
+its launch returns, as before.
+
+Streams. On CPU ranks the Triton interpreter runs one kernel at a time per process (its program
+index and its patches of triton.language are process globals), so `down` starts once `up` has
+ended and finds the flags raised; the flags are still the only thing it waits on. On a GPU, from
+the second launch of a launch shape on, `down` (op 2) runs on the pipeline's side stream, forked from the
+caller's stream after the links' writes and joined back after it, so its tiles start on `up`'s
+first finished chunks:
+
+    caller stream  [link words][== up (op 1) ==========================]      [join][error words -> ring]
+    side stream                 [== down (op 2): wait 0 | rows 0.. | wait 1 | rows ..==]
+                                        ^ chunk 0's flag raised by up's tiles
+
+A waiting tile holds its SM while it spins, and the block scheduler may place `down`'s tiles
+before `up`'s (two streams, no order between them): if they could fill every SM, `up`'s remaining
+tiles would never be scheduled and `down` would spin out its bound. So `down` goes beside `up`
+only when its CTAs (programs x num_ctas) leave `up` an SM (`place`, `reader_side_limit`): at most
+SMs - 1 on the copy-engine backends (some SM then holds no waiting tile of `down`), and, where a
+transport keeps R SMs for its kernels (nccl), `up` and `down` together within SMs - R. Otherwise,
+and on the first launch of each launch shape (compile, probe, the peers' rendezvous), or in pipelines of more than
+two operators, both run in order on the caller's stream (`pipe.placement.why` says which).
+`down` is enqueued before `up` when its launch returns before its kernel ends (a world of one, a
+deferred backend): `up`'s launch may then wait on the host for its own kernel (a world of one
+reads its error word) while `down` already waits on the device. Its waits are bounded anyway: a
+host sync of the whole device while `up` is not yet enqueued ends as that link's SyncopyTimeout.
+A traced launch reads its tiles' records once both operators are enqueued.
 
 What a pipeline keeps, per (operators, argument shapes, group) -- its plan, built at the first launch
 of a shape: the edges, each operator's linked variant (its own contexts: buffers and signal pads
@@ -316,8 +345,7 @@ class Plan:
     variants: list  # per launch: the FusedKernel that runs it
     links: dict[Edge, LinkSignals]
     graph: object = None  # this rank's instruction graph (runtime/instructions.py), built on first ask
-    launched: int = 0  # launches of this plan that returned (the first compiles, probes and meets the peers)
-    placements: dict = field(default_factory=dict)  # per launch shapes of the operators: their Placement
+    placements: dict = field(default_factory=dict)  # per launch shapes of the operators: their Placement (None: seen once)
 
     def link_args(self, index: int) -> dict:
         """The context and signal pad of every link of launch `index` (its syncopy_in_* / syncopy_out_*)."""
@@ -352,7 +380,7 @@ def place(*, cuda: bool, interpreted: bool, warm: bool, chain: bool, reader_ctas
     if not cuda or interpreted:
         return Placement(False, False, f"{IN_ORDER}: the interpreter runs one kernel at a time per process")
     if not warm:
-        return Placement(False, False, f"{IN_ORDER}: a plan's first launch compiles, probes and meets the peers")
+        return Placement(False, False, f"{IN_ORDER}: the first launch of these shapes compiles, probes and meets the peers")
     if not chain:
         return Placement(False, False, f"{IN_ORDER}: only a pipeline of two linked operators runs them side by side so far")
     limit = reader_side_limit(sms, reserved, writer_ctas)
@@ -401,6 +429,7 @@ class Pipeline:
         self.placement: Placement | None = None  # where the last launch ran its operators, and why
         self._side: dict = {}  # device -> the side stream the reader runs on (made at first use)
         self._deferred_traces: list | None = None  # while operators are enqueued side by side
+        self._returned: set[int] = set()  # the launches of the current run whose operator returned
 
     # -- recording ----------------------------------------------------------------------------------
     def __enter__(self):
@@ -453,7 +482,6 @@ class Pipeline:
                 for edge, link in plan.links.items():
                     link.errors.record(epochs[edge], link.ops.handle(caller))
             launched = True
-            plan.launched += 1
             self._check_links(key)  # CPU ranks: this launch's, done when enqueued
         except BaseException as exc:
             # A launch that stopped part way may leave its operators' contexts mid-epoch: the next
@@ -476,6 +504,7 @@ class Pipeline:
             side.wait_stream(caller)  # fork: the reader sees its inputs and the links' new epoch
             self._deferred_traces = []
         order = [1, 0] if placement.reader_first else range(len(launches))
+        self._returned = set()  # the launches whose operator returned (a writer that did not raised nothing)
         try:
             for index in order:
                 variant, x = plan.variants[index], launches[index]
@@ -485,6 +514,7 @@ class Pipeline:
                 variant.link_args = plan.link_args(index)
                 with torch.cuda.stream(side) if side is not None and index == 1 else contextlib.nullcontext():
                     variant[x.grid](*x.args, group=x.group, **x.kwargs)
+                self._returned.add(index)
         finally:
             if side is not None:
                 caller.wait_stream(side)  # join: the caller's later work sees the outputs in stream order
@@ -501,11 +531,15 @@ class Pipeline:
     def _placement(self, plan: Plan, launches: list[Launch], device) -> Placement:
         """`place` for this launch, decided once per launch shapes of the operators (a warm plan's)."""
         chain = len(launches) == 2 and [(e.src, e.dst) for e in plan.edges] == [(0, 1)]
-        if device is None or _interpreting() or not plan.launched or not chain:
-            return place(cuda=device is not None, interpreted=_interpreting(), warm=plan.launched > 0, chain=chain,
-                         reader_ctas=0, writer_ctas=0, sms=0, reserved=0, reader_returns_early=False)
         key = tuple(v._shape_key(x.grid, x.bound) for v, x in zip(plan.variants, launches))
-        placement = plan.placements.get(key)
+        # Warm: these launch shapes ran before. A new grid compiles (and meets the peers) in its
+        # operator's launch, which must not happen while the other operator already spins.
+        warm = key in plan.placements
+        if device is None or _interpreting() or not warm or not chain:
+            plan.placements.setdefault(key, None)
+            return place(cuda=device is not None, interpreted=_interpreting(), warm=warm, chain=chain,
+                         reader_ctas=0, writer_ctas=0, sms=0, reserved=0, reader_returns_early=False)
+        placement = plan.placements[key]
         if placement is None:
             from syncopy.runtime import occupancy
 
@@ -658,6 +692,8 @@ class Pipeline:
         for edge, epoch in epochs.items():
             link = plan.links[edge]
             link.errors.check(wait=True)  # an earlier launch's starved reader first
+            if edge.src not in self._returned:
+                continue  # its writer never launched: the reader starved of that, the error raised says why
             chunk = link.read_error_now()
             if chunk is not None:
                 raise link.reader.timeout(link, chunk, epoch, cause)

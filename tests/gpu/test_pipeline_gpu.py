@@ -97,9 +97,9 @@ def overlap(rank: int, world: int) -> dict:
 
     device = torch.device("cuda", 0)
     torch.cuda.set_device(device)
-    m, f = 512, 4096
+    m, f = 1024, 4096  # op 1: cdiv(m, 16) x cdiv(f, 32) = 8192 tiles, many waves; 4 chunks of H
     # op 2's grid is cdiv(m, 16) x cdiv(n, 32) programs: at most all SMs but one, so it runs beside op 1.
-    n = 32 * min(4, (sm_count(device) - 1) // triton.cdiv(m, 16))
+    n = 32 * min(2, (sm_count(device) - 1) // triton.cdiv(m, 16))
     op = templates.get("tp_mlp").fused(chunks_per_rank=4, timeout_s=20.0, trace=True)
     for seed in range(2):
         parts = _inputs(world, (m, n, f), seed)
@@ -111,14 +111,14 @@ def overlap(rank: int, world: int) -> dict:
             "up": list(up.clock_starts), "down": list(down.clock_starts)}
 
 
-def sync_free(rank: int, world: int, whole: bool) -> dict:
+def sync_free(rank: int, world: int, whole: bool, timeout_s: float = 20.0) -> dict:
     """Warm launches with torch.cuda.set_sync_debug_mode("error"): around the pipeline's own work
     (the operators' own launches run in the default mode: `whole=False`), or around everything."""
     from syncopy import templates
 
     device = torch.device("cuda", 0)
     torch.cuda.set_device(device)
-    op = templates.get("tp_mlp").fused(chunks_per_rank=2, timeout_s=20.0)
+    op = templates.get("tp_mlp").fused(chunks_per_rank=2, timeout_s=timeout_s)
     shape = (128, 64, 256)
     parts = [_inputs(world, shape, seed) for seed in range(3)]
     _launch(op, parts[0], rank, device)  # the first launch compiles, probes and meets the peers
@@ -152,7 +152,8 @@ def one_rank(rank: int, world: int) -> dict:
     return {"numerics": _check("numerics", lambda: numerics(rank, world, "auto")),
             "overlap": _check("overlap", lambda: overlap(rank, world)),
             "sync pipeline": _check("sync pipeline", lambda: sync_free(rank, world, whole=False)),
-            "sync whole": _check("sync whole", lambda: sync_free(rank, world, whole=True))}
+            # Last, bounded by a short timeout: a sync inside op 1's launch may leave op 2 spinning it out.
+            "sync whole": _check("sync whole", lambda: sync_free(rank, world, whole=True, timeout_s=5.0))}
 
 
 def two_ranks(rank: int, world: int) -> dict:
@@ -209,6 +210,10 @@ def test_a_whole_warm_launch_makes_no_host_sync(world1):
 
 def test_tp_mlp_two_ranks_on_one_gpu_p2p_match_torch():
     from syncopy.runtime.world import spawn
+    from tests.gpu.test_backends import _exclusive_compute_mode
+
+    if _exclusive_compute_mode():
+        pytest.skip("GPU 0 is in an exclusive compute mode: two ranks cannot share it")
 
     for rank, result in enumerate(spawn(two_ranks, 2, timeout_s=WORLD_TIMEOUT_S, interpret=False)):
         rec = _ok(result["numerics"])

@@ -106,3 +106,70 @@ def test_the_fallback_says_in_one_line_what_to_change():
     assert got.why == ("in order on the caller's stream: op 2 launches 512 CTAs and at most 131 may wait beside op 1 on 132 SMs "
                        "(0 kept for transfers); make it a persistent kernel of at most 131 programs to run it beside op 1")
     assert reader_side_limit(132, 8, 100) == 24 and reader_side_limit(108, 0, 100) == 107
+
+
+class _Recorder:
+    """A linked variant that records its launch (and the links it was given) instead of running."""
+
+    def __init__(self, name: str, calls: list):
+        self.name, self.calls, self.link_args = name, calls, {}
+
+    def __getitem__(self, grid):
+        return lambda *args, group=None, **kwargs: self.calls.append((self.name, sorted(self.link_args)))
+
+
+@pytest.mark.parametrize("reader_first, want", [(False, ["up", "down"]), (True, ["down", "up"])])
+def test_the_placement_decides_the_order_operators_are_enqueued_in(reader_first, want):
+    from syncopy.runtime.pipeline import Edge, Launch, Pipeline, Plan
+
+    calls: list = []
+    link = _link()
+    plan = Plan([Edge(0, "C", 1, "A")], [_Recorder("up", calls), _Recorder("down", calls)], {Edge(0, "C", 1, "A"): link})
+    launches = [Launch(None, (1,), (), {}, None), Launch(None, (1,), (), {}, None)]
+    Pipeline()._enqueue(plan, launches, Placement(False, reader_first, ""), None)
+    assert [name for name, _ in calls] == want
+    assert dict(calls) == {"up": ["syncopy_out_ctx", "syncopy_out_signals"], "down": ["syncopy_in_ctx", "syncopy_in_signals"]}
+
+
+class _Variant:
+    """What `Pipeline._placement` reads of a linked operator."""
+
+    def __init__(self, grid, producer, backend=None, trace=False):
+        self.grid, self.producer, self.trace = grid, producer, trace
+        self._contexts = {("shape",): (object(), backend)}
+        self._built = (type("T", (), {"checked": False})(), None, None, None)
+
+    def _shape_key(self, grid, args):
+        return (tuple(grid),)
+
+    def _grid(self, grid, args):
+        return (*grid, 1, 1)[:3]
+
+
+class _Backend:
+    def __init__(self, name, asynchronous):
+        self.name, self.asynchronous = name, asynchronous
+
+
+@pytest.mark.parametrize("backend, down_grid, want", [
+    pytest.param(None, (64, 2), (True, True), id="world1-fits"),
+    pytest.param(None, (64, 3), (False, False), id="world1-fills-gpu"),
+    pytest.param(_Backend("p2p", True), (64, 2), (True, True), id="p2p-async"),
+    pytest.param(_Backend("p2p", False), (64, 2), (True, False), id="p2p-shared-gpu"),
+    pytest.param(_Backend("nccl", True), (64, 2), (False, False), id="nccl-writer-and-reader-over"),
+])
+def test_a_plans_placement_is_decided_at_its_second_launch_from_grids_backends_and_sms(monkeypatch, backend, down_grid, want):
+    from syncopy.runtime import occupancy, pipeline
+    from syncopy.runtime.pipeline import Edge, Launch, Pipeline, Plan
+
+    monkeypatch.setattr(pipeline, "_interpreting", lambda: False)
+    monkeypatch.setattr(occupancy, "sm_count", lambda device: 132)
+    up, down = _Variant((8192,), False, backend), _Variant(down_grid, True, backend)
+    plan = Plan([Edge(0, "C", 1, "A")], [up, down], {})
+    launches = [Launch(None, (8192,), (), {}, None), Launch(None, down_grid, (), {}, None)]
+    pipe, gpu = Pipeline(), torch.device("cuda", 0)
+    cold = pipe._placement(plan, launches, gpu)
+    assert (cold.side, cold.reader_first) == (False, False) and "first launch" in cold.why
+    warm = pipe._placement(plan, launches, gpu)
+    assert (warm.side, warm.reader_first) == want, warm.why
+    assert pipe._placement(plan, launches, gpu) is warm  # decided once per launch shapes
