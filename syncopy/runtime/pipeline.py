@@ -44,10 +44,11 @@ SMs - 1 on the copy-engine backends (some SM then holds no waiting tile of `down
 transport keeps R SMs for its kernels (nccl), `up` and `down` together within SMs - R. Otherwise,
 and on the first launch of each launch shape (compile, probe, the peers' rendezvous), or in pipelines of more than
 two operators, both run in order on the caller's stream (`pipe.placement.why` says which).
-`down` is enqueued before `up` when its launch returns before its kernel ends (a world of one, a
-deferred backend): `up`'s launch may then wait on the host for its own kernel (a world of one
-reads its error word) while `down` already waits on the device. Its waits are bounded anyway: a
-host sync of the whole device while `up` is not yet enqueued ends as that link's SyncopyTimeout.
+`down` is enqueued after `up`, except in a world of one (`_reader_first_ok`): there `up`'s launch
+waits on the host for its own kernel (it reads its error word), so `down` goes first and already
+waits on the device. Its waits are bounded: a host sync of the whole device before `up` is
+enqueued, or a driver that put both streams on one hardware queue (`down`'s copy of its result
+behind its kernel would then hold `up` back), ends as that link's SyncopyTimeout, never a hang.
 A traced launch reads its tiles' records once both operators are enqueued.
 
 What a pipeline keeps, per (operators, argument shapes, group) -- its plan, built at the first launch
@@ -66,7 +67,7 @@ import torch
 
 from syncopy import device as dev
 from syncopy.errors import LaunchError, SyncopyError, SyncopyTimeout
-from syncopy.runtime.launch import _deferred, _interpreting, _on_device, _spin_limit
+from syncopy.runtime.launch import _interpreting, _on_device, _spin_limit
 from syncopy.runtime import streamops
 from syncopy.runtime.streamops import ptr
 
@@ -374,7 +375,7 @@ IN_ORDER = "in order on the caller's stream"
 
 
 def place(*, cuda: bool, interpreted: bool, warm: bool, chain: bool, reader_ctas: int, writer_ctas: int, sms: int,
-          reserved: int, reader_returns_early: bool) -> Placement:
+          reserved: int, reader_first_ok: bool) -> Placement:
     """The rule of the module doc: the reader beside the writer only where its waiting tiles can never
     hold every SM the writer's tiles (or an SM transport's kernels) still need."""
     if not cuda or interpreted:
@@ -389,9 +390,9 @@ def place(*, cuda: bool, interpreted: bool, warm: bool, chain: bool, reader_ctas
         return Placement(False, False, f"{IN_ORDER}: op 2 launches {reader_ctas} CTAs and at most {limit} may wait beside op 1 "
                                        f"on {sms} SMs ({reserved} kept for transfers); make it a persistent kernel of at most "
                                        f"{limit} programs to run it beside op 1")
-    if reader_returns_early:
+    if reader_first_ok:
         return Placement(True, True, "op 2 on the side stream, enqueued first; op 1 on the caller's stream")
-    return Placement(True, False, "op 2 on the side stream after op 1 is enqueued (op 2's launch waits for its kernel)")
+    return Placement(True, False, "op 2 on the side stream, enqueued after op 1; op 1 on the caller's stream")
 
 
 def reader_side_limit(sms: int, reserved: int, writer_ctas: int) -> int:
@@ -538,7 +539,7 @@ class Pipeline:
         if device is None or _interpreting() or not warm or not chain:
             plan.placements.setdefault(key, None)
             return place(cuda=device is not None, interpreted=_interpreting(), warm=warm, chain=chain,
-                         reader_ctas=0, writer_ctas=0, sms=0, reserved=0, reader_returns_early=False)
+                         reader_ctas=0, writer_ctas=0, sms=0, reserved=0, reader_first_ok=False)
         placement = plan.placements[key]
         if placement is None:
             from syncopy.runtime import occupancy
@@ -549,7 +550,7 @@ class Pipeline:
             placement = plan.placements[key] = place(
                 cuda=True, interpreted=False, warm=True, chain=True, reader_ctas=reader_ctas, writer_ctas=writer_ctas,
                 sms=occupancy.sm_count(device), reserved=reserved,
-                reader_returns_early=_returns_before_its_kernel(plan.variants[1], backends[1]))
+                reader_first_ok=_reader_first_ok(plan.variants[1], backends[1]))
         return placement
 
     def _check_links(self, only: tuple | None = None) -> None:
@@ -758,16 +759,15 @@ def _ctas(variant, x: Launch) -> int:
     return g0 * g1 * g2 * int(x.kwargs.get("num_ctas") or 1)
 
 
-def _returns_before_its_kernel(variant, backend) -> bool:
-    """Does the reader's launch return before its kernel ends (so it may be enqueued before the
-    writer, whose flags it waits for)? Checked mode reads its report words after the kernel; a world
-    of one reads a consumer's error word at once (a producer's result is a stream-ordered copy); a
-    deferred backend returns at once unless traced (a traced launch waits for its errors)."""
-    if variant._built is not None and variant._built[0].checked:
-        return False
-    if backend is None:
-        return bool(variant.producer)
-    return _deferred(backend) and not variant.trace
+def _reader_first_ok(variant, backend) -> bool:
+    """May the reader be enqueued before the writer? Where the writer's launch returns at once (the
+    deferred backends) the reader follows it within microseconds anyway, and a stream wait the
+    reader's launch puts behind its kernel (p2p's delivered words) must not sit ahead of the writer's
+    kernel in a hardware queue two streams may share (runtime/threads.py: such a wait blocked an H200
+    for good). A world of one is the case that needs it: the writer's launch reads its error word,
+    waiting for its own kernel on the host, and the reader's (a producer) enqueues only its kernel and
+    a copy of its result. Not in checked mode, whose launch reads its report words after the kernel."""
+    return backend is None and bool(variant.producer) and not (variant._built is not None and variant._built[0].checked)
 
 
 def _clock_starts(trace_buf: torch.Tensor) -> list[int]:

@@ -84,17 +84,17 @@ H100 = dict(sms=132, reserved=0)
     pytest.param(dict(cuda=False, interpreted=True, warm=True, chain=True), Placement(False, False, "interpreter"), id="cpu"),
     pytest.param(dict(cuda=True, interpreted=False, warm=False, chain=True), Placement(False, False, "first launch"), id="cold"),
     pytest.param(dict(cuda=True, interpreted=False, warm=True, chain=False), Placement(False, False, "two linked"), id="three-ops"),
-    pytest.param(dict(reader_ctas=131, reader_returns_early=True), Placement(True, True, "enqueued first"), id="world1-beside"),
-    pytest.param(dict(reader_ctas=64, reader_returns_early=False), Placement(True, False, "after op 1"), id="traced-beside"),
-    pytest.param(dict(reader_ctas=132, reader_returns_early=True), Placement(False, False, "at most 131"), id="fills-gpu"),
-    pytest.param(dict(reader_ctas=60, writer_ctas=70, reserved=8, reader_returns_early=True), Placement(False, False, "at most 54"),
+    pytest.param(dict(reader_ctas=131, reader_first_ok=True), Placement(True, True, "enqueued first"), id="world1-beside"),
+    pytest.param(dict(reader_ctas=64, reader_first_ok=False), Placement(True, False, "after op 1"), id="p2p-beside"),
+    pytest.param(dict(reader_ctas=132, reader_first_ok=True), Placement(False, False, "at most 131"), id="fills-gpu"),
+    pytest.param(dict(reader_ctas=60, writer_ctas=70, reserved=8, reader_first_ok=True), Placement(False, False, "at most 54"),
                  id="nccl-both-over"),
-    pytest.param(dict(reader_ctas=54, writer_ctas=70, reserved=8, reader_returns_early=True), Placement(True, True, "first"),
+    pytest.param(dict(reader_ctas=54, writer_ctas=70, reserved=8, reader_first_ok=True), Placement(True, True, "first"),
                  id="nccl-both-fit"),
 ])
 def test_op2_runs_beside_op1_only_where_its_waiting_tiles_leave_op1_an_sm(kwargs, want):
     args = dict(cuda=True, interpreted=False, warm=True, chain=True, reader_ctas=1, writer_ctas=4096, **H100,
-                reader_returns_early=False)
+                reader_first_ok=False)
     got = place(**{**args, **kwargs})
     assert (got.side, got.reader_first) == (want.side, want.reader_first)
     assert want.why in got.why and (got.side or got.why.startswith(IN_ORDER)), got.why
@@ -102,7 +102,7 @@ def test_op2_runs_beside_op1_only_where_its_waiting_tiles_leave_op1_an_sm(kwargs
 
 def test_the_fallback_says_in_one_line_what_to_change():
     got = place(cuda=True, interpreted=False, warm=True, chain=True, reader_ctas=512, writer_ctas=4096, sms=132, reserved=0,
-                reader_returns_early=True)
+                reader_first_ok=True)
     assert got.why == ("in order on the caller's stream: op 2 launches 512 CTAs and at most 131 may wait beside op 1 on 132 SMs "
                        "(0 kept for transfers); make it a persistent kernel of at most 131 programs to run it beside op 1")
     assert reader_side_limit(132, 8, 100) == 24 and reader_side_limit(108, 0, 100) == 107
@@ -154,7 +154,7 @@ class _Backend:
 @pytest.mark.parametrize("backend, down_grid, want", [
     pytest.param(None, (64, 2), (True, True), id="world1-fits"),
     pytest.param(None, (64, 3), (False, False), id="world1-fills-gpu"),
-    pytest.param(_Backend("p2p", True), (64, 2), (True, True), id="p2p-async"),
+    pytest.param(_Backend("p2p", True), (64, 2), (True, False), id="p2p-async"),
     pytest.param(_Backend("p2p", False), (64, 2), (True, False), id="p2p-shared-gpu"),
     pytest.param(_Backend("nccl", True), (64, 2), (False, False), id="nccl-writer-and-reader-over"),
 ])
