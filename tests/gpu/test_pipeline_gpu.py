@@ -62,9 +62,13 @@ def _rel_err(out, ref) -> float:
 
 
 def _launch(op, parts, rank, device, group=None):
+    return _launch_on(op, {k: v.to(device) for k, v in parts[rank].items()}, group)
+
+
+def _launch_on(op, inp: dict, group=None):
+    """The template's launch with this rank's inputs already on the GPU."""
     from syncopy import templates
 
-    inp = {k: v.to(device) for k, v in parts[rank].items()}
     return templates.get("tp_mlp").module.launch(op, **inp, group=group)
 
 
@@ -135,11 +139,11 @@ def sync_free(rank: int, world: int, whole: bool, timeout_s: float = 20.0) -> di
 
     if not whole:
         variant_class._serialised_launch = operators_in_default_mode
-    ys = []
+    ys, on_gpu = [], [{k: v.to(device) for k, v in p[rank].items()} for p in parts[1:]]  # copies from the host sync
     torch.cuda.set_sync_debug_mode("error")
     try:
-        for p in parts[1:]:
-            ys.append(_launch(op, p, rank, device))
+        for inp in on_gpu:
+            ys.append(_launch_on(op, inp))
     finally:
         torch.cuda.set_sync_debug_mode("default")
         variant_class._serialised_launch = own_launch
