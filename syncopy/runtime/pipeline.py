@@ -16,10 +16,40 @@ reads (passes/link.py). Nothing on the host stands between them:
     h flags           ^ chunk 0  ^ chunk 1
     down tiles          [wait 0][rows 0..31][wait 1][rows 32..63] ... (their partials leave as they finish)
 
-On CPU ranks the Triton interpreter runs one kernel at a time per process (its program index and its
-patches of triton.language are process globals), so `down` starts once `up` has ended and finds the
-flags raised; the flags are still the only thing it waits on. On GPUs the flags let `down` run
-beside `up`, which needs the launches on two streams (not done yet: both run on the caller's stream).
+A launch enqueues and returns, like any CUDA op. Each link's per-launch words (error words cleared,
+the epoch, the wait bound, counters from zero, the targets: tiles per chunk, found once per launch
+shape by the writer's probe) are one batch of stream write-values on the caller's stream
+(streamops.write_batch, no host write of a device word); after the operators, the link's error
+words are copied into a pinned ring and read once that copy's event is done (LinkErrors, after
+runtime/pending.py): at the next launch or `pipe.synchronize()`, raising SyncopyTimeout naming rank,
+chunk and epoch. On CPU ranks those copies are done when enqueued, so a starved reader raises as
+its launch returns, as before.
+
+Streams. On CPU ranks the Triton interpreter runs one kernel at a time per process (its program
+index and its patches of triton.language are process globals), so `down` starts once `up` has
+ended and finds the flags raised; the flags are still the only thing it waits on. On a GPU, from
+the second launch of a launch shape on, `down` (op 2) runs on the pipeline's side stream, forked from the
+caller's stream after the links' writes and joined back after it, so its tiles start on `up`'s
+first finished chunks:
+
+    caller stream  [link words][== up (op 1) ==========================]      [join][error words -> ring]
+    side stream                 [== down (op 2): wait 0 | rows 0.. | wait 1 | rows ..==]
+                                        ^ chunk 0's flag raised by up's tiles
+
+A waiting tile holds its SM while it spins, and the block scheduler may place `down`'s tiles
+before `up`'s (two streams, no order between them): if they could fill every SM, `up`'s remaining
+tiles would never be scheduled and `down` would spin out its bound. So `down` goes beside `up`
+only when its CTAs (programs x num_ctas) leave `up` an SM (`place`, `reader_side_limit`): at most
+SMs - 1 on the copy-engine backends (some SM then holds no waiting tile of `down`), and, where a
+transport keeps R SMs for its kernels (nccl), `up` and `down` together within SMs - R. Otherwise,
+and on the first launch of each launch shape (compile, probe, the peers' rendezvous), or in pipelines of more than
+two operators, both run in order on the caller's stream (`pipe.placement.why` says which).
+`down` is enqueued after `up`, except in a world of one (`_reader_first_ok`): there `up`'s launch
+waits on the host for its own kernel (it reads its error word), so `down` goes first and already
+waits on the device. Its waits are bounded: a host sync of the whole device before `up` is
+enqueued, or a driver that put both streams on one hardware queue (`down`'s copy of its result
+behind its kernel would then hold `up` back), ends as that link's SyncopyTimeout, never a hang.
+A traced launch reads its tiles' records once both operators are enqueued.
 
 What a pipeline keeps, per (operators, argument shapes, group) -- its plan, built at the first launch
 of a shape: the edges, each operator's linked variant (its own contexts: buffers and signal pads
@@ -27,15 +57,19 @@ made once, reused by every launch) and one `LinkSignals` per edge. `max_plans` b
 """
 from __future__ import annotations
 
+import collections
+import contextlib
 import threading
+import time
 from dataclasses import dataclass, field
 
 import torch
 
 from syncopy import device as dev
 from syncopy.errors import LaunchError, SyncopyError, SyncopyTimeout
-from syncopy.runtime.launch import _spin_limit
-from syncopy.runtime.streamops import wrap32
+from syncopy.runtime.launch import _interpreting, _on_device, _spin_limit
+from syncopy.runtime import streamops
+from syncopy.runtime.streamops import ptr
 
 _local = threading.local()
 
@@ -171,8 +205,9 @@ class LinkSignals:
 
     The shared tensor's rows (dim 0) are cut into `chunks` chunks, as one rank's shard of a world of
     one: [error x4 | flags x n | two unused words | counters x n | targets x n] (the layout the
-    producer notifies and consumer waits of device.py read). Counters and flags are never reset:
-    each launch adds the tiles it expects per chunk to the targets, and the flags carry its epoch."""
+    producer notifies and consumer waits of device.py read). Flags are never reset (they carry the
+    epoch); each launch starts the counters at zero and sets the targets to the tiles it expects
+    per chunk, all in one stream operation (`begin`)."""
 
     @torch.inference_mode(False)
     def __init__(self, tensor: torch.Tensor, chunks: int):
@@ -188,9 +223,12 @@ class LinkSignals:
             self.ctx[word.value] = value
         n = self.chunks
         self.signals = torch.zeros(dev.SIG_HEADER + 3 * n + 2, dtype=torch.int32, device=device)
-        self._targets = [0] * n
+        self.ops = streamops.cuda_ops() if device.type == "cuda" else streamops.HostOps()
         self.epoch = 0
         self.tiles_per_chunk: dict[tuple, list[int]] = {}  # per launch shape of the writer (its probe's answer)
+        self._starts: dict[tuple, streamops.WriteBatch] = {}  # per (tiles per chunk, spin limit): begin's writes
+        self.errors = LinkErrors(self)
+        self.reader: Reader | None = None  # who waits on this link, for its error (Pipeline._plan sets it)
 
     def args(self, direction: str) -> dict:
         from syncopy.passes import link
@@ -198,29 +236,106 @@ class LinkSignals:
         ctx, signals = link.params(direction)
         return {ctx: self.ctx, signals: self.signals}
 
-    def begin(self, need: list[int], spin_limit: int) -> int:
-        """Launch `epoch + 1`: its epoch and wait bound, its targets (counters go on from the last)."""
+    def begin(self, need: list[int], spin_limit: int, stream) -> int:
+        """Launch `epoch + 1`, enqueued on `stream` (a handle of `self.ops`) as one batch of
+        write-values, no host sync: error words cleared, the epoch, the wait bound, counters from
+        zero, the targets, and the flag of every chunk no tile writes (complete at once: its rows
+        keep what the tensor held)."""
         self.epoch += 1
-        self.ctx[dev.CTX_EPOCH.value] = wrap32(self.epoch)
-        self.ctx[dev.CTX_SPIN_LIMIT.value] = spin_limit
-        self.signals[: dev.SIG_HEADER] = 0
-        n = self.chunks
-        self._targets = [wrap32(t + k) for t, k in zip(self._targets, need)]
-        at = dev.SIG_HEADER + 2 * n + 2  # after the flags, the two words and the counters
-        self.signals[at : at + n] = torch.tensor(self._targets, dtype=torch.int32)
-        # A chunk no tile writes is complete at once (its rows keep what the tensor held).
-        for g in (g for g, k in enumerate(need) if k == 0):
-            self.signals[dev.SIG_HEADER + g] = wrap32(self.epoch)
+        self.ops.write_batch(self._start_writes(need, spin_limit), self.epoch, stream)
         return self.epoch
 
-    def error(self) -> int | None:
-        """The chunk a reader's tile gave up waiting for in this launch, or None."""
+    def _start_writes(self, need: list[int], spin_limit: int) -> streamops.WriteBatch:
+        key = (tuple(need), spin_limit)
+        batch = self._starts.get(key)
+        if batch is None:
+            n, sig, ctx = self.chunks, ptr(self.signals), ptr(self.ctx)
+            counters, targets = sig + 4 * (dev.SIG_HEADER + n + 2), sig + 4 * (dev.SIG_HEADER + 2 * n + 2)
+            limit = ctx + 8 * dev.CTX_SPIN_LIMIT.value  # an int64: both halves (little-endian)
+            writes = [(sig + 4 * i, 0) for i in range(dev.SIG_HEADER)]
+            writes += [(ctx + 8 * dev.CTX_EPOCH.value, None), (limit, spin_limit & 0xFFFFFFFF), (limit + 4, spin_limit >> 32)]
+            writes += [(counters + 4 * g, 0) for g in range(n)] + [(targets + 4 * g, k) for g, k in enumerate(need)]
+            writes += [(sig + 4 * (dev.SIG_HEADER + g), None) for g, k in enumerate(need) if k == 0]
+            batch = self._starts[key] = self.ops.batch(writes)
+        return batch
+
+    def read_error_now(self) -> int | None:
+        """The chunk a reader's tile gave up waiting for in the last launch, or None: a host read of
+        the device words (a sync on GPUs), only on the error path of a launch that raised."""
         flag, _, chunk, _ = (int(x) for x in self.signals[: dev.SIG_HEADER].tolist())
         return chunk if flag else None
 
     @property
     def nbytes(self) -> int:
         return self.ctx.numel() * 8 + self.signals.numel() * 4
+
+
+@dataclass(frozen=True)
+class Reader:
+    """What a link's error names: the rank, the reader and the writer of the linked tensor."""
+
+    rank: int
+    tensor: str  # the reader's name for it
+    reader: str
+    writer: str
+    writer_index: int
+    timeout_s: float
+
+    def timeout(self, link: LinkSignals, chunk: int, epoch: int, cause: BaseException | None = None) -> SyncopyTimeout:
+        lo, hi = link.bounds[chunk]
+        exc = SyncopyTimeout(self.rank, (self.rank, chunk), epoch, self.timeout_s,
+                             f"it is rows {lo}..{hi - 1} of '{self.tensor}', which {self.reader} waits for and "
+                             f"{self.writer} (launch {self.writer_index + 1} of the pipeline) writes",
+                             f"check that {self.writer} writes every row {self.reader} reads, or raise timeout_s")
+        exc.__cause__ = cause
+        return exc
+
+
+class LinkErrors:
+    """A link's launches whose error words are not read yet, after runtime/pending.py's LaunchErrors:
+
+        caller stream  [begin][op 1 ... op 2, joined][error words -> pinned ring[e % RING]][event e]
+        host           launch e returns ... next launch / synchronize(): each done event, oldest first:
+                                            read its ring slot (no CUDA call), raise SyncopyTimeout
+
+    On CPU ranks the copy and the event are done when enqueued, so a launch's error is read as it returns."""
+
+    RING = 64
+
+    def __init__(self, link: LinkSignals):
+        self.link, self.ops = link, link.ops
+        ring = torch.zeros(self.RING, dev.SIG_HEADER, dtype=torch.int32)
+        self.ring = ring.pin_memory() if link.signals.is_cuda else ring
+        self.slots = [ptr(self.ring[i]) for i in range(self.RING)]
+        self.rows = self.ring.numpy()  # read with no torch call
+        self.done = [self.ops.event() for _ in range(self.RING)]
+        self.pending: collections.deque[tuple[int, int]] = collections.deque()  # (epoch, slot), oldest first
+
+    def record(self, epoch: int, stream) -> None:
+        """Behind the launch's reader on `stream`: the link's error words to the ring."""
+        if len(self.pending) >= self.RING:
+            self.check(wait=True, upto=1)  # the oldest launch's slot is about to be reused
+        slot = epoch % self.RING
+        self.ops.copy(self.slots[slot], ptr(self.link.signals), 4 * dev.SIG_HEADER, stream)
+        self.ops.record(self.done[slot], stream)
+        self.pending.append((epoch, slot))
+
+    def check(self, wait: bool = False, upto: int | None = None) -> None:
+        """Read the error words of the launches that are done (with `wait`: all of them, or the
+        oldest `upto`), oldest first; raise the first starved reader as SyncopyTimeout."""
+        checked = 0
+        while self.pending and (upto is None or checked < upto):
+            epoch, slot = self.pending[0]
+            while not self.ops.done(self.done[slot]):
+                if not wait:
+                    return
+                time.sleep(20e-6)
+            self.pending.popleft()
+            checked += 1
+            flag, _, chunk, _ = (int(x) for x in self.rows[slot])
+            if flag:
+                self.pending.clear()  # later launches on a starved link are not trusted either
+                raise self.link.reader.timeout(self.link, chunk, epoch)
 
 
 @dataclass
@@ -231,6 +346,7 @@ class Plan:
     variants: list  # per launch: the FusedKernel that runs it
     links: dict[Edge, LinkSignals]
     graph: object = None  # this rank's instruction graph (runtime/instructions.py), built on first ask
+    placements: dict = field(default_factory=dict)  # per launch shapes of the operators: their Placement (None: seen once)
 
     def link_args(self, index: int) -> dict:
         """The context and signal pad of every link of launch `index` (its syncopy_in_* / syncopy_out_*)."""
@@ -241,6 +357,52 @@ class Plan:
             if e.dst == index:
                 out.update(link.args("in"))
         return out
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a launch of the pipeline runs its operators (see the module doc, "Streams").
+
+    side: the reader (op 2) runs on the pipeline's side stream, beside the writer (op 1) on the
+    caller's; reader_first: the reader is enqueued before the writer; why: one line, the reason."""
+
+    side: bool
+    reader_first: bool
+    why: str
+
+
+IN_ORDER = "in order on the caller's stream"
+
+
+def place(*, cuda: bool, interpreted: bool, warm: bool, chain: bool, reader_ctas: int, writer_ctas: int, sms: int,
+          reserved: int, reader_first_ok: bool) -> Placement:
+    """The rule of the module doc: the reader beside the writer only where its waiting tiles can never
+    hold every SM the writer's tiles (or an SM transport's kernels) still need."""
+    if not cuda or interpreted:
+        return Placement(False, False, f"{IN_ORDER}: the interpreter runs one kernel at a time per process")
+    if not warm:
+        return Placement(False, False, f"{IN_ORDER}: the first launch of these shapes compiles, probes and meets the peers")
+    if not chain:
+        return Placement(False, False, f"{IN_ORDER}: only a pipeline of two linked operators runs them side by side so far")
+    limit = reader_side_limit(sms, reserved, writer_ctas)
+    if reader_ctas > limit:
+        # Fallback: the reader's spinning tiles could fill the GPU before the writer's last tiles start.
+        return Placement(False, False, f"{IN_ORDER}: op 2 launches {reader_ctas} CTAs and at most {limit} may wait beside op 1 "
+                                       f"on {sms} SMs ({reserved} kept for transfers); make it a persistent kernel of at most "
+                                       f"{limit} programs to run it beside op 1")
+    if reader_first_ok:
+        return Placement(True, True, "op 2 on the side stream, enqueued first; op 1 on the caller's stream")
+    return Placement(True, False, "op 2 on the side stream, enqueued after op 1; op 1 on the caller's stream")
+
+
+def reader_side_limit(sms: int, reserved: int, writer_ctas: int) -> int:
+    """The most CTAs the reader may launch beside the writer. Copy-engine transports (nothing
+    reserved): all but one SM, so some SM holds no waiting reader tile and the writer's tiles always
+    find room. SM transports (nccl keeps `reserved` SMs): writer and reader together within the SMs
+    not reserved, as one fused kernel is held (occupancy.check_grid), so the transfers' kernels find theirs."""
+    if reserved:
+        return sms - reserved - writer_ctas
+    return sms - 1
 
 
 class Pipeline:
@@ -265,6 +427,10 @@ class Pipeline:
         self._variants: dict[tuple, object] = {}  # (id of the user's operator, roles) -> linked variant
         self._recorded: list[Launch] | None = None
         self.launches = 0
+        self.placement: Placement | None = None  # where the last launch ran its operators, and why
+        self._side: dict = {}  # device -> the side stream the reader runs on (made at first use)
+        self._deferred_traces: list | None = None  # while operators are enqueued side by side
+        self._returned: set[int] = set()  # the launches of the current run whose operator returned
 
     # -- recording ----------------------------------------------------------------------------------
     def __enter__(self):
@@ -290,43 +456,131 @@ class Pipeline:
 
     # -- running ------------------------------------------------------------------------------------
     def run(self, launches: list[Launch]) -> None:
-        """The recorded launches, linked: each edge's epoch and targets, then every operator in order,
-        then each edge's error word (a reader that gave up waiting)."""
+        """The recorded launches, linked: each edge's epoch and targets (one stream operation), every
+        operator (see the module doc for which stream and in which order), then each edge's error
+        words copied behind them, read once done (CPU ranks: at once; GPUs: at the next launch or
+        `synchronize()`)."""
         from syncopy.runtime.contexts import checked_group
 
         groups = {id(checked_group(x.group)) for x in launches}
         if len(groups) > 1:
             raise LaunchError("the launches of a pipeline run on different process groups; pass the same group= to every "
                               "launch in the `with` block (a link is between two kernels of one rank)")
+        self._check_links()  # earlier launches' starved readers, of those done by now
         key = self._key(launches)
         plan = self._plan(key, launches)
-        epochs = {}
+        epochs, launched = {}, False
+        device = _cuda_device(launches)
         try:
-            for edge, link in plan.links.items():
-                writer = launches[edge.src]
-                need = self._tiles_per_chunk(plan.variants[edge.src], writer, link)
-                timeout = plan.variants[edge.dst].timeout_s
-                epochs[edge] = link.begin(need, _spin_limit(timeout, link.ctx.device.type))
-            for index, (variant, x) in enumerate(zip(plan.variants, launches)):
-                # A linked variant serves every plan of its operator (one compile), so it takes this
-                # plan's links at each launch: links given once, when a plan was made, would send a
-                # plan reused after another shape's plan was made onto that shape's link, whose
-                # counts then overshoot their targets and starve its next launch.
-                variant.link_args = plan.link_args(index)
-                variant[x.grid](*x.args, group=x.group, **x.kwargs)
-            self._raise_if_starved(launches, plan, epochs)
+            self.placement = self._placement(plan, launches, device)
+            with _on_device(device):
+                caller = torch.cuda.current_stream(device) if device is not None else None
+                for edge, link in plan.links.items():
+                    need = self._tiles_per_chunk(plan.variants[edge.src], launches[edge.src], link)
+                    timeout = plan.variants[edge.dst].timeout_s
+                    epochs[edge] = link.begin(need, _spin_limit(timeout, link.ctx.device.type), link.ops.handle(caller))
+                self._enqueue(plan, launches, self.placement, caller)
+                for edge, link in plan.links.items():
+                    link.errors.record(epochs[edge], link.ops.handle(caller))
+            launched = True
+            self._check_links(key)  # CPU ranks: this launch's, done when enqueued
         except BaseException as exc:
-            # A launch that stopped part way leaves its links' counts behind their targets: the next
-            # launch of these shapes starts from new links (the operators keep their own contexts).
+            # A launch that stopped part way may leave its operators' contexts mid-epoch: the next
+            # launch of these shapes starts from a new plan (the operators keep their own contexts).
             self.plans.pop(key, None)
-            if isinstance(exc, SyncopyError) and epochs:
+            if isinstance(exc, SyncopyError) and epochs and not launched:
                 # A reader's transfers give up on the chunks it never finished about when its tiles
                 # give up on the link, and the transfer's error would hide the link's, which is the cause.
-                self._raise_if_starved(launches, plan, epochs, cause=exc)
+                self._raise_if_starved_now(plan, epochs, cause=exc)
             raise
         self.launches += 1
         if self.trace:
             self._write_trace(plan, launches[0].group)
+
+    def _enqueue(self, plan: Plan, launches: list[Launch], placement: Placement, caller) -> None:
+        """Every operator's launch, on the caller's stream in order, or (placement.side) the reader on
+        the side stream, forked from the caller's after the links' writes and joined back after it."""
+        side = self._side_stream(caller) if placement.side else None
+        if side is not None:
+            side.wait_stream(caller)  # fork: the reader sees its inputs and the links' new epoch
+            self._deferred_traces = []
+        order = [1, 0] if placement.reader_first else range(len(launches))
+        self._returned = set()  # the launches whose operator returned (a writer that did not raised nothing)
+        try:
+            for index in order:
+                variant, x = plan.variants[index], launches[index]
+                # A linked variant serves every plan of its operator (one compile), so it takes this
+                # plan's links at each launch: links given once, when a plan was made, would send a
+                # plan reused after another shape's plan was made onto that shape's link.
+                variant.link_args = plan.link_args(index)
+                with torch.cuda.stream(side) if side is not None and index == 1 else contextlib.nullcontext():
+                    variant[x.grid](*x.args, group=x.group, **x.kwargs)
+                self._returned.add(index)
+        finally:
+            if side is not None:
+                caller.wait_stream(side)  # join: the caller's later work sees the outputs in stream order
+            stashed, self._deferred_traces = self._deferred_traces, None
+        for finish in stashed or ():
+            finish()  # traced launches read their tiles' records once both operators are enqueued
+
+    def _side_stream(self, caller):
+        stream = self._side.get(caller.device)
+        if stream is None:
+            stream = self._side[caller.device] = torch.cuda.Stream(device=caller.device)
+        return stream
+
+    def _placement(self, plan: Plan, launches: list[Launch], device) -> Placement:
+        """`place` for this launch, decided once per launch shapes of the operators (a warm plan's)."""
+        chain = len(launches) == 2 and [(e.src, e.dst) for e in plan.edges] == [(0, 1)]
+        key = tuple(v._shape_key(x.grid, x.bound) for v, x in zip(plan.variants, launches))
+        # Warm: these launch shapes ran before. A new grid compiles (and meets the peers) in its
+        # operator's launch, which must not happen while the other operator already spins.
+        warm = key in plan.placements
+        if device is None or _interpreting() or not warm or not chain:
+            plan.placements.setdefault(key, None)
+            return place(cuda=device is not None, interpreted=_interpreting(), warm=warm, chain=chain,
+                         reader_ctas=0, writer_ctas=0, sms=0, reserved=0, reader_first_ok=False)
+        placement = plan.placements[key]
+        if placement is None:
+            from syncopy.runtime import occupancy
+
+            backends = [_backend_of(v) for v in plan.variants]
+            reserved = max(occupancy.reserved_sms(b.name) if b is not None else 0 for b in backends)
+            writer_ctas, reader_ctas = (_ctas(v, x) for v, x in zip(plan.variants, launches))
+            placement = plan.placements[key] = place(
+                cuda=True, interpreted=False, warm=True, chain=True, reader_ctas=reader_ctas, writer_ctas=writer_ctas,
+                sms=occupancy.sm_count(device), reserved=reserved,
+                reader_first_ok=_reader_first_ok(plan.variants[1], backends[1]))
+        return placement
+
+    def _check_links(self, only: tuple | None = None) -> None:
+        """Raise the first starved reader among the launches whose error words are in (every plan's,
+        or plan `only`'s), of those done by now; a plan whose link starved is dropped."""
+        for key, plan in list(self.plans.items()):
+            if only is None or key == only:
+                self._check_plan(key, plan, wait=False)
+
+    def _check_plan(self, key: tuple, plan: Plan, wait: bool) -> None:
+        try:
+            for link in plan.links.values():
+                link.errors.check(wait=wait)
+        except SyncopyTimeout:
+            self.plans.pop(key, None)  # its next launch starts from new links
+            raise
+
+    def synchronize(self) -> None:
+        """Wait for this pipeline's launches so far and raise the first error among them: a reader
+        that gave up waiting on a link (SyncopyTimeout naming rank, chunk and epoch), then each
+        operator's own (FusedKernel.synchronize). On GPUs a warm launch returns once its work is
+        enqueued; its errors surface at the next launch or here. CPU launches raise as they return."""
+        for key, plan in list(self.plans.items()):
+            self._check_plan(key, plan, wait=True)
+        seen = set()
+        for plan in list(self.plans.values()):
+            for v in plan.variants:
+                if id(v) not in seen:
+                    seen.add(id(v))
+                    v.synchronize()
 
     def graph(self):
         """This rank's instruction graph of the last plan launched (runtime/instructions.py), from the
@@ -347,14 +601,24 @@ class Pipeline:
         return plan.graph
 
     def _plan(self, key: tuple, launches: list[Launch]) -> Plan:
+        import torch.distributed as dist
+
+        from syncopy.runtime.contexts import checked_group
+
         plan = self.plans.pop(key, None)
         if plan is None:
             edges = infer_edges(launches)
             variants = [self._variant(x.op, i, edges) for i, x in enumerate(launches)]
             links = {e: LinkSignals(launches[e.src].bound[e.src_arg], self._chunks(launches, e)) for e in edges}
+            rank = dist.get_rank(checked_group(launches[0].group))
+            for e, link in links.items():
+                link.reader = Reader(rank, e.dst_arg, launches[e.dst].name, launches[e.src].name, e.src,
+                                     launches[e.dst].op.timeout_s)
             plan = Plan(edges, variants, links)
             while len(self.plans) >= self.max_plans:
-                self.plans.pop(next(iter(self.plans)))
+                oldest = next(iter(self.plans))
+                self._check_plan(oldest, self.plans[oldest], wait=True)  # its errors are not lost with it
+                self.plans.pop(oldest, None)
         self.plans[key] = plan  # the most recently used last
         return plan
 
@@ -385,7 +649,23 @@ class Pipeline:
             variant = self._variants[key] = op.linked(wait=wait, notify=notify)
             variant.trace = variant.trace or self.trace
             variant._pipeline_op = op  # keeps the user's operator (and so its id) alive with the variant
+            variant._finish_trace = self._trace_finisher(variant._finish_trace)
         return variant
+
+    def _trace_finisher(self, finish):
+        """A linked variant's `_finish_trace`: put off while the pipeline enqueues its operators side by
+        side (reading the tiles' records waits for the kernel, and the reader's kernel waits for the
+        writer's, maybe not enqueued yet), and keeping the tiles' raw device start clocks."""
+        def finish_trace(trace, trace_buf, *rest, **kwargs):
+            def run():
+                finish(trace, trace_buf, *rest, **kwargs)
+                trace.clock_starts = _clock_starts(trace_buf)
+
+            if self._deferred_traces is not None:
+                self._deferred_traces.append(run)
+            else:
+                run()
+        return finish_trace
 
     def _chunks(self, launches: list[Launch], e: Edge) -> int:
         if self.link_chunks is not None:
@@ -407,24 +687,17 @@ class Pipeline:
             need = link.tiles_per_chunk[key] = _probe_writes(variant, writer, link)
         return need
 
-    def _raise_if_starved(self, launches: list[Launch], plan: Plan, epochs: dict, cause: BaseException | None = None) -> None:
-        """SyncopyTimeout for the first link a reader's tile gave up waiting on in this launch, if any."""
-        import torch.distributed as dist
-
-        from syncopy.runtime.contexts import checked_group
-
+    def _raise_if_starved_now(self, plan: Plan, epochs: dict, cause: BaseException) -> None:
+        """SyncopyTimeout for the first link a reader's tile gave up waiting on, read from the device
+        now (the error path of a launch that raised: a sync on GPUs is fine there), if any."""
         for edge, epoch in epochs.items():
             link = plan.links[edge]
-            chunk = link.error()
-            if chunk is None:
-                continue
-            rank = dist.get_rank(checked_group(launches[edge.dst].group))
-            lo, hi = link.bounds[chunk]
-            raise SyncopyTimeout(rank, (rank, chunk), epoch, launches[edge.dst].op.timeout_s,
-                                 f"it is rows {lo}..{hi - 1} of '{edge.dst_arg}', which {launches[edge.dst].name} waits for and "
-                                 f"{launches[edge.src].name} (launch {edge.src + 1} of the pipeline) writes",
-                                 f"check that {launches[edge.src].name} writes every row {launches[edge.dst].name} reads, or "
-                                 "raise timeout_s") from cause
+            link.errors.check(wait=True)  # an earlier launch's starved reader first
+            if edge.src not in self._returned:
+                continue  # its writer never launched: the reader starved of that, the error raised says why
+            chunk = link.read_error_now()
+            if chunk is not None:
+                raise link.reader.timeout(link, chunk, epoch, cause)
 
     def _write_trace(self, plan: Plan, group) -> None:
         """Every operator's trace of this launch, every rank's, gathered by rank 0 (as one operator's are)."""
@@ -468,6 +741,42 @@ def _probe_writes(variant, writer: Launch, link: LinkSignals) -> list[int]:
         for g in range(max(lo, 0), hi + 1):
             need[g] += 1
     return need
+
+
+def _cuda_device(launches: list[Launch]):
+    """The GPU of the launches' first CUDA tensor (None for CPU launches)."""
+    return next((t.device for x in launches for t in x.tensors().values() if t.is_cuda), None)
+
+
+def _backend_of(variant):
+    """The backend of the variant's last launched context (None: a world of one, no transfers)."""
+    return next(reversed(variant._contexts.values()))[1] if variant._contexts else None
+
+
+def _ctas(variant, x: Launch) -> int:
+    """CTAs a launch can hold at once: its programs times num_ctas (a cluster on sm_90)."""
+    g0, g1, g2 = variant._grid(x.grid, x.bound)
+    return g0 * g1 * g2 * int(x.kwargs.get("num_ctas") or 1)
+
+
+def _reader_first_ok(variant, backend) -> bool:
+    """May the reader be enqueued before the writer? Where the writer's launch returns at once (the
+    deferred backends) the reader follows it within microseconds anyway, and a stream wait the
+    reader's launch puts behind its kernel (p2p's delivered words) must not sit ahead of the writer's
+    kernel in a hardware queue two streams may share (runtime/threads.py: such a wait blocked an H200
+    for good). A world of one is the case that needs it: the writer's launch reads its error word,
+    waiting for its own kernel on the host, and the reader's (a producer) enqueues only its kernel and
+    a copy of its result. Not in checked mode, whose launch reads its report words after the kernel."""
+    return backend is None and bool(variant.producer) and not (variant._built is not None and variant._built[0].checked)
+
+
+def _clock_starts(trace_buf: torch.Tensor) -> list[int]:
+    """The raw start clock of every tile that ran (device.trace_clocks: microseconds modulo 2^31;
+    %globaltimer's on GPUs, one clock for every kernel of the device)."""
+    from syncopy.runtime.tracing import TRACE_WORDS
+
+    flat = trace_buf.tolist()
+    return [flat[TRACE_WORDS * s + 3] for s in range(len(flat) // TRACE_WORDS) if flat[TRACE_WORDS * s] > 0]
 
 
 def pipeline(**options) -> Pipeline:

@@ -49,6 +49,10 @@ class TpMlp:
         self.up.faults, self.down.faults = route_faults(self.faults, self.up.schedule, self.down.schedule, world)
         self._routed_world = world
 
+    def synchronize(self) -> None:
+        """Wait for the launches so far and raise the first error among them (the pipeline's)."""
+        self.pipeline.synchronize()
+
     @property
     def _contexts(self) -> dict:
         """Every linked operator's contexts (what `syncopy run` counts)."""

@@ -127,8 +127,16 @@ def test_the_pipeline_custom_operator_is_differentiable_with_both_backward_gemms
         assert set(r["autograd"]) == {"y", "dx", "dw1", "dw2"} and max(r["autograd"].values()) < 1e-4, r["autograd"]
 
 
+def test_a_warm_launch_reads_no_link_word_from_the_device(linked_world2):
+    # Launches 2 and 3: the links' epoch, bound, counters and targets go by one stream operation and
+    # their error words come back through the pinned ring; a torch read or write of them would count.
+    for r in linked_world2:
+        r = r["warm"]
+        assert r["touched"] == [] and max(r["errs"]) < 1e-4 and r["epochs"] == [3], r
+
+
 def test_a_starved_link_is_named_even_when_the_readers_transfers_give_up_first(linked_world2):
     for r in linked_world2:
-        error = r["overshot"]["error"]
+        error = r["starved"]["error"]
         assert error.startswith(f"rank {r['rank']} waited 1s for chunk "), error
         assert "of 'A', which mlp_down_kernel waits for and mlp_up_kernel (launch 1 of the pipeline) writes" in error
