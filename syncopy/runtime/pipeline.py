@@ -44,13 +44,18 @@ SMs - 1 on the copy-engine backends (some SM then holds no waiting tile of `down
 transport keeps R SMs for its kernels (nccl), `up` and `down` together within SMs - R. Otherwise,
 and on the first launch of each launch shape (compile, probe, the peers' rendezvous), or in pipelines of more than
 two operators, both run in order on the caller's stream (`pipe.placement.why` says which).
-`down` is enqueued after `up`, in every world: no launch waits on the host for its kernel (a
-world of one, like the deferred backends, copies its kernel's error words into a pinned ring read
-at the next launch or `synchronize()`, runtime/sequence.py), and `up` waits for nothing of
-`down`'s, so a host sync inside `down`'s launch, or a driver that put both streams on one hardware
-queue, costs the overlap, never a hang. `down`'s launch follows its own last launch through the
-fork (`_forked`), not through the caller's stream, which by then holds `up`. Its waits are
-bounded: a tile that gives up raises that link's SyncopyTimeout.
+`down` is enqueued after `up`, except in a world of one (`_reader_first_ok`): there `down` goes
+first and already waits on the device when `up` is enqueued. No launch of a world of one waits on
+the host for its kernel any more (its error words are read from a pinned ring at the next launch or
+`synchronize()`, runtime/sequence.py), but `down`'s launch takes longer on the host (a fused
+loopback launch: 0.31 ms on an H100, benchmarks/results/h100-2026-11-27-s10) than `up`'s kernel
+runs at small shapes (tens of microseconds), so enqueued after `up` it would start after `up` ended. The cost: `down`'s waits are bounded, and a host sync
+of the whole device before `up` is enqueued, or a driver that put both streams on one hardware
+queue (`down`'s copy of its result behind its kernel would then hold `up` back), ends as that
+link's SyncopyTimeout, never a hang; tests/unit/test_world1_deferred.py checks that a warm world-1
+launch (consumer or producer) reads and writes no device word through a host sync. Either way
+`down`'s launch follows its own last launch through the fork (`_forked`), not through the caller's
+stream, which may by then hold `up`.
 A traced launch reads its tiles' records once both operators are enqueued.
 
 What a pipeline keeps, per (operators, argument shapes, group) -- its plan, built at the first launch
@@ -366,9 +371,10 @@ class Placement:
     """Where a launch of the pipeline runs its operators (see the module doc, "Streams").
 
     side: the reader (op 2) runs on the pipeline's side stream, beside the writer (op 1) on the
-    caller's (the writer is always enqueued first); why: one line, the reason."""
+    caller's; reader_first: the reader is enqueued before the writer; why: one line, the reason."""
 
     side: bool
+    reader_first: bool
     why: str
 
 
@@ -376,22 +382,24 @@ IN_ORDER = "in order on the caller's stream"
 
 
 def place(*, cuda: bool, interpreted: bool, warm: bool, chain: bool, reader_ctas: int, writer_ctas: int, sms: int,
-          reserved: int) -> Placement:
+          reserved: int, reader_first_ok: bool) -> Placement:
     """The rule of the module doc: the reader beside the writer only where its waiting tiles can never
     hold every SM the writer's tiles (or an SM transport's kernels) still need."""
     if not cuda or interpreted:
-        return Placement(False, f"{IN_ORDER}: the interpreter runs one kernel at a time per process")
+        return Placement(False, False, f"{IN_ORDER}: the interpreter runs one kernel at a time per process")
     if not warm:
-        return Placement(False, f"{IN_ORDER}: the first launch of these shapes compiles, probes and meets the peers")
+        return Placement(False, False, f"{IN_ORDER}: the first launch of these shapes compiles, probes and meets the peers")
     if not chain:
-        return Placement(False, f"{IN_ORDER}: only a pipeline of two linked operators runs them side by side so far")
+        return Placement(False, False, f"{IN_ORDER}: only a pipeline of two linked operators runs them side by side so far")
     limit = reader_side_limit(sms, reserved, writer_ctas)
     if reader_ctas > limit:
         # Fallback: the reader's spinning tiles could fill the GPU before the writer's last tiles start.
-        return Placement(False, f"{IN_ORDER}: op 2 launches {reader_ctas} CTAs and at most {limit} may wait beside op 1 "
+        return Placement(False, False, f"{IN_ORDER}: op 2 launches {reader_ctas} CTAs and at most {limit} may wait beside op 1 "
                                        f"on {sms} SMs ({reserved} kept for transfers); make it a persistent kernel of at most "
                                        f"{limit} programs to run it beside op 1")
-    return Placement(True, "op 2 on the side stream, enqueued after op 1; op 1 on the caller's stream")
+    if reader_first_ok:
+        return Placement(True, True, "op 2 on the side stream, enqueued first; op 1 on the caller's stream")
+    return Placement(True, False, "op 2 on the side stream, enqueued after op 1; op 1 on the caller's stream")
 
 
 def reader_side_limit(sms: int, reserved: int, writer_ctas: int) -> int:
@@ -504,9 +512,10 @@ class Pipeline:
             side.wait_stream(caller)  # fork: the reader sees its inputs and the links' new epoch
             _forked(plan.variants[1], launches[1], side)
             self._deferred_traces = []
+        order = [1, 0] if placement.reader_first else range(len(launches))
         self._returned = set()  # the launches whose operator returned (a writer that did not raised nothing)
         try:
-            for index in range(len(launches)):
+            for index in order:
                 variant, x = plan.variants[index], launches[index]
                 # A linked variant serves every plan of its operator (one compile), so it takes this
                 # plan's links at each launch: links given once, when a plan was made, would send a
@@ -538,7 +547,7 @@ class Pipeline:
         if device is None or _interpreting() or not warm or not chain:
             plan.placements.setdefault(key, None)
             return place(cuda=device is not None, interpreted=_interpreting(), warm=warm, chain=chain,
-                         reader_ctas=0, writer_ctas=0, sms=0, reserved=0)
+                         reader_ctas=0, writer_ctas=0, sms=0, reserved=0, reader_first_ok=False)
         placement = plan.placements[key]
         if placement is None:
             from syncopy.runtime import occupancy
@@ -548,7 +557,8 @@ class Pipeline:
             writer_ctas, reader_ctas = (_ctas(v, x) for v, x in zip(plan.variants, launches))
             placement = plan.placements[key] = place(
                 cuda=True, interpreted=False, warm=True, chain=True, reader_ctas=reader_ctas, writer_ctas=writer_ctas,
-                sms=occupancy.sm_count(device), reserved=reserved)
+                sms=occupancy.sm_count(device), reserved=reserved,
+                reader_first_ok=_reader_first_ok(plan.variants[1], backends[1]))
         return placement
 
     def _check_links(self, only: tuple | None = None) -> None:
@@ -757,13 +767,26 @@ def _ctas(variant, x: Launch) -> int:
     return g0 * g1 * g2 * int(x.kwargs.get("num_ctas") or 1)
 
 
+def _reader_first_ok(variant, backend) -> bool:
+    """May the reader be enqueued before the writer? Where the writer's launch returns at once (the
+    deferred backends) the reader follows it within microseconds anyway, and a stream wait the
+    reader's launch puts behind its kernel (p2p's delivered words) must not sit ahead of the writer's
+    kernel in a hardware queue two streams may share (runtime/threads.py: such a wait blocked an H200
+    for good). A world of one is the case that needs it: the reader's launch (a producer) takes longer on the
+    host than a small writer kernel runs (module doc), and it enqueues only fills, write-values, its
+    kernel and a copy of its result, no host sync (sequence.py). Not in checked mode, whose launch
+    reads its report words after the kernel."""
+    return backend is None and bool(variant.producer) and not (variant._built is not None and variant._built[0].checked)
+
+
 def _forked(variant, x: Launch, side) -> None:
     """The reader's launch on the side stream follows its last launch through the fork alone.
 
     A launch from another stream than its operator's last one makes its stream wait for that one
-    (LaunchSequence._follow_last_launch): here that is the caller's stream, where the writer was just
-    enqueued, so the reader would wait for all of the writer. The fork already put the side stream
-    after everything the caller's stream held before the writer (the reader's own last launch too)."""
+    (LaunchSequence._follow_last_launch): at the first launch beside the writer that is the caller's
+    stream, which holds the writer once it is enqueued first, so the reader would wait for all of it.
+    The fork already put the side stream after everything the caller's stream held before this
+    launch (the reader's own last launch too)."""
     from syncopy.runtime.backends import control
     from syncopy.runtime.contexts import checked_group
 

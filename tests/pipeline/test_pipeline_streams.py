@@ -81,23 +81,28 @@ H100 = dict(sms=132, reserved=0)
 
 
 @pytest.mark.parametrize("kwargs, want", [
-    pytest.param(dict(cuda=False, interpreted=True, warm=True, chain=True), Placement(False, "interpreter"), id="cpu"),
-    pytest.param(dict(cuda=True, interpreted=False, warm=False, chain=True), Placement(False, "first launch"), id="cold"),
-    pytest.param(dict(cuda=True, interpreted=False, warm=True, chain=False), Placement(False, "two linked"), id="three-ops"),
-    pytest.param(dict(reader_ctas=131), Placement(True, "after op 1"), id="beside"),
-    pytest.param(dict(reader_ctas=132), Placement(False, "at most 131"), id="fills-gpu"),
-    pytest.param(dict(reader_ctas=60, writer_ctas=70, reserved=8), Placement(False, "at most 54"), id="nccl-both-over"),
-    pytest.param(dict(reader_ctas=54, writer_ctas=70, reserved=8), Placement(True, "after op 1"), id="nccl-both-fit"),
+    pytest.param(dict(cuda=False, interpreted=True, warm=True, chain=True), Placement(False, False, "interpreter"), id="cpu"),
+    pytest.param(dict(cuda=True, interpreted=False, warm=False, chain=True), Placement(False, False, "first launch"), id="cold"),
+    pytest.param(dict(cuda=True, interpreted=False, warm=True, chain=False), Placement(False, False, "two linked"), id="three-ops"),
+    pytest.param(dict(reader_ctas=131, reader_first_ok=True), Placement(True, True, "enqueued first"), id="world1-beside"),
+    pytest.param(dict(reader_ctas=64, reader_first_ok=False), Placement(True, False, "after op 1"), id="p2p-beside"),
+    pytest.param(dict(reader_ctas=132, reader_first_ok=True), Placement(False, False, "at most 131"), id="fills-gpu"),
+    pytest.param(dict(reader_ctas=60, writer_ctas=70, reserved=8, reader_first_ok=True), Placement(False, False, "at most 54"),
+                 id="nccl-both-over"),
+    pytest.param(dict(reader_ctas=54, writer_ctas=70, reserved=8, reader_first_ok=True), Placement(True, True, "first"),
+                 id="nccl-both-fit"),
 ])
 def test_op2_runs_beside_op1_only_where_its_waiting_tiles_leave_op1_an_sm(kwargs, want):
-    args = dict(cuda=True, interpreted=False, warm=True, chain=True, reader_ctas=1, writer_ctas=4096, **H100)
+    args = dict(cuda=True, interpreted=False, warm=True, chain=True, reader_ctas=1, writer_ctas=4096, **H100,
+                reader_first_ok=False)
     got = place(**{**args, **kwargs})
-    assert got.side == want.side
+    assert (got.side, got.reader_first) == (want.side, want.reader_first)
     assert want.why in got.why and (got.side or got.why.startswith(IN_ORDER)), got.why
 
 
 def test_the_fallback_says_in_one_line_what_to_change():
-    got = place(cuda=True, interpreted=False, warm=True, chain=True, reader_ctas=512, writer_ctas=4096, sms=132, reserved=0)
+    got = place(cuda=True, interpreted=False, warm=True, chain=True, reader_ctas=512, writer_ctas=4096, sms=132, reserved=0,
+                reader_first_ok=True)
     assert got.why == ("in order on the caller's stream: op 2 launches 512 CTAs and at most 131 may wait beside op 1 on 132 SMs "
                        "(0 kept for transfers); make it a persistent kernel of at most 131 programs to run it beside op 1")
     assert reader_side_limit(132, 8, 100) == 24 and reader_side_limit(108, 0, 100) == 107
@@ -113,28 +118,55 @@ class _Recorder:
         return lambda *args, group=None, **kwargs: self.calls.append((self.name, sorted(self.link_args)))
 
 
-@pytest.mark.parametrize("side", [False, True])
-def test_op1_is_enqueued_first_in_every_placement(side, monkeypatch):
-    import contextlib
-
-    from syncopy.runtime import pipeline
+@pytest.mark.parametrize("reader_first, want", [(False, ["up", "down"]), (True, ["down", "up"])])
+def test_the_placement_decides_the_order_operators_are_enqueued_in(reader_first, want):
     from syncopy.runtime.pipeline import Edge, Launch, Pipeline, Plan
 
     calls: list = []
     link = _link()
     plan = Plan([Edge(0, "C", 1, "A")], [_Recorder("up", calls), _Recorder("down", calls)], {Edge(0, "C", 1, "A"): link})
     launches = [Launch(None, (1,), (), {}, None), Launch(None, (1,), (), {}, None)]
-    pipe, caller = Pipeline(), None
-    if side:  # streams that record the fork and the join (no GPU here)
-        caller = _FakeStream(calls, "caller")
-        monkeypatch.setattr(pipe, "_side_stream", lambda caller: _FakeStream(calls, "side"))
-        monkeypatch.setattr(pipeline, "_forked", lambda variant, x, stream: calls.append(("forked", variant.name)))
-        monkeypatch.setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
-    pipe._enqueue(plan, launches, Placement(side, ""), caller)
-    want = ["side waits for caller", "forked", "up", "down", "caller waits for side"] if side else ["up", "down"]
-    assert [c[0] for c in calls] == want
-    assert dict(c for c in calls if c[0] in ("up", "down")) == {"up": ["syncopy_out_ctx", "syncopy_out_signals"],
-                                                                 "down": ["syncopy_in_ctx", "syncopy_in_signals"]}
+    Pipeline()._enqueue(plan, launches, Placement(False, reader_first, ""), None)
+    assert [name for name, _ in calls] == want
+    assert dict(calls) == {"up": ["syncopy_out_ctx", "syncopy_out_signals"], "down": ["syncopy_in_ctx", "syncopy_in_signals"]}
+
+
+@pytest.mark.parametrize("reader_first, want", [(False, ["up", "down"]), (True, ["down", "up"])])
+def test_beside_op1_op2_is_forked_then_joined_and_follows_its_last_launch_through_the_fork(reader_first, want, monkeypatch):
+    import contextlib
+
+    from syncopy.runtime import pipeline
+    from syncopy.runtime.pipeline import Edge, Launch, Pipeline, Plan
+
+    calls: list = []
+    plan = Plan([Edge(0, "C", 1, "A")], [_Recorder("up", calls), _Recorder("down", calls)], {Edge(0, "C", 1, "A"): _link()})
+    launches = [Launch(None, (1,), (), {}, None), Launch(None, (1,), (), {}, None)]
+    pipe = Pipeline()  # streams that record the fork and the join (no GPU here)
+    monkeypatch.setattr(pipe, "_side_stream", lambda caller: _FakeStream(calls, "side"))
+    monkeypatch.setattr(pipeline, "_forked", lambda variant, x, stream: calls.append(("forked", variant.name)))
+    monkeypatch.setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
+    pipe._enqueue(plan, launches, Placement(True, reader_first, ""), _FakeStream(calls, "caller"))
+    assert [c[0] for c in calls] == ["side waits for caller", "forked", *want, "caller waits for side"]
+    assert calls[1] == ("forked", "down")
+
+
+def test_forked_is_the_last_stream_a_launch_of_the_reader_follows(monkeypatch):
+    # What _forked records is the key LaunchSequence._follow_last_launch reads: the reader's launch
+    # on the side stream then waits for no earlier stream (the caller's would hold op 1).
+    from syncopy.runtime import pipeline
+    from syncopy.runtime.backends import control
+    from syncopy.runtime.sequence import LaunchSequence
+
+    monkeypatch.setattr(control, "group_token", lambda group: 7)
+    monkeypatch.setattr("syncopy.runtime.contexts.checked_group", lambda group: group)
+    monkeypatch.setattr(pipeline, "_cuda_device", lambda launches: "gpu0")
+    calls: list = []
+    caller, side = _FakeStream(calls, "caller"), _FakeStream(calls, "side")
+    reader = type("Reader", (), {"_last_stream": {(7, "gpu0"): caller}})()  # its cold launches ran on the caller's
+    pipeline._forked(reader, pipeline.Launch(None, (1,), (), {}, "group"), side)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device: side)
+    LaunchSequence._follow_last_launch(reader, 7, "gpu0")
+    assert calls == [] and reader._last_stream == {(7, "gpu0"): side}
 
 
 class _FakeStream:
@@ -166,11 +198,11 @@ class _Backend:
 
 
 @pytest.mark.parametrize("backend, down_grid, want", [
-    pytest.param(None, (64, 2), True, id="world1-fits"),
-    pytest.param(None, (64, 3), False, id="world1-fills-gpu"),
-    pytest.param(_Backend("p2p", True), (64, 2), True, id="p2p-async"),
-    pytest.param(_Backend("p2p", False), (64, 2), True, id="p2p-shared-gpu"),
-    pytest.param(_Backend("nccl", True), (64, 2), False, id="nccl-writer-and-reader-over"),
+    pytest.param(None, (64, 2), (True, True), id="world1-fits"),
+    pytest.param(None, (64, 3), (False, False), id="world1-fills-gpu"),
+    pytest.param(_Backend("p2p", True), (64, 2), (True, False), id="p2p-async"),
+    pytest.param(_Backend("p2p", False), (64, 2), (True, False), id="p2p-shared-gpu"),
+    pytest.param(_Backend("nccl", True), (64, 2), (False, False), id="nccl-writer-and-reader-over"),
 ])
 def test_a_plans_placement_is_decided_at_its_second_launch_from_grids_backends_and_sms(monkeypatch, backend, down_grid, want):
     from syncopy.runtime import occupancy, pipeline
@@ -183,7 +215,7 @@ def test_a_plans_placement_is_decided_at_its_second_launch_from_grids_backends_a
     launches = [Launch(None, (8192,), (), {}, None), Launch(None, down_grid, (), {}, None)]
     pipe, gpu = Pipeline(), torch.device("cuda", 0)
     cold = pipe._placement(plan, launches, gpu)
-    assert not cold.side and "first launch" in cold.why
+    assert (cold.side, cold.reader_first) == (False, False) and "first launch" in cold.why
     warm = pipe._placement(plan, launches, gpu)
-    assert warm.side == want, warm.why
+    assert (warm.side, warm.reader_first) == want, warm.why
     assert pipe._placement(plan, launches, gpu) is warm  # decided once per launch shapes
