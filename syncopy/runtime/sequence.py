@@ -192,8 +192,8 @@ class LaunchSequence:
     def synchronize(self) -> None:
         """Wait for this operator's launches so far and raise the first error among them
         (SyncopyTimeout, naming rank, chunk and epoch). On GPUs a warm launch returns once its work
-        is enqueued, like any CUDA op (p2p with one rank per GPU); its errors surface at the next
-        launch of the same shape or here. CPU launches return when they are done and raise at once."""
+        is enqueued, like any CUDA op (p2p with one rank per GPU, and a world of one); its errors
+        surface at the next launch of the same shape or here. CPU launches return when they are done and raise at once."""
         for ctx, backend in list(self._contexts.values()):
             if _deferred(backend):
                 backend.check(wait=True)
