@@ -193,17 +193,17 @@ class _counting_reads:
 
 
 def warm_reads(rank: int, world: int) -> dict:
-    """Warm launches of a world-1 operator (consumer ag_gemm, producer gemm_rs) under the counting
-    hook on its context's words; and, to show the hook sees a readback, a checked-mode launch (whose
-    report is read on the host)."""
+    """Warm launches of a world-1 operator (consumer ag_gemm, producer gemm_rs, both linked in the
+    tp_mlp pipeline) under the counting hook on its contexts' words; and, to show the hook sees a
+    readback, a checked-mode launch (whose report is read on the host)."""
     from syncopy import templates
 
     out = {}
     for name, shape, checked in (("ag_gemm", (64, 32, 32), False), ("gemm_rs", (64, 32, 32), False),
-                                 ("ag_gemm", (64, 32, 32), True)):
+                                 ("tp_mlp", (16, 16, 32), False), ("ag_gemm", (64, 32, 32), True)):
         t = templates.get(name)
         fk = t.fused(chunks_per_rank=2, timeout_s=10.0, poison_receive=True, checked=checked)
-        errs, seen = [], []
+        errs, seen, storages = [], [], set()
         for seed in range(3):
             inp = t.module.inputs(0, 1, shape, torch.float32, seed=seed)
             if seed == 0:
@@ -214,13 +214,14 @@ def warm_reads(rank: int, world: int) -> dict:
                     y = t.module.launch(fk, **inp)
             errs.append((y - t.module.reference(**inp)).abs().max().item())
         fk.synchronize()
-        out[f"{name}{' checked' if checked else ''}"] = {"seen": seen, "errs": errs}
+        out[f"{name}{' checked' if checked else ''}"] = {"seen": seen, "errs": errs, "words": len(storages)}
     return out
 
 
 def test_a_warm_world1_launch_reads_no_device_word_on_the_host():
     (r,) = spawn(warm_reads, 1, link=INSTANT, checked=False)
-    for name in ("ag_gemm", "gemm_rs"):
+    for name in ("ag_gemm", "gemm_rs", "tp_mlp"):
         assert r[name]["seen"] == [] and max(r[name]["errs"]) < 1e-4, (name, r[name])
+        assert r[name]["words"] == (4 if name == "tp_mlp" else 2)  # each context's signal pad and context words
     checked = r["ag_gemm checked"]
     assert "tolist" in checked["seen"] and max(checked["errs"]) < 1e-4, checked  # the hook does see a readback
