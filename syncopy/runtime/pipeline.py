@@ -44,11 +44,18 @@ SMs - 1 on the copy-engine backends (some SM then holds no waiting tile of `down
 transport keeps R SMs for its kernels (nccl), `up` and `down` together within SMs - R. Otherwise,
 and on the first launch of each launch shape (compile, probe, the peers' rendezvous), or in pipelines of more than
 two operators, both run in order on the caller's stream (`pipe.placement.why` says which).
-`down` is enqueued after `up`, except in a world of one (`_reader_first_ok`): there `up`'s launch
-waits on the host for its own kernel (it reads its error word), so `down` goes first and already
-waits on the device. Its waits are bounded: a host sync of the whole device before `up` is
-enqueued, or a driver that put both streams on one hardware queue (`down`'s copy of its result
-behind its kernel would then hold `up` back), ends as that link's SyncopyTimeout, never a hang.
+`down` is enqueued after `up`, except in a world of one (`_reader_first_ok`): there `down` goes
+first and already waits on the device when `up` is enqueued. No launch of a world of one waits on
+the host for its kernel any more (its error words are read from a pinned ring at the next launch or
+`synchronize()`, runtime/sequence.py), but `down`'s launch takes longer on the host (a fused
+loopback launch: 0.31 ms on an H100, benchmarks/results/h100-2026-11-27-s10) than `up`'s kernel
+runs at small shapes (tens of microseconds), so enqueued after `up` it would start after `up` ended. The cost: `down`'s waits are bounded, and a host sync
+of the whole device before `up` is enqueued, or a driver that put both streams on one hardware
+queue (`down`'s copy of its result behind its kernel would then hold `up` back), ends as that
+link's SyncopyTimeout, never a hang; tests/unit/test_world1_deferred.py checks that a warm world-1
+launch (consumer or producer) reads and writes no device word through a host sync. Either way
+`down`'s launch follows its own last launch through the fork (`_forked`), not through the caller's
+stream, which may by then hold `up`.
 A traced launch reads its tiles' records once both operators are enqueued.
 
 What a pipeline keeps, per (operators, argument shapes, group) -- its plan, built at the first launch
@@ -503,6 +510,7 @@ class Pipeline:
         side = self._side_stream(caller) if placement.side else None
         if side is not None:
             side.wait_stream(caller)  # fork: the reader sees its inputs and the links' new epoch
+            _forked(plan.variants[1], launches[1], side)
             self._deferred_traces = []
         order = [1, 0] if placement.reader_first else range(len(launches))
         self._returned = set()  # the launches whose operator returned (a writer that did not raised nothing)
@@ -764,10 +772,25 @@ def _reader_first_ok(variant, backend) -> bool:
     deferred backends) the reader follows it within microseconds anyway, and a stream wait the
     reader's launch puts behind its kernel (p2p's delivered words) must not sit ahead of the writer's
     kernel in a hardware queue two streams may share (runtime/threads.py: such a wait blocked an H200
-    for good). A world of one is the case that needs it: the writer's launch reads its error word,
-    waiting for its own kernel on the host, and the reader's (a producer) enqueues only its kernel and
-    a copy of its result. Not in checked mode, whose launch reads its report words after the kernel."""
+    for good). A world of one is the case that needs it: the reader's launch (a producer) takes longer on the
+    host than a small writer kernel runs (module doc), and it enqueues only fills, write-values, its
+    kernel and a copy of its result, no host sync (sequence.py). Not in checked mode, whose launch
+    reads its report words after the kernel."""
     return backend is None and bool(variant.producer) and not (variant._built is not None and variant._built[0].checked)
+
+
+def _forked(variant, x: Launch, side) -> None:
+    """The reader's launch on the side stream follows its last launch through the fork alone.
+
+    A launch from another stream than its operator's last one makes its stream wait for that one
+    (LaunchSequence._follow_last_launch): at the first launch beside the writer that is the caller's
+    stream, which holds the writer once it is enqueued first, so the reader would wait for all of it.
+    The fork already put the side stream after everything the caller's stream held before this
+    launch (the reader's own last launch too)."""
+    from syncopy.runtime.backends import control
+    from syncopy.runtime.contexts import checked_group
+
+    variant._last_stream[(control.group_token(checked_group(x.group)), _cuda_device([x]))] = side
 
 
 def _clock_starts(trace_buf: torch.Tensor) -> list[int]:

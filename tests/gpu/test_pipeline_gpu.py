@@ -1,9 +1,10 @@
 """The tp_mlp pipeline on one GPU (issue 14 item 1, issue 12 item 1 applied to pipelines).
 
 Worlds that link operators on one GPU: a world of one rank (a gloo group of size 1: op 1 and op 2
-still linked through H, no transfers), and two ranks sharing GPU 0 on the p2p backend (CUDA IPC;
-its launches sync on the host, so op 2 is enqueued after op 1 there, on its side stream). The
-loopback and thread worlds drive one operator each, not a pipeline.
+still linked through H, no transfers; its launches enqueue and return, their errors read from a
+pinned ring later; op 2, once warm, is enqueued first on the pipeline's side stream), and two ranks
+sharing GPU 0 on the p2p backend (CUDA IPC; its launches sync on the host, so op 2 is enqueued after
+op 1 there, on its side stream). The loopback and thread worlds drive one operator each, not a pipeline.
 
 Checked: numerics against torch launch after launch (new data, NaN-poisoned receive buffers, two
 shapes); op 2's first tile starts (after its link wait, %globaltimer) before op 1's last tile does;
@@ -152,8 +153,47 @@ def sync_free(rank: int, world: int, whole: bool, timeout_s: float = 20.0) -> di
             "side": op.pipeline.placement.side}
 
 
+def deferred_error(rank: int, world: int) -> dict:
+    """A world-1 ag_gemm whose second launch never lands chunk 1 (its flags put back down): the launch
+    returns while the kernel still waits, and synchronize() raises the timeout (pinned ring)."""
+    import time
+
+    from syncopy import templates
+    from syncopy.errors import SyncopyTimeout
+    from syncopy.runtime import sequence
+
+    device = torch.device("cuda", 0)
+    torch.cuda.set_device(device)
+    t = templates.get("ag_gemm")
+    fk = t.fused(chunks_per_rank=2, timeout_s=1.0)
+    inp = [{k: v.to(device) for k, v in t.module.inputs(0, 1, (256, 128, 64), torch.float16, seed=s).items()} for s in range(3)]
+    t.module.launch(fk, **inp[0])
+    fk.synchronize()
+    land = sequence._land_alone
+
+    def withheld(ctx):
+        land(ctx)
+        for f in ctx.plan.flags(1):
+            ctx.signals[4 + f : 5 + f] = 0
+
+    sequence._land_alone = withheld
+    try:
+        start = time.perf_counter()
+        t.module.launch(fk, **inp[1])
+        returned_s = time.perf_counter() - start
+    finally:
+        sequence._land_alone = land
+    try:
+        fk.synchronize()
+        raised = None
+    except SyncopyTimeout as exc:
+        raised = str(exc)
+    return {"returned_s": returned_s, "raised": raised}
+
+
 def one_rank(rank: int, world: int) -> dict:
     return {"numerics": _check("numerics", lambda: numerics(rank, world, "auto")),
+            "deferred error": _check("deferred error", lambda: deferred_error(rank, world)),
             "overlap": _check("overlap", lambda: overlap(rank, world)),
             "sync pipeline": _check("sync pipeline", lambda: sync_free(rank, world, whole=False)),
             # Last, bounded by a short timeout: a sync inside op 1's launch may leave op 2 spinning it out.
@@ -205,8 +245,13 @@ def test_the_pipelines_warm_launch_path_makes_no_host_sync(world1):
     assert rec["side"] and rec["worst"] < TOL, rec
 
 
-@pytest.mark.xfail(strict=False, reason="a world-1 consumer operator reads its error word at the end of its launch "
-                   "(runtime/sequence.py: ctx.error() on the backend-None path), outside the pipeline")
+def test_a_world1_launch_returns_before_its_kernel_and_synchronize_raises_its_timeout(world1):
+    rec = _ok(world1["deferred error"])
+    assert rec["raised"] == ("rank 0 waited 1s for chunk 1 of rank 0 (epoch 2) and it never arrived; check that every rank "
+                             "launched the kernel with the same shapes, or raise timeout_s"), rec
+    assert rec["returned_s"] < 0.5, rec  # the kernel spins 1 s for the chunk: the launch did not wait for it
+
+
 def test_a_whole_warm_launch_makes_no_host_sync(world1):
     rec = _ok(world1["sync whole"])
     assert rec["side"] and rec["worst"] < TOL, rec

@@ -131,6 +131,52 @@ def test_the_placement_decides_the_order_operators_are_enqueued_in(reader_first,
     assert dict(calls) == {"up": ["syncopy_out_ctx", "syncopy_out_signals"], "down": ["syncopy_in_ctx", "syncopy_in_signals"]}
 
 
+@pytest.mark.parametrize("reader_first, want", [(False, ["up", "down"]), (True, ["down", "up"])])
+def test_beside_op1_op2_is_forked_then_joined_and_follows_its_last_launch_through_the_fork(reader_first, want, monkeypatch):
+    import contextlib
+
+    from syncopy.runtime import pipeline
+    from syncopy.runtime.pipeline import Edge, Launch, Pipeline, Plan
+
+    calls: list = []
+    plan = Plan([Edge(0, "C", 1, "A")], [_Recorder("up", calls), _Recorder("down", calls)], {Edge(0, "C", 1, "A"): _link()})
+    launches = [Launch(None, (1,), (), {}, None), Launch(None, (1,), (), {}, None)]
+    pipe = Pipeline()  # streams that record the fork and the join (no GPU here)
+    monkeypatch.setattr(pipe, "_side_stream", lambda caller: _FakeStream(calls, "side"))
+    monkeypatch.setattr(pipeline, "_forked", lambda variant, x, stream: calls.append(("forked", variant.name)))
+    monkeypatch.setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
+    pipe._enqueue(plan, launches, Placement(True, reader_first, ""), _FakeStream(calls, "caller"))
+    assert [c[0] for c in calls] == ["side waits for caller", "forked", *want, "caller waits for side"]
+    assert calls[1] == ("forked", "down")
+
+
+def test_forked_is_the_last_stream_a_launch_of_the_reader_follows(monkeypatch):
+    # What _forked records is the key LaunchSequence._follow_last_launch reads: the reader's launch
+    # on the side stream then waits for no earlier stream (the caller's would hold op 1).
+    from syncopy.runtime import pipeline
+    from syncopy.runtime.backends import control
+    from syncopy.runtime.sequence import LaunchSequence
+
+    monkeypatch.setattr(control, "group_token", lambda group: 7)
+    monkeypatch.setattr("syncopy.runtime.contexts.checked_group", lambda group: group)
+    monkeypatch.setattr(pipeline, "_cuda_device", lambda launches: "gpu0")
+    calls: list = []
+    caller, side = _FakeStream(calls, "caller"), _FakeStream(calls, "side")
+    reader = type("Reader", (), {"_last_stream": {(7, "gpu0"): caller}})()  # its cold launches ran on the caller's
+    pipeline._forked(reader, pipeline.Launch(None, (1,), (), {}, "group"), side)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device: side)
+    LaunchSequence._follow_last_launch(reader, 7, "gpu0")
+    assert calls == [] and reader._last_stream == {(7, "gpu0"): side}
+
+
+class _FakeStream:
+    def __init__(self, calls: list, name: str):
+        self.calls, self.name = calls, name
+
+    def wait_stream(self, other):
+        self.calls.append((f"{self.name} waits for {other.name}", None))
+
+
 class _Variant:
     """What `Pipeline._placement` reads of a linked operator."""
 
