@@ -55,25 +55,24 @@ def _matrix(world: int) -> list[dict]:
 
 
 def test_matrix_covers_the_space():
-    """The covering design in cases.py gives, up to world 3, every kernel every chunk count, every
-    order (worlds >= 2), both row counts and both dtypes (in each case up to world 2, across its
-    cases at world 3), and every world every (order, chunks) pair; world 4 every order with two
-    chunk counts, every chunk count with two orders, every kernel on ragged and aligned rows."""
+    """The covering design in cases.py gives, up to world 2, every kernel every chunk count, every
+    order (world 2), both row counts and both dtypes in each case, and every (order, chunks) pair;
+    worlds 3 and 4 every order with two chunk counts, every chunk count with two orders, every
+    kernel on ragged and aligned rows, and together every (order, chunks), (kernel, order) and
+    (kernel, chunks) pair on more than two ranks."""
     for world in WORLDS:
         cases = matrix_cases(world)
-        full = world < 4  # world 4 runs half the (order, chunks) pairs (cases.chunk_counts)
+        full = world < 3  # worlds 3 and 4 run half the (order, chunks) pairs each (cases.chunk_counts)
         for kernel in KERNELS:
             mine = [c for c in cases if c["kernel"] == kernel]
+            variants = {v for c in mine for v in c["variants"]}
+            assert {r for r, _ in variants} == set(ROWS[kernel]), (world, kernel, variants)
             if full:
                 assert {c["chunks"] for c in mine} == set(CHUNKS), (world, kernel)
-            variants = {v for c in mine for v in c["variants"]}
-            if full:
                 assert variants == {(r, d) for r in ROWS[kernel] for d in DTYPES}, (world, kernel, variants)
-            else:
-                assert {r for r, _ in variants} == set(ROWS[kernel]), (world, kernel, variants)
-            for c in mine if world < 3 else ():  # worlds 3 and 4 run one shard shape per case
-                assert {r for r, _ in c["variants"]} == set(ROWS[kernel]), c
-                assert {d for _, d in c["variants"]} == set(DTYPES), c
+                for c in mine:
+                    assert {r for r, _ in c["variants"]} == set(ROWS[kernel]), c
+                    assert {d for _, d in c["variants"]} == set(DTYPES), c
             if world > 1 and full:
                 assert {order_id(c["order"]) for c in mine} == {order_id(o) for o in order_names(world)}, (world, kernel)
         pairs = {(order_id(c["order"]), c["chunks"]) for c in cases}
@@ -83,11 +82,15 @@ def test_matrix_covers_the_space():
             assert len(pairs) == len(cases) == 2 * len(order_names(world)), pairs
             assert {o for o, _ in pairs} == {order_id(o) for o in order_names(world)}, pairs
             assert all(sum(c == n for _, c in pairs) == 2 for n in CHUNKS), pairs
-            assert {c["kernel"] for c in cases} == set(KERNELS), cases
         for kernel in ("grouped", "gemm2d"):
             ragged = ROWS[kernel][0]
             assert ragged % workers.GEMM_TILE and any(ragged % c for c in CHUNKS)
             assert ROWS[kernel][1] % workers.GEMM_TILE == 0
+    # Worlds 3 and 4 together: orders by their index in order_names (the explicit order differs by world).
+    halves = [(c, [order_id(o) for o in order_names(w)].index(order_id(c["order"]))) for w in (3, 4) for c in matrix_cases(w)]
+    assert {(i, c["chunks"]) for c, i in halves} == {(i, n) for i in range(4) for n in CHUNKS}
+    assert {(c["kernel"], i) for c, i in halves} == {(k, i) for k in KERNELS for i in range(4)}
+    assert {(c["kernel"], c["chunks"]) for c, _ in halves} == {(k, n) for k in KERNELS for n in CHUNKS}
 
 
 @pytest.mark.world
