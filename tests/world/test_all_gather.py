@@ -17,6 +17,10 @@ from tests.world.cases import CHUNKS, DTYPES, KERNELS, ROWS, WORLDS, matrix_case
 world_ids = [f"world{w}" for w in WORLDS]
 TILE_ORDERS = {2: ["ring", "local_first"], 3: ["bidirectional_ring", [2, 1]]}
 OVERLAP_WORLD = 3
+# Ragged shards: 509 rows per rank (prime) in 3 chunks of 169, 170 and 170 rows, 64-row tiles. The
+# remainders of 4091 rows, the size this ran with before (rows % 3 == 2, neither rows nor 2 * rows a
+# multiple of 64), at an eighth of the interpreted tiles; test_ragged_shape_straddles checks the layout.
+RAGGED_ROWS, RAGGED_CHUNKS = 509, 3
 REORDER_LAUNCHES = 4
 
 
@@ -26,7 +30,7 @@ def _jobs(world: int) -> dict:
     if world in TILE_ORDERS:
         jobs["tiles"] = ("run_tile_tags", (13, 3, TILE_ORDERS[world]))
     if world == 2:
-        jobs["ragged"] = ("run_big_ragged", (4091, 3, ["grouped", "gemm2d"]))
+        jobs["ragged"] = ("run_big_ragged", (RAGGED_ROWS, RAGGED_CHUNKS, ["grouped", "gemm2d"]))
     if world == OVERLAP_WORLD:
         for kernel in ("gemm2d", "grouped"):
             jobs[f"overlap {kernel}"] = ("run_overlap", (kernel, 2, 0.05, 37))
@@ -160,11 +164,27 @@ def test_plan_sends_match_receives(world, order):
 # --------------------------------------------------------------------------------------------------
 # 2. Ragged shards the size users meet them
 # --------------------------------------------------------------------------------------------------
+def test_ragged_shape_straddles_chunks_and_ranks():
+    """The ragged shape is ragged the ways users meet: chunks of unequal size, whole tiles inside one
+    chunk, tiles that straddle a chunk boundary within a rank and the rank boundary, a partial last tile."""
+    from syncopy.schedule.chunks import chunk_bounds
+
+    rows, tile = RAGGED_ROWS, workers.RAGGED_TILE_M
+    assert all(rows % n for n in (2, 3, 4, 16, 32, tile)) and rows % RAGGED_CHUNKS == 4091 % RAGGED_CHUNKS
+    assert len({hi - lo for lo, hi in chunk_bounds(rows, RAGGED_CHUNKS)}) == 2
+    starts = {src * rows + lo for src in range(2) for lo, _ in chunk_bounds(rows, RAGGED_CHUNKS)}
+    crossed = [sorted(b for b in starts if t < b < t + tile) for t in range(0, 2 * rows, tile)]
+    assert [] in crossed  # a tile inside one chunk
+    assert any(b % rows for c in crossed for b in c)  # a chunk boundary inside a rank's rows
+    assert any(rows in c for c in crossed)  # the rank boundary
+    assert (2 * rows) % tile
+
+
 @pytest.mark.world
-def test_ragged_4091_rows_per_rank():
-    """4091 rows per rank (prime: no tile size or chunk count divides it), 3 chunks per rank, 64-row
+def test_ragged_rows_per_rank():
+    """509 rows per rank (prime: no tile size or chunk count divides it), 3 chunks per rank, 64-row
     tiles: tiles straddle chunk boundaries and the rank boundary. GEMMs with N = K = 16 keep the
-    interpreter fast (the row kernel would need 8182 programs)."""
+    interpreter fast (the row kernel would need one program per row)."""
     results = shared.results(__name__, 2, "ragged")
     bad = _failures([r["errors"] for r in results])
     assert not bad, "\n".join(bad)
