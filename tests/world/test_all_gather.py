@@ -16,6 +16,9 @@ from tests.world.cases import CHUNKS, DTYPES, KERNELS, ROWS, WORLDS, matrix_case
 
 world_ids = [f"world{w}" for w in WORLDS]
 TILE_ORDERS = {2: ["ring", "local_first"], 3: ["bidirectional_ring", [2, 1]]}
+# The tile jobs' shards: 7 rows in 3 chunks of 2, 2 and 3 rows under 4-row tiles, so every tile spans
+# several chunks, some the rank boundary, and the last one is partial.
+TILE_ROWS = 7
 OVERLAP_WORLD = 3
 # Ragged shards: 509 rows per rank (prime) in 3 chunks of 169, 170 and 170 rows, 64-row tiles. The
 # remainders of 4091 rows, the size this ran with before (rows % 3 == 2, neither rows nor 2 * rows a
@@ -28,7 +31,7 @@ def _jobs(world: int) -> dict:
     """What world `world` runs, in order (workers.run_jobs): {name: (rank function, args)}."""
     jobs = {"matrix": ("run_matrix", (matrix_cases(world),))}
     if world in TILE_ORDERS:
-        jobs["tiles"] = ("run_tile_tags", (13, 3, TILE_ORDERS[world]))
+        jobs["tiles"] = ("run_tile_tags", (TILE_ROWS, 3, TILE_ORDERS[world]))
     if world == 2:
         jobs["ragged"] = ("run_big_ragged", (RAGGED_ROWS, RAGGED_CHUNKS, ["grouped", "gemm2d"]))
     if world == OVERLAP_WORLD:
