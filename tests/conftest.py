@@ -8,9 +8,12 @@ os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
 
 
 def pytest_collection_finish(session):
-    """The shared CPU worlds (tests/world/shared.py) run the jobs of the selected tests' files only."""
+    """The shared CPU worlds (tests/world/shared.py) run the jobs of the selected tests' files only, and
+    the one compiling process of tests/ptx (subprocess_compile.py) compiles for those files only."""
     import sys
 
-    shared = sys.modules.get("tests.world.shared")
-    if shared is not None:
-        shared.selected_modules = {item.module.__name__ for item in session.items if getattr(item, "module", None) is not None}
+    selected = {item.module.__name__ for item in session.items if getattr(item, "module", None) is not None}
+    for name in ("tests.world.shared", "tests.ptx.subprocess_compile"):
+        registry = sys.modules.get(name)
+        if registry is not None:
+            registry.selected_modules = selected

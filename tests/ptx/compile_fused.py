@@ -1,5 +1,4 @@
 """Run without TRITON_INTERPRET: build fused kernels and print their waits as JSON (used by test_ptx)."""
-import itertools
 import json
 import os
 import sys
@@ -22,16 +21,16 @@ def gemm_args(fk, dtype, table):
     return args
 
 
-def persistent_kernels(arch: int):
+def persistent_kernels():
     """(label, fused JIT function, example args) for persistent loops: the template (table and
-    computed branches, and its probe) and the other loop shapes of tests/kernels/persistent.py."""
+    computed branches, and its probe) and the other loop shapes of tests/kernels/persistent.py.
+    The args lack SYNCOPY_ASYNC_PROXY, which depends on the target (main adds it)."""
     from syncopy import templates
     from tests.kernels import persistent as pk
 
     i32 = torch.empty(1, dtype=torch.int32)
-    # Descriptor kernels take SYNCOPY_ASYNC_PROXY (set as the runtime sets it for the target); others ignore it.
     extra = dict(syncopy_ctx=torch.empty(8, dtype=torch.int64), syncopy_signals=i32, syncopy_order=i32, syncopy_trace=i32,
-                 SYNCOPY_TRACE=False, SYNCOPY_ASYNC_PROXY=has_async_proxy(arch))
+                 SYNCOPY_TRACE=False)
     h = torch.empty(64, 64, dtype=torch.float16)
     fk = templates.get("ag_gemm_persistent").fused()
     t = fk.build()
@@ -76,43 +75,54 @@ def wait_kernels():
     return out
 
 
-def main(arch: int) -> None:
+# Which targets each group of kernels compiles for. The grouped GEMM's (dtype, table) variants run a
+# half fraction: every (target, dtype), (target, table) and (dtype, table) pair once. Kernels whose
+# PTX does not depend on the target beyond the wait's lowering (which the GEMM and the persistent
+# template check on both) compile for sm_90 only: the waits of issue 10, the pointer-load persistent
+# loop (no TMA on either target), the template's computed branch (sm_80 has no TMA whatever the branch).
+GEMM_VARIANTS = {80: ((torch.float16, True), (torch.float32, False)), 90: ((torch.float16, False), (torch.float32, True))}
+SM_90_ONLY = ("persistent table=False", "persistent rolling_tiles")
+
+
+def _summary(ptx: str) -> dict:
+    return {
+        "polls": [op.text for op in acquire_polls(ptx)],
+        "globaltimer": "%globaltimer" in ptx,
+        "releases": [op.text for op in release_ops(ptx)],
+        "has_mma": ("mma" in ptx) or ("wgmma" in ptx),
+        "tma": "cp.async.bulk.tensor" in ptx,
+        "proxy_fences": len(proxy_fences(ptx)),
+        "tma_loads_fenced": tma_loads_fenced(ptx),
+    }
+
+
+def main(archs: list[int]) -> None:
+    """One JSON line per target of `archs`; the kernels are fused once for all of them."""
     from tests.kernels.grouped_gemm import matmul_grouped
 
     fk = syncopy.overlap(dict(pattern="all_gather", tensor="lhs", dim=0, chunks_per_rank=2))(matmul_grouped)
     assert fk.build().probe is not None  # so the runtime launches it with SYNCOPY_TABLE=True
-    out = {}
-    # Both branches of the first wait: the range read from the probe table (what the runtime
-    # launches here) and the range computed in the kernel (a fused kernel without a probe).
-    for dtype, table in itertools.product((torch.float16, torch.float32), (True, False)):
-        sig, const = signature_of(fk.fused, gemm_args(fk, dtype, table))
+    persistent, waits = persistent_kernels(), wait_kernels()
+    for arch in archs:
+        out = {}
+        # Both branches of the first wait: the range read from the probe table (what the runtime
+        # launches here) and the range computed in the kernel (a fused kernel without a probe).
+        for dtype, table in GEMM_VARIANTS[arch]:
+            sig, const = signature_of(fk.fused, gemm_args(fk, dtype, table))
+            out[f"{dtype} table={table}"] = _summary(compile_ptx(fk.fused, sig, const, arch))
+        # A traced launch: each tile stamps its start with %globaltimer (device.trace_clocks), a clock read
+        # outside every wait; the waits themselves stay the same bounded acquire polls.
+        sig, const = signature_of(fk.fused, dict(gemm_args(fk, torch.float16, True), SYNCOPY_TRACE=True))
         ptx = compile_ptx(fk.fused, sig, const, arch)
-        out[f"{dtype} table={table}"] = {
-            "polls": [op.text for op in acquire_polls(ptx)],
-            "globaltimer": "%globaltimer" in ptx,
-            "releases": [op.text for op in release_ops(ptx)],
-            "has_mma": ("mma" in ptx) or ("wgmma" in ptx),
-        }
-    # A traced launch: each tile stamps its start with %globaltimer (device.trace_clocks), a clock read
-    # outside every wait; the waits themselves stay the same bounded acquire polls.
-    sig, const = signature_of(fk.fused, dict(gemm_args(fk, torch.float16, True), SYNCOPY_TRACE=True))
-    ptx = compile_ptx(fk.fused, sig, const, arch)
-    out["traced"] = {"polls": [op.text for op in acquire_polls(ptx)], "globaltimer": ptx.count("%globaltimer")}
-    for label, fn, args in [*persistent_kernels(arch), *wait_kernels()]:
-        sig, const = signature_of(fn, args)
-        ptx = compile_ptx(fn, sig, const, arch)
-        out[label] = {
-            "polls": [op.text for op in acquire_polls(ptx)],
-            "globaltimer": "%globaltimer" in ptx,
-            "releases": [op.text for op in release_ops(ptx)],
-            "has_mma": ("mma" in ptx) or ("wgmma" in ptx),
-            "tma": "cp.async.bulk.tensor" in ptx,
-            "proxy_fences": len(proxy_fences(ptx)),
-            "tma_loads_fenced": tma_loads_fenced(ptx),
-        }
-    print(json.dumps(out))
+        out["traced"] = {"polls": [op.text for op in acquire_polls(ptx)], "globaltimer": ptx.count("%globaltimer")}
+        # Descriptor kernels take SYNCOPY_ASYNC_PROXY, set as the runtime sets it for the target; others ignore it.
+        persistent_here = [(label, fn, dict(args, SYNCOPY_ASYNC_PROXY=has_async_proxy(arch))) for label, fn, args in persistent]
+        for label, fn, args in [*persistent_here, *(waits if arch == 90 else ())]:
+            if arch == 90 or label not in SM_90_ONLY:
+                sig, const = signature_of(fn, args)
+                out[label] = _summary(compile_ptx(fn, sig, const, arch))
+        print(json.dumps(out))
 
 
 if __name__ == "__main__":
-    for target in sys.argv[1:]:  # one JSON line per target
-        main(int(target))
+    main([int(target) for target in sys.argv[1:]])  # one JSON line per target

@@ -13,21 +13,26 @@ from syncopy.emit.ptx import compile_ptx, notifies, signature_of  # noqa: E402
 from tests.kernels import producer_cases  # noqa: E402
 
 
-def main(arch: int) -> None:
-    out = {}
+def main(archs: list[int]) -> None:
+    """One JSON line per target of `archs`."""
     f16, i32 = torch.empty(4, dtype=torch.float16), torch.empty(1, dtype=torch.int32)
+    kernels = {}
     for name in ("lower_triangular", "skip_by_flag", "rows_by_index"):
         fk = syncopy.overlap({"pattern": "reduce_scatter", "tensor": "C", "chunks_per_rank": 2})(getattr(producer_cases, name))
         fk.build()
-        args = dict(A=f16, B=f16, C=f16, perm=i32, skip=i32, M=64, N=64, K=64, BM=64, BN=64, BK=32,
-                    syncopy_ctx=torch.empty(8, dtype=torch.int64), syncopy_signals=i32, syncopy_order=i32, syncopy_trace=i32,
-                    SYNCOPY_TRACE=False, SYNCOPY_TABLE=True)
-        sig, const = signature_of(fk.fused, args)
-        ptx = compile_ptx(fk.fused, sig, const, arch)
-        out[name] = {"counts": sum(".acq_rel.add" in op.text for op in notifies(ptx)),
-                     "flags": sum(".release.exch" in op.text for op in notifies(ptx))}
-    print(json.dumps(out))
+        kernels[name] = fk
+    args = dict(A=f16, B=f16, C=f16, perm=i32, skip=i32, M=64, N=64, K=64, BM=64, BN=64, BK=32,
+                syncopy_ctx=torch.empty(8, dtype=torch.int64), syncopy_signals=i32, syncopy_order=i32, syncopy_trace=i32,
+                SYNCOPY_TRACE=False, SYNCOPY_TABLE=True)
+    for arch in archs:
+        out = {}
+        for name, fk in kernels.items():
+            sig, const = signature_of(fk.fused, args)
+            ptx = compile_ptx(fk.fused, sig, const, arch)
+            out[name] = {"counts": sum(".acq_rel.add" in op.text for op in notifies(ptx)),
+                         "flags": sum(".release.exch" in op.text for op in notifies(ptx))}
+        print(json.dumps(out))
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]))
+    main([int(target) for target in sys.argv[1:]])  # one JSON line per target

@@ -31,7 +31,8 @@ def _summary(ptx: str) -> dict:
             "notifies": len(notifies(ptx)), "loads_fenced": tma_loads_fenced(ptx), "stores_fenced": tma_stores_fenced(ptx)}
 
 
-def main(arch: int) -> None:
+def main(archs: list[int]) -> None:
+    """One JSON line per target of `archs`."""
     h = torch.empty(64, 64, dtype=torch.float16)
     consumer = templates.get("ag_gemm_persistent").fused()
     producer = syncopy.overlap({"pattern": "reduce_scatter", "tensor": "C", "chunks_per_rank": 2})(mm_desc_out)
@@ -41,16 +42,16 @@ def main(arch: int) -> None:
         "consumer table=False": (consumer, dict(gemm, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, NUM_SMS=132), False),
         "producer": (producer, dict(gemm, BM=128, BN=128, BK=64), True),
     }
-    # As the runtime launches them; on sm_90 also without the flag (the order the issue found).
-    runs = [("", has_async_proxy(arch))] + ([(" fence=False", False)] if has_async_proxy(arch) else [])
-    out = {}
-    for label, (fk, args, table) in cases.items():
-        for suffix, fence in runs:
-            sig, const = signature_of(fk.fused, dict(args, **_extra(table, fence)))
-            out[label + suffix] = _summary(compile_ptx(fk.fused, sig, const, arch))
-    print(json.dumps(out))
+    for arch in archs:
+        # As the runtime launches them; on sm_90 also without the flag (the order the issue found).
+        runs = [("", has_async_proxy(arch))] + ([(" fence=False", False)] if has_async_proxy(arch) else [])
+        out = {}
+        for label, (fk, args, table) in cases.items():
+            for suffix, fence in runs:
+                sig, const = signature_of(fk.fused, dict(args, **_extra(table, fence)))
+                out[label + suffix] = _summary(compile_ptx(fk.fused, sig, const, arch))
+        print(json.dumps(out))
 
 
 if __name__ == "__main__":
-    for target in sys.argv[1:]:  # one JSON line per target
-        main(int(target))
+    main([int(target) for target in sys.argv[1:]])  # one JSON line per target

@@ -1,4 +1,6 @@
-"""Run without TRITON_INTERPRET: print the PTX of a bare bounded wait (used by test_poll_budget)."""
+"""Run without TRITON_INTERPRET: print the PTX of a bare bounded wait as JSON, one line per target
+(used by test_poll_budget and test_wait_backoff)."""
+import json
 import os
 import sys
 
@@ -15,5 +17,10 @@ def bare_wait(signals, ctx):
     dev.wait_chunks(signals, ctx, 0, 0)
 
 
+def main(archs: list[int]) -> None:
+    for arch in archs:
+        print(json.dumps({"ptx": compile_ptx(bare_wait, {"signals": "*i32", "ctx": "*i64"}, {}, arch)}))
+
+
 if __name__ == "__main__":
-    print(compile_ptx(bare_wait, {"signals": "*i32", "ctx": "*i64"}, {}, int(sys.argv[1])))
+    main([int(target) for target in sys.argv[1:]])

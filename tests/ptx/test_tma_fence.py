@@ -7,6 +7,8 @@ import pytest
 
 from tests.ptx import subprocess_compile
 
+subprocess_compile.register(__name__, "compile_tma")  # compiled with the other modules' kernels
+
 
 @pytest.fixture(scope="module", params=[80, 90], ids=["sm_80", "sm_90"])
 def compiled(request, tmp_path_factory):

@@ -2,6 +2,7 @@
 (`nanosleep` in the compiled spin loop), and the poll budget counts the sleep, so timeout_s stays
 the bound. Off (0) by default: on an H200 the loopback AG-GEMM took the same time with 0, 256, 1024
 and 4096 ns (benchmarks/results/h200-2026-11-27-s9)."""
+import json
 import os
 import re
 import subprocess
@@ -25,7 +26,7 @@ def _wait_ptx(tmp_path, backoff_ns: int | None) -> str:
     proc = subprocess.run([sys.executable, "-m", "tests.ptx.compile_wait", "90"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc.stdout
+    return json.loads(proc.stdout.strip().splitlines()[-1])["ptx"]
 
 
 def _spin_loop(ptx: str) -> str:

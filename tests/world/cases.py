@@ -4,11 +4,12 @@ combinations run in which world.
 A full product (3 kernels x 4 chunk counts x 4 orders x 2 row counts x 2 dtypes x 4 worlds) is far
 too slow under the Triton interpreter, so each world runs a covering design instead:
 
-* every (order, chunks_per_rank) pair runs once per world up to world 3 (16 cases), on kernel
-  (order + chunks) % 3, which gives every kernel every order and every chunk count; world 4 (four
-  ranks on CI's two cores: its launches cost twice those of world 2) runs half the pairs, every
+* every (order, chunks_per_rank) pair runs once in world 2 (16 cases), on kernel (order + chunks) % 3,
+  which gives every kernel every order and every chunk count; worlds 3 and 4 (more ranks than CI's
+  two cores: their launches cost 1.5 and 2 times those of world 2) run half the pairs each, every
   order with two chunk counts and every chunk count with two orders, every kernel on ragged and
-  aligned rows;
+  aligned rows, and the two halves are complementary: together they run every pair on more than
+  two ranks;
 * every case runs two shard shapes on the same operator (one ragged, one aligned; one fp32, one
   fp16), their epochs interleaved (A1 B1 A2 B2) so that two contexts of one operator coexist; each
   kernel's cases cycle through the pairings {ragged fp32, aligned fp16} and {ragged fp16, aligned
@@ -40,10 +41,13 @@ def order_id(order) -> str:
 
 def chunk_counts(world: int, order_index: int) -> tuple:
     """The chunk counts the order `order_names(world)[order_index]` runs with: all of them up to
-    world 3; from world 4 two, in a Latin pattern (orders 0 and 2 get 1 and 3, orders 1 and 3 get 2 and 4)."""
-    if world < 4:
+    world 2; from world 3 two, in a Latin pattern shifted by one between odd and even worlds (world 4:
+    orders 0 and 2 get 1 and 3, orders 1 and 3 get 2 and 4; world 3: orders 0 and 2 get 2 and 4,
+    orders 1 and 3 get 3 and 1), so that worlds 3 and 4 together run every pair."""
+    if world < 3:
         return CHUNKS
-    return CHUNKS[order_index % len(CHUNKS)], CHUNKS[(order_index + 2) % len(CHUNKS)]
+    first = order_index + world % 2
+    return CHUNKS[first % len(CHUNKS)], CHUNKS[(first + 2) % len(CHUNKS)]
 
 
 def matrix_cases(world: int) -> list[dict]:

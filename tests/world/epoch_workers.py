@@ -6,6 +6,10 @@ from syncopy.runtime.link import Link
 
 NEAR = 2**31 - 3  # the epoch the contexts jump to after their first launch: launches 2^31 - 2 ... 2^31 + 1 follow
 COUNT_NEAR = 2**31 - 2  # producers: where every chunk's tile counter (and its target) jumps alike
+# Per chunk on the link: long enough that a wait which let the launch at the wrap pass at once (a plain
+# `flag < epoch`) reads rows that have not landed. Measured with that comparison: 0.05 s still caught it
+# on every rank (SyncopyReadError at the wrap), an instant link did not; 0.2 s cost 4 s more.
+LATENCY_S = 0.1
 
 
 def _counters_near_the_wrap(ctx) -> None:
@@ -40,7 +44,7 @@ def run_across_the_wrap(rank: int, world: int) -> dict:
     for name, shape in (("ag_gemm", (8, 16, 16)), ("gemm_rs", (16, 16, 16)), ("gemm_ar", (16, 16, 16))):
         t = templates.get(name)
         mod = t.module
-        fused = t.fused(chunks_per_rank=2, poison_receive=True, link=Link(latency_s=0.2), timeout_s=20)
+        fused = t.fused(chunks_per_rank=2, poison_receive=True, link=Link(latency_s=LATENCY_S), timeout_s=20)
         errs = []
         for it in range(5):
             if it == 1:

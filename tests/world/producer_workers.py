@@ -103,9 +103,9 @@ def _error(got, want) -> float:
     return float(diff.max().item() / max(1.0, want.abs().max().item()))
 
 
-def run_producer_cases(rank: int, world: int, names: list[str], patterns: list[str]) -> list[dict]:
-    """For each kernel and pattern, LAUNCHES launches of one operator: errors of fused and reference
-    against the torch model, per launch, and how many chunks were announced before the kernel ended."""
+def run_producer_cases(rank: int, world: int, cases: list[tuple[str, str]]) -> list[dict]:
+    """For each (kernel, pattern) of `cases`, LAUNCHES launches of one operator: errors of fused and
+    reference against the torch model, per launch, and how many chunks were announced before the kernel ended."""
     import torch
     import torch.distributed as dist
 
@@ -115,34 +115,33 @@ def run_producer_cases(rank: int, world: int, names: list[str], patterns: list[s
 
     m = _rows(world)
     out = []
-    for name in names:
-        for pattern in patterns:
-            res: dict = {"name": name, "pattern": pattern, "fused": [], "reference": [], "early": []}
-            try:
-                sched = {"pattern": pattern, "tensor": "C", "dim": 0, "chunks_per_rank": CHUNKS, "order": "ring"}
-                fused = syncopy.overlap(sched, poison_receive=True, trace=True, timeout_s=30,
-                                        link=Link(latency_s=0.01, jitter_s=0.01))(getattr(producer_cases, name))
-                res["checked"] = fused.build().checked  # every store verified by the read checker (harness checked=True)
-                for launch in range(LAUNCHES):
-                    a, b, c, extra = _inputs(name, rank, world, m, launch)
-                    start = c if pattern == "all_reduce" else torch.zeros_like(c)
-                    want = _model(name, start, a, b, extra)
-                    dist.all_reduce(want)
-                    if pattern == "reduce_scatter":
-                        part = m // world
-                        want = want[rank * part:(rank + 1) * part]
-                        c_fused, c_ref = torch.full_like(want, float("nan")), torch.full_like(want, float("nan"))
-                    else:
-                        c_fused, c_ref = c.clone(), c.clone()
-                    _launch(fused, name, a, b, c_fused, m, extra)
-                    res["fused"].append(_error(c_fused, want))
-                    tr = fused.last_trace
-                    res["early"].append(sum(1 for t in tr.ready.values() if t < tr.kernel_s[1]))
-                    _launch(fused.reference, name, a, b, c_ref, m, extra)
-                    res["reference"].append(_error(c_ref, want))
-            except Exception as exc:
-                res["error"] = f"{type(exc).__name__}: {exc}"
-                res["tb"] = traceback.format_exc()
-                return out + [res]  # the peers may be stuck in this case: stop here
-            out.append(res)
+    for name, pattern in cases:
+        res: dict = {"name": name, "pattern": pattern, "fused": [], "reference": [], "early": []}
+        try:
+            sched = {"pattern": pattern, "tensor": "C", "dim": 0, "chunks_per_rank": CHUNKS, "order": "ring"}
+            fused = syncopy.overlap(sched, poison_receive=True, trace=True, timeout_s=30,
+                                    link=Link(latency_s=0.01, jitter_s=0.01))(getattr(producer_cases, name))
+            res["checked"] = fused.build().checked  # every store verified by the read checker (harness checked=True)
+            for launch in range(LAUNCHES):
+                a, b, c, extra = _inputs(name, rank, world, m, launch)
+                start = c if pattern == "all_reduce" else torch.zeros_like(c)
+                want = _model(name, start, a, b, extra)
+                dist.all_reduce(want)
+                if pattern == "reduce_scatter":
+                    part = m // world
+                    want = want[rank * part:(rank + 1) * part]
+                    c_fused, c_ref = torch.full_like(want, float("nan")), torch.full_like(want, float("nan"))
+                else:
+                    c_fused, c_ref = c.clone(), c.clone()
+                _launch(fused, name, a, b, c_fused, m, extra)
+                res["fused"].append(_error(c_fused, want))
+                tr = fused.last_trace
+                res["early"].append(sum(1 for t in tr.ready.values() if t < tr.kernel_s[1]))
+                _launch(fused.reference, name, a, b, c_ref, m, extra)
+                res["reference"].append(_error(c_ref, want))
+        except Exception as exc:
+            res["error"] = f"{type(exc).__name__}: {exc}"
+            res["tb"] = traceback.format_exc()
+            return out + [res]  # the peers may be stuck in this case: stop here
+        out.append(res)
     return out

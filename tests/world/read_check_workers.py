@@ -12,6 +12,12 @@ import traceback
 
 NC = 4
 BR = 8  # rows a program reads or writes: a rank's whole shard, two chunks of 4 rows
+# How long the link holds back chunk 1 of every rank, so that the read that misses it comes first even
+# where a rank starts its launch late (a first launch probes and compiles). Every launch waits for it:
+# measured, a rank reads up to ~0.05 s after its peer's chunk could land without the hold (reads found
+# it landed at 0), and every launch still missed it at 0.1 s with both cores busy elsewhere; 0.4 s
+# leaves four times that (1.5 s cost the file 25 s more).
+LATE_S = 0.4
 
 
 def _schedule(pattern: str, tensor: str) -> dict:
@@ -48,9 +54,8 @@ def run_case(rank: int, world: int, pattern: str, checked: bool) -> dict:
     from tests.kernels import read_check
 
     kernel, tensor = (read_check.double_rows, "X") if pattern == "all_gather" else (read_check.double_into, "C")
-    # Every rank's chunk 1 lands well after its chunk 0, even where a rank starts its launch late (a
-    # first launch probes and compiles): the read that misses it comes first.
-    late = {(src, 1): 1.5 for src in range(world)} if pattern == "all_gather" else {}
+    # Every rank's chunk 1 lands LATE_S after its chunk 0: the read that misses it comes first.
+    late = {(src, 1): LATE_S for src in range(world)} if pattern == "all_gather" else {}
     fused = syncopy.overlap(_schedule(pattern, tensor), poison_receive=True, checked=checked, timeout_s=30,
                             link=Link(latency_s=0.02, jitter_s=0.01), faults=Faults.of(delay=late))(kernel)
     results = []
@@ -91,8 +96,8 @@ def run_gaps(rank: int, world: int) -> dict:
     from syncopy.runtime.link import Faults, Link
     from tests.kernels import read_check
 
-    # The chunk the narrow wait misses lands late, also where a rank starts a first launch late.
-    late = {(src, 1): 1.5 for src in range(world)}
+    # The chunk the narrow wait misses lands LATE_S late, also where a rank starts a first launch late.
+    late = {(src, 1): LATE_S for src in range(world)}
     out: dict = {}
     for name in GAPS:
         for checked in (False, True):

@@ -16,7 +16,14 @@ from tests.world.cases import CHUNKS, DTYPES, KERNELS, ROWS, WORLDS, matrix_case
 
 world_ids = [f"world{w}" for w in WORLDS]
 TILE_ORDERS = {2: ["ring", "local_first"], 3: ["bidirectional_ring", [2, 1]]}
+# The tile jobs' shards: 7 rows in 3 chunks of 2, 2 and 3 rows under 4-row tiles, so every tile spans
+# several chunks, some the rank boundary, and the last one is partial.
+TILE_ROWS = 7
 OVERLAP_WORLD = 3
+# Ragged shards: 509 rows per rank (prime) in 3 chunks of 169, 170 and 170 rows, 64-row tiles. The
+# remainders of 4091 rows, the size this ran with before (rows % 3 == 2, neither rows nor 2 * rows a
+# multiple of 64), at an eighth of the interpreted tiles; test_ragged_shape_straddles checks the layout.
+RAGGED_ROWS, RAGGED_CHUNKS = 509, 3
 REORDER_LAUNCHES = 4
 
 
@@ -24,9 +31,9 @@ def _jobs(world: int) -> dict:
     """What world `world` runs, in order (workers.run_jobs): {name: (rank function, args)}."""
     jobs = {"matrix": ("run_matrix", (matrix_cases(world),))}
     if world in TILE_ORDERS:
-        jobs["tiles"] = ("run_tile_tags", (13, 3, TILE_ORDERS[world]))
+        jobs["tiles"] = ("run_tile_tags", (TILE_ROWS, 3, TILE_ORDERS[world]))
     if world == 2:
-        jobs["ragged"] = ("run_big_ragged", (4091, 3, ["grouped", "gemm2d"]))
+        jobs["ragged"] = ("run_big_ragged", (RAGGED_ROWS, RAGGED_CHUNKS, ["grouped", "gemm2d"]))
     if world == OVERLAP_WORLD:
         for kernel in ("gemm2d", "grouped"):
             jobs[f"overlap {kernel}"] = ("run_overlap", (kernel, 2, 0.05, 37))
@@ -55,25 +62,24 @@ def _matrix(world: int) -> list[dict]:
 
 
 def test_matrix_covers_the_space():
-    """The covering design in cases.py gives, up to world 3, every kernel every chunk count, every
-    order (worlds >= 2), both row counts and both dtypes (in each case up to world 2, across its
-    cases at world 3), and every world every (order, chunks) pair; world 4 every order with two
-    chunk counts, every chunk count with two orders, every kernel on ragged and aligned rows."""
+    """The covering design in cases.py gives, up to world 2, every kernel every chunk count, every
+    order (world 2), both row counts and both dtypes in each case, and every (order, chunks) pair;
+    worlds 3 and 4 every order with two chunk counts, every chunk count with two orders, every
+    kernel on ragged and aligned rows, and together every (order, chunks), (kernel, order) and
+    (kernel, chunks) pair on more than two ranks."""
     for world in WORLDS:
         cases = matrix_cases(world)
-        full = world < 4  # world 4 runs half the (order, chunks) pairs (cases.chunk_counts)
+        full = world < 3  # worlds 3 and 4 run half the (order, chunks) pairs each (cases.chunk_counts)
         for kernel in KERNELS:
             mine = [c for c in cases if c["kernel"] == kernel]
+            variants = {v for c in mine for v in c["variants"]}
+            assert {r for r, _ in variants} == set(ROWS[kernel]), (world, kernel, variants)
             if full:
                 assert {c["chunks"] for c in mine} == set(CHUNKS), (world, kernel)
-            variants = {v for c in mine for v in c["variants"]}
-            if full:
                 assert variants == {(r, d) for r in ROWS[kernel] for d in DTYPES}, (world, kernel, variants)
-            else:
-                assert {r for r, _ in variants} == set(ROWS[kernel]), (world, kernel, variants)
-            for c in mine if world < 3 else ():  # worlds 3 and 4 run one shard shape per case
-                assert {r for r, _ in c["variants"]} == set(ROWS[kernel]), c
-                assert {d for _, d in c["variants"]} == set(DTYPES), c
+                for c in mine:
+                    assert {r for r, _ in c["variants"]} == set(ROWS[kernel]), c
+                    assert {d for _, d in c["variants"]} == set(DTYPES), c
             if world > 1 and full:
                 assert {order_id(c["order"]) for c in mine} == {order_id(o) for o in order_names(world)}, (world, kernel)
         pairs = {(order_id(c["order"]), c["chunks"]) for c in cases}
@@ -83,11 +89,15 @@ def test_matrix_covers_the_space():
             assert len(pairs) == len(cases) == 2 * len(order_names(world)), pairs
             assert {o for o, _ in pairs} == {order_id(o) for o in order_names(world)}, pairs
             assert all(sum(c == n for _, c in pairs) == 2 for n in CHUNKS), pairs
-            assert {c["kernel"] for c in cases} == set(KERNELS), cases
         for kernel in ("grouped", "gemm2d"):
             ragged = ROWS[kernel][0]
             assert ragged % workers.GEMM_TILE and any(ragged % c for c in CHUNKS)
             assert ROWS[kernel][1] % workers.GEMM_TILE == 0
+    # Worlds 3 and 4 together: orders by their index in order_names (the explicit order differs by world).
+    halves = [(c, [order_id(o) for o in order_names(w)].index(order_id(c["order"]))) for w in (3, 4) for c in matrix_cases(w)]
+    assert {(i, c["chunks"]) for c, i in halves} == {(i, n) for i in range(4) for n in CHUNKS}
+    assert {(c["kernel"], i) for c, i in halves} == {(k, i) for k in KERNELS for i in range(4)}
+    assert {(c["kernel"], c["chunks"]) for c, _ in halves} == {(k, n) for k in KERNELS for n in CHUNKS}
 
 
 @pytest.mark.world
@@ -157,11 +167,27 @@ def test_plan_sends_match_receives(world, order):
 # --------------------------------------------------------------------------------------------------
 # 2. Ragged shards the size users meet them
 # --------------------------------------------------------------------------------------------------
+def test_ragged_shape_straddles_chunks_and_ranks():
+    """The ragged shape is ragged the ways users meet: chunks of unequal size, whole tiles inside one
+    chunk, tiles that straddle a chunk boundary within a rank and the rank boundary, a partial last tile."""
+    from syncopy.schedule.chunks import chunk_bounds
+
+    rows, tile = RAGGED_ROWS, workers.RAGGED_TILE_M
+    assert all(rows % n for n in (2, 3, 4, 16, 32, tile)) and rows % RAGGED_CHUNKS == 4091 % RAGGED_CHUNKS
+    assert len({hi - lo for lo, hi in chunk_bounds(rows, RAGGED_CHUNKS)}) == 2
+    starts = {src * rows + lo for src in range(2) for lo, _ in chunk_bounds(rows, RAGGED_CHUNKS)}
+    crossed = [sorted(b for b in starts if t < b < t + tile) for t in range(0, 2 * rows, tile)]
+    assert [] in crossed  # a tile inside one chunk
+    assert any(b % rows for c in crossed for b in c)  # a chunk boundary inside a rank's rows
+    assert any(rows in c for c in crossed)  # the rank boundary
+    assert (2 * rows) % tile
+
+
 @pytest.mark.world
-def test_ragged_4091_rows_per_rank():
-    """4091 rows per rank (prime: no tile size or chunk count divides it), 3 chunks per rank, 64-row
+def test_ragged_rows_per_rank():
+    """509 rows per rank (prime: no tile size or chunk count divides it), 3 chunks per rank, 64-row
     tiles: tiles straddle chunk boundaries and the rank boundary. GEMMs with N = K = 16 keep the
-    interpreter fast (the row kernel would need 8182 programs)."""
+    interpreter fast (the row kernel would need one program per row)."""
     results = shared.results(__name__, 2, "ragged")
     bad = _failures([r["errors"] for r in results])
     assert not bad, "\n".join(bad)

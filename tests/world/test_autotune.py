@@ -8,9 +8,13 @@ from __future__ import annotations
 import pytest
 
 from tests.world import autotune_workers as aw
+from tests.world import shared
 from tests.world.harness import spawn
 
 TOL = {"fp16": 1e-2, "fp32": 1e-4}
+# The default config's run sets nothing process-wide: a job of the shared world of 2 (tests/world/shared.py,
+# a spawn of its own cost seconds); the world-3 cases below set the config and an import hook, so they spawn.
+shared.register(__name__, 2, {"tutorial matmul": (f"{aw.__name__}:run_tutorial_matmul", (20, None))})
 
 
 def _check(results: list[dict], tol: float) -> None:
@@ -21,7 +25,7 @@ def _check(results: list[dict], tol: float) -> None:
 
 @pytest.mark.world
 def test_tutorial_matmul_fuses_with_its_first_autotune_config_by_default():
-    results = spawn(aw.run_tutorial_matmul, 2, 20, None, timeout_s=300)
+    results = shared.results(__name__, 2, "tutorial matmul")
     _check(results, TOL["fp16"])
     assert all(r["config"]["BLOCK_SIZE_M"] == 16 for r in results), results  # tests/kernels/autotuned.py's config 0
 

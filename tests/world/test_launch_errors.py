@@ -1,22 +1,25 @@
 """Launch mistakes on a CPU world of two: each is one LaunchError line on the rank that made it,
 raised before any transfer starts, and the operator still gives the right result when launched
-right afterwards. One spawned world serves every test here."""
+right afterwards. One job of the shared world of two (tests/world/shared.py: the mistakes raise before
+any transfer, so the group and every rank stay as they were) serves every test here."""
 from __future__ import annotations
 
 import pytest
 
-from tests.world.harness import spawn
 from tests.world import launch_error_workers as workers
-from tests.world.workers import TOL, once
+from tests.world import shared
+from tests.world.workers import TOL
 
 WORLD = 2
 NOT_MEMBER = ("rank 1 is not a member of the group passed as group= (dist.new_group returned GroupMember.NON_GROUP_MEMBER "
               "on this rank); launch on a group that contains this rank, or skip the launch on this rank")
 
 
-@once
+shared.register(__name__, WORLD, {"launch errors": (f"{workers.__name__}:run_launch_errors", ())})
+
+
 def _world() -> list[dict]:
-    return spawn(workers.run_launch_errors, WORLD, timeout_s=300)
+    return shared.results(__name__, WORLD, "launch errors")
 
 
 def _right(outcome: dict) -> None:

@@ -3,8 +3,9 @@ the user's C (all_reduce) or as zeros (reduce_scatter), so split-K atomics, grid
 unwritten, `C += A @ B` epilogues, tiles that return before their store and stores (or atomics) whose
 rows come from loaded data all give what `fused.reference` gives, and what a torch model of the kernel gives.
 Worlds 2-4, three launches each with new data, a slow jittery link, NaN-poisoned outputs: every
-kernel at world 2 and at one of worlds 3 and 4 (a world-3 launch costs about 1.5 world-2 ones on
-two cores, a world-4 one twice)."""
+kernel with both patterns at world 2, and at one of worlds 3 and 4 with one pattern, the patterns
+alternating over each world's kernels (a world-3 launch costs about 1.5 world-2 ones on two cores,
+a world-4 one twice): every (kernel, pattern), (kernel, world) and (pattern, world) pair runs."""
 from __future__ import annotations
 
 import pytest
@@ -17,8 +18,17 @@ KERNELS = {2: ALL, 3: [k for k in ALL if k not in WORLD4], 4: WORLD4}
 PATTERNS = ["reduce_scatter", "all_reduce"]
 
 
+
+
+def world_cases(world: int) -> list[tuple[str, str]]:
+    """(kernel, pattern) pairs world `world` runs: all of them at world 2, one pattern a kernel beyond."""
+    if world == 2:
+        return [(k, p) for k in KERNELS[world] for p in PATTERNS]
+    return [(k, PATTERNS[i % len(PATTERNS)]) for i, k in enumerate(KERNELS[world])]
+
+
 for _size in KERNELS:  # jobs of the shared worlds (tests/world/shared.py: checked mode, the slow link)
-    shared.register(__name__, _size, {"cases": (f"{producer_workers.__name__}:run_producer_cases", (KERNELS[_size], PATTERNS))})
+    shared.register(__name__, _size, {"cases": (f"{producer_workers.__name__}:run_producer_cases", (world_cases(_size),))})
 
 
 def _world(world: int) -> list:
@@ -27,6 +37,9 @@ def _world(world: int) -> list:
 
 def test_every_kernel_runs_beyond_world_2():
     assert sorted(KERNELS[3] + KERNELS[4]) == sorted(ALL)
+    assert set(world_cases(2)) == {(k, p) for k in ALL for p in PATTERNS}
+    for world in (3, 4):
+        assert {p for _, p in world_cases(world)} == set(PATTERNS), world
 
 
 @pytest.mark.world
@@ -34,7 +47,7 @@ def test_every_kernel_runs_beyond_world_2():
 def test_fused_producers_equal_their_reference_and_torch(world):
     results = _world(world)
     for rank, cases in enumerate(results):
-        assert [(c["name"], c["pattern"]) for c in cases] == [(k, p) for k in KERNELS[world] for p in PATTERNS], \
+        assert [(c["name"], c["pattern"]) for c in cases] == world_cases(world), \
             f"rank {rank}: {cases[-1].get('error')}\n{cases[-1].get('tb', '')}"
         for c in cases:
             where = f"rank {rank} {c['name']} {c['pattern']}"

@@ -275,6 +275,9 @@ def remote_tiles_waited(trace, rank: int, chunks_per_rank: int) -> tuple[int, in
 # --------------------------------------------------------------------------------------------------
 # 2. Ragged shards the size users meet them
 # --------------------------------------------------------------------------------------------------
+RAGGED_TILE_M = 64  # run_big_ragged's row tile
+
+
 def run_big_ragged(rank: int, world: int, rows: int, chunks: int, kernels: list[str]) -> dict:
     """A GEMM with a tiny N/K and 64-row tiles on shards of `rows` rows (ragged w.r.t. the tile and
     the chunk count): tiles straddle chunk and rank boundaries. Two launches each."""
@@ -285,7 +288,7 @@ def run_big_ragged(rank: int, world: int, rows: int, chunks: int, kernels: list[
         t = time.perf_counter()
         fused = syncopy.overlap(schedule(kernel, chunks, "ring"), poison_receive=True)(_kernel(kernel))
         for epoch in (1, 2):
-            p = Problem(kernel, rank, world, rows, "float32", seed=epoch, n=16, k=16, tile=16, tile_m=64)
+            p = Problem(kernel, rank, world, rows, "float32", seed=epoch, n=16, k=16, tile=16, tile_m=RAGGED_TILE_M)
             p.launch(fused)
             out["errors"].append((f"{kernel} rows={rows} chunks={chunks} epoch{epoch}", p.error(), TOL["float32"]))
         out["seconds"][kernel] = time.perf_counter() - t
