@@ -64,23 +64,26 @@ def summary(rec: dict) -> str:
 
 
 def plot(rec: dict, path: str) -> None:
+    """Tiles started per microsecond, one panel per operator (the device clock counts microseconds)."""
+    import collections
+
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(10, 2.4))
-    lanes = (("op1_starts_us", "op 1: all-gather + GEMM\n(writes H, {} tiles)", "tab:blue"),
-             ("op2_starts_us", "op 2: GEMM + reduce-scatter\n(waits for H, {} tiles)", "tab:orange"))
-    for lane, (key, _, color) in enumerate(lanes):
-        ts = rec[key]
-        ax.scatter(ts, [lane] * len(ts), marker="|", s=300, color=color, linewidths=0.6)
-    ax.axvline(rec["op1_starts_us"][-1], color="tab:blue", linestyle=":", linewidth=1)  # op 1's last tile
-    ax.set_yticks([0, 1], [label.format(len(rec[key])) for key, label, _ in lanes], fontsize=8)
-    ax.set_ylim(-0.6, 1.6)
-    ax.set_xlabel("tile start, us from op 1's first tile (device %globaltimer); dotted: op 1's last tile")
+    fig, axes = plt.subplots(2, 1, figsize=(10, 3.6), sharex=True)
+    lanes = (("op2_starts_us", "op 2: GEMM + reduce-scatter\n(waits for H's chunks)", "tab:orange"),
+             ("op1_starts_us", "op 1: all-gather + GEMM\n(writes H)", "tab:blue"))
+    for ax, (key, label, color) in zip(axes, lanes):
+        per_us = collections.Counter(int(t) for t in rec[key])
+        ax.bar(list(per_us), list(per_us.values()), width=0.9, color=color)
+        ax.set_ylabel(f"{label}\ntiles started ({len(rec[key])})", fontsize=8)
+        ax.axvline(rec["op1_starts_us"][-1], color="tab:blue", linestyle=":", linewidth=1)  # op 1's last tile
+    axes[-1].set_xlabel("us from op 1's first tile (device %globaltimer); dotted: op 1's last tile started")
     m, n, f = rec["shape"]
-    ax.set_title(f"tp_mlp on one GPU ({rec['device']}), {m}x{n}x{f}: op 2's tiles start while op 1's still do", fontsize=10)
+    axes[0].set_title(f"tp_mlp on one GPU ({rec['device']}), {m}x{n}x{f}, {rec['chunks_per_rank']} chunks of H: "
+                      "op 2's tiles start as H's chunks finish, while op 1's still start", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
