@@ -23,20 +23,20 @@ from syncopy.errors import SyncopyTimeout
 from syncopy.runtime.streamops import ptr
 
 
-class LaunchErrors:
-    """The pending launches of one context and the ring their error words land in."""
+class ErrorRing:
+    """Error words copied behind launches into a pinned ring, and read once each copy is done (see
+    the module doc); `failed(words, epoch)` raises for a launch whose words say it failed."""
 
     RING = 64
 
-    def __init__(self, ctx, ops, pin, timeout_s: float):
-        self.ctx, self.ops, self.timeout_s = ctx, ops, timeout_s
-        self.words = ctx.word_address(dev.SIG_ERROR.value)
+    def __init__(self, ops, pin, words: int):
+        self.ops, self.words = ops, words  # `words`: the address of the device's error words
         self.ring = pin(torch.zeros(self.RING, dev.SIG_HEADER, dtype=torch.int32))
         # Made once: each slot's address (for the copy) and a NumPy view of it (read with no torch
         # call: a tensor index and .tolist() per launch cost microseconds on the launch path).
         self.slots = [ptr(self.ring[i]) for i in range(self.RING)]
         self.rows = self.ring.numpy()
-        self.done = [ops.event() for _ in range(self.RING)]  # per slot: the launch's kernel and error copy are done
+        self.done = [ops.event() for _ in range(self.RING)]  # per slot: the launch and its error copy are done
         self.pending: collections.deque[tuple[int, int]] = collections.deque()  # (epoch, slot), oldest first
 
     def record(self, epoch: int, stream) -> None:
@@ -50,7 +50,7 @@ class LaunchErrors:
 
     def check(self, wait: bool = False, upto: int | None = None) -> None:
         """Read the error words of the launches that are done (with `wait`: all of them, or the
-        oldest `upto`), oldest first; raise the first error as SyncopyTimeout."""
+        oldest `upto`), oldest first; raise the first failure."""
         checked = 0
         while self.pending and (upto is None or checked < upto):
             epoch, slot = self.pending[0]
@@ -62,13 +62,28 @@ class LaunchErrors:
             checked += 1
             row = self.rows[slot]
             if row[0]:
-                flag, rank, unit, at = row.tolist()
                 self.pending.clear()  # later launches of a failed context are not trusted either
-                violation = _read_check().violation(self.ctx, [flag, rank, unit, at], self.ctx.kernel_file)
-                if violation is not None:
-                    raise violation
-                plan = self.ctx.plan
-                raise SyncopyTimeout(rank, divmod(plan.chunk_of_flag(unit), plan.chunks_per_rank), self.ctx.unwrap(at), self.timeout_s)
+                self.failed(row.tolist(), epoch)
+
+    def failed(self, words: list[int], epoch: int) -> None:
+        raise NotImplementedError
+
+
+class LaunchErrors(ErrorRing):
+    """The pending launches of one context: a failed one is a SyncopyTimeout naming rank, chunk and
+    epoch (or checked mode's read violation)."""
+
+    def __init__(self, ctx, ops, pin, timeout_s: float):
+        super().__init__(ops, pin, ctx.word_address(dev.SIG_ERROR.value))
+        self.ctx, self.timeout_s = ctx, timeout_s
+
+    def failed(self, words: list[int], epoch: int) -> None:
+        flag, rank, unit, at = words
+        violation = _read_check().violation(self.ctx, [flag, rank, unit, at], self.ctx.kernel_file)
+        if violation is not None:
+            raise violation
+        plan = self.ctx.plan
+        raise SyncopyTimeout(rank, divmod(plan.chunk_of_flag(unit), plan.chunks_per_rank), self.ctx.unwrap(at), self.timeout_s)
 
 
 def _read_check():

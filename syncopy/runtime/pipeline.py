@@ -64,10 +64,8 @@ made once, reused by every launch) and one `LinkSignals` per edge. `max_plans` b
 """
 from __future__ import annotations
 
-import collections
 import contextlib
 import threading
-import time
 from dataclasses import dataclass, field
 
 import torch
@@ -76,6 +74,7 @@ from syncopy import device as dev
 from syncopy.errors import LaunchError, SyncopyError, SyncopyTimeout
 from syncopy.runtime.launch import _interpreting, _on_device, _spin_limit
 from syncopy.runtime import streamops
+from syncopy.runtime.pending import ErrorRing
 from syncopy.runtime.streamops import ptr
 
 _local = threading.local()
@@ -298,8 +297,8 @@ class Reader:
         return exc
 
 
-class LinkErrors:
-    """A link's launches whose error words are not read yet, after runtime/pending.py's LaunchErrors:
+class LinkErrors(ErrorRing):
+    """A link's launches whose error words are not read yet (runtime/pending.py's ring):
 
         caller stream  [begin][op 1 ... op 2, joined][error words -> pinned ring[e % RING]][event e]
         host           launch e returns ... next launch / synchronize(): each done event, oldest first:
@@ -307,42 +306,13 @@ class LinkErrors:
 
     On CPU ranks the copy and the event are done when enqueued, so a launch's error is read as it returns."""
 
-    RING = 64
-
     def __init__(self, link: LinkSignals):
-        self.link, self.ops = link, link.ops
-        ring = torch.zeros(self.RING, dev.SIG_HEADER, dtype=torch.int32)
-        self.ring = ring.pin_memory() if link.signals.is_cuda else ring
-        self.slots = [ptr(self.ring[i]) for i in range(self.RING)]
-        self.rows = self.ring.numpy()  # read with no torch call
-        self.done = [self.ops.event() for _ in range(self.RING)]
-        self.pending: collections.deque[tuple[int, int]] = collections.deque()  # (epoch, slot), oldest first
+        super().__init__(link.ops, (lambda t: t.pin_memory()) if link.signals.is_cuda else (lambda t: t), ptr(link.signals))
+        self.link = link
 
-    def record(self, epoch: int, stream) -> None:
-        """Behind the launch's reader on `stream`: the link's error words to the ring."""
-        if len(self.pending) >= self.RING:
-            self.check(wait=True, upto=1)  # the oldest launch's slot is about to be reused
-        slot = epoch % self.RING
-        self.ops.copy(self.slots[slot], ptr(self.link.signals), 4 * dev.SIG_HEADER, stream)
-        self.ops.record(self.done[slot], stream)
-        self.pending.append((epoch, slot))
-
-    def check(self, wait: bool = False, upto: int | None = None) -> None:
-        """Read the error words of the launches that are done (with `wait`: all of them, or the
-        oldest `upto`), oldest first; raise the first starved reader as SyncopyTimeout."""
-        checked = 0
-        while self.pending and (upto is None or checked < upto):
-            epoch, slot = self.pending[0]
-            while not self.ops.done(self.done[slot]):
-                if not wait:
-                    return
-                time.sleep(20e-6)
-            self.pending.popleft()
-            checked += 1
-            flag, _, chunk, _ = (int(x) for x in self.rows[slot])
-            if flag:
-                self.pending.clear()  # later launches on a starved link are not trusted either
-                raise self.link.reader.timeout(self.link, chunk, epoch)
+    def failed(self, words: list[int], epoch: int) -> None:
+        _, _, chunk, _ = words
+        raise self.link.reader.timeout(self.link, chunk, epoch)
 
 
 @dataclass

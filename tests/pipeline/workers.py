@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import torch
 
+from tests.host_access import CountingHostAccess
+
 
 def tp_mlp(rank: int, world: int, shape=(20, 32, 48), launches: int = 3, chunks: int = 2, dtype=torch.float32,
            trace=None) -> dict:
@@ -161,43 +163,13 @@ def warm_launches_read_no_link_word(rank: int, world: int, launches: int = 3) ->
         else:
             storages = {x.untyped_storage().data_ptr() for plan in op.pipeline.plans.values()
                         for link in plan.links.values() for x in (link.ctx, link.signals)}
-            with _counting_link_access(storages, touched):
+            with CountingHostAccess(storages, touched):
                 y = t.module.launch(op, **inp)
         errs.append((y - t.module.reference(**inp)).abs().max().item())
     return {"touched": touched, "errs": errs, "epochs": [link.epoch for plan in op.pipeline.plans.values()
                                                          for link in plan.links.values()]}
 
 
-READS = ("tolist", "item", "__int__", "__float__", "__bool__", "numpy")
-WRITES = ("__setitem__", "copy_", "fill_", "zero_")
-
-
-class _counting_link_access:
-    """While open, torch.Tensor's host reads and in-place writes record their name in `touched`
-    when the tensor's storage is one of `storages` (the kernels' own accesses do not go through them)."""
-
-    def __init__(self, storages: set, touched: list):
-        self.storages, self.touched, self.saved = storages, touched, {}
-
-    def __enter__(self):
-        for name in READS + WRITES:
-            original = self.saved[name] = getattr(torch.Tensor, name)
-            setattr(torch.Tensor, name, self._counted(name, original))
-        return self
-
-    def _counted(self, name, original):
-        storages, touched = self.storages, self.touched
-
-        def counted(t, *args, **kwargs):
-            if t.untyped_storage().data_ptr() in storages:
-                touched.append(name)
-            return original(t, *args, **kwargs)
-        return counted
-
-    def __exit__(self, *exc):
-        for name, original in self.saved.items():
-            setattr(torch.Tensor, name, original)
-        return False
 
 
 def compiled_mlp(rank: int, world: int, shape=(8, 16, 32), launches: int = 2) -> dict:

@@ -17,6 +17,7 @@ from syncopy.runtime.context import Context
 from syncopy.runtime.outcome import _announce_unwritten
 from syncopy.runtime.plan import all_gather, reduce
 from syncopy.schedule import Schedule
+from tests.host_access import READS, CountingHostAccess
 from tests.world.harness import INSTANT, spawn
 
 ADVICE = "check that every rank launched the kernel with the same shapes, or raise timeout_s"
@@ -161,35 +162,6 @@ def test_a_starved_chunk_of_a_world_of_one_raises_its_exact_text_where_documente
         assert got["pending"] == 2 and got["errs"][0] < 1e-4 and got["raised"] == text and got["after"] == broken, (point, got)
 
 
-READS = ("tolist", "item", "__int__", "__float__", "__bool__", "numpy", "__index__")
-
-
-class _counting_reads:
-    """While open: host reads (READS) of a tensor whose storage is in `storages`, and `t[i] = v` with
-    an integer index into one (on GPUs a blocking copy of a host scalar: a host sync), by name."""
-
-    def __init__(self, storages: set, seen: list):
-        self.storages, self.seen, self.saved = storages, seen, {}
-
-    def __enter__(self):
-        for name in (*READS, "__setitem__"):
-            original = self.saved[name] = getattr(torch.Tensor, name)
-            setattr(torch.Tensor, name, self._counted(name, original))
-        return self
-
-    def _counted(self, name, original):
-        storages, seen = self.storages, self.seen
-
-        def counted(t, *args, **kwargs):
-            if t.untyped_storage().data_ptr() in storages and (name != "__setitem__" or isinstance(args[0], int)):
-                seen.append(name)
-            return original(t, *args, **kwargs)
-        return counted
-
-    def __exit__(self, *exc):
-        for name, original in self.saved.items():
-            setattr(torch.Tensor, name, original)
-        return False
 
 
 def warm_reads(rank: int, world: int) -> dict:
@@ -210,7 +182,8 @@ def warm_reads(rank: int, world: int) -> dict:
                 y = t.module.launch(fk, **inp)
             else:
                 storages = {x.untyped_storage().data_ptr() for ctx, _ in fk._contexts.values() for x in (ctx.signals, ctx.ctx)}
-                with _counting_reads(storages, seen):
+                with CountingHostAccess(storages, seen, (*READS, "__setitem__"),
+                                        accept=lambda name, args: name != "__setitem__" or isinstance(args[0], int)):
                     y = t.module.launch(fk, **inp)
             errs.append((y - t.module.reference(**inp)).abs().max().item())
         fk.synchronize()
