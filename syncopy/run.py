@@ -409,6 +409,13 @@ def _check_soak(opts: RunOptions, world: int) -> None:
         for src, _ in named:
             if not 0 <= src < world:
                 raise SyncopyError(f"--inject: rank {src} is not in a world of {world} ranks; name a rank 0..{world - 1}")
+        # A template whose faults are routed to several operators (tp_mlp) refuses a fault none of
+        # them makes here, once: from the ranks, whichever reported first would name itself.
+        from syncopy import templates
+
+        check = getattr(templates.get(opts.name).module, "check_faults", None)
+        if check is not None:
+            check(faults, world, opts.chunks, opts.order)
 
 
 def run(name: str, world: int, shape=None, dtype="fp32", chunks=None, order=None, iters=2, backend="auto", **soak) -> RunResult:

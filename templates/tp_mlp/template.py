@@ -105,6 +105,15 @@ def route_faults(faults, up_schedule, down_schedule, world: int):
     return _only(faults, ups), _only(faults, downs)
 
 
+def check_faults(faults, world: int, chunks_per_rank=None, order=None) -> None:
+    """`syncopy run`'s check of --inject before any rank starts (route_faults' FaultError): said once,
+    not by whichever rank reports first."""
+    from syncopy.templates import get
+
+    route_faults(faults, get("tp_mlp").schedule(chunks_per_rank=chunks_per_rank, order=order),
+                 _down_schedule(chunks_per_rank, order), world)
+
+
 def _listed(sends: set, src: int) -> str:
     return ", ".join(str(i) for r, i in sorted(sends) if r == src) or "none"
 

@@ -52,7 +52,8 @@ def test_the_cli_refuses_a_fault_no_operator_of_the_pipeline_makes_in_one_line()
                            "--inject", "corrupt=1:3", "--verify-chunks"], capture_output=True, text=True, timeout=300, cwd=REPO,
                           env=dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(REPO)))
     assert proc.returncode == 2 and proc.stdout == ""
-    assert proc.stderr == ("rank 0: injected fault corrupt=1:3 names a send no operator of tp_mlp makes: CHUNK is a chunk of "
+    # Refused before any rank starts: one line, the same whichever rank would have reported first.
+    assert proc.stderr == ("injected fault corrupt=1:3 names a send no operator of tp_mlp makes: CHUNK is a chunk of "
                            "rank 1's shard of X (the up projection sends 0, 1) or a global chunk id of Y (the down projection "
                            "sends 0, 1); name one of those\n")
 

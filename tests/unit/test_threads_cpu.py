@@ -147,10 +147,11 @@ def test_paced_chunks_land_while_the_kernel_runs():
 
 def test_gemm_rs_sends_chunks_while_the_kernel_still_runs():
     # Rank 0's kernel runs first under the interpreter: its chunks for ranks 1 and 2 leave as their
-    # flags rise, before the kernel ends (24 row tiles of 16 rows, local_first: the peers' chunks are
-    # finished first and rank 0's own 8 tiles still compute, long enough for a send thread to wake up
-    # on a loaded machine with a fast interpreter); every rank's rows are the sum over ranks.
-    name, world, m = "gemm_rs", 3, 384
+    # flags rise, before the kernel ends (48 row tiles of 16 rows, local_first: the peers' chunks are
+    # finished first and rank 0's own 16 tiles still compute, long enough for a send thread to wake up
+    # on a loaded machine: with 8 own tiles a send once left 0.4 ms after the kernel's end on a CI
+    # machine running other tests); every rank's rows are the sum over ranks.
+    name, world, m = "gemm_rs", 3, 768
     tw = ThreadWorld(templates.get(name).fused(timeout_s=30.0, chunks_per_rank=2, order="local_first"), world, device="cpu")
     mod = templates.get(name).module
     meta = dict(mod.META, BLOCK_M=16)
