@@ -153,6 +153,22 @@ def refuse_listed(schedule, backend: str) -> None:
                           f"world only so far, not {backend}; list one tensor, or run on CPU ranks (gloo)")
 
 
+def _word(t: torch.Tensor, i: int) -> torch.Tensor:
+    """Word `i` of `t` as a one-element slice: setting it enqueues a fill, never a blocking copy."""
+    return t[i : i + 1]
+
+
+def _runs(values: list[int]) -> list[tuple[int, int]]:
+    """Sorted integers as [lo, hi) runs of consecutive ones."""
+    runs: list[tuple[int, int]] = []
+    for v in values:
+        if runs and runs[-1][1] == v:
+            runs[-1] = (runs[-1][0], v + 1)
+        else:
+            runs.append((v, v + 1))
+    return runs
+
+
 def _gathered(shape: tuple[int, ...], dim: int, world: int) -> list[int]:
     full = list(shape)
     full[dim] *= world
@@ -332,17 +348,21 @@ class Context:
         for t, s in zip(self.tensors(), [shard, *self.extra_shards]):
             t.narrow(self.dim, self.plan.rank * rows, rows).copy_(s)
 
+    # Every device word a launch writes from the host is written as a one-word slice filled with the
+    # value (`_word(t, i).fill_(v)`): on GPUs that is a fill kernel, enqueued on the current stream like
+    # the launch's other work, where `t[i] = v` copies a host scalar in and waits for it (a host sync
+    # at every launch).
     def begin(self, spin_limit: int) -> int:
         self.epoch += 1
         for at in range(0, dev.CTX_LEN * (1 + len(self.extras)), dev.CTX_LEN):  # each tensor's block (not the chunk table)
-            self.ctx[at + dev.CTX_EPOCH.value] = self.word
-            self.ctx[at + dev.CTX_SPIN_LIMIT.value] = spin_limit
+            _word(self.ctx, at + dev.CTX_EPOCH.value).fill_(self.word)
+            _word(self.ctx, at + dev.CTX_SPIN_LIMIT.value).fill_(spin_limit)
         self.signals[: dev.SIG_HEADER] = 0
         # The landed (or sent) count starts at -1, "not counted by the host": the GPU backends never
         # count (their copy engines and peers raise the flags), and a traced kernel then counts the
         # flags that are up itself (device._arrived). The host's first count makes it 1.
-        self.signals[dev.SIG_HEADER + self.n_flags] = -1
-        self.signals[dev.SIG_HEADER + self.n_flags + 1] = 0
+        _word(self.signals, dev.SIG_HEADER + self.n_flags).fill_(-1)
+        _word(self.signals, dev.SIG_HEADER + self.n_flags + 1).fill_(0)
         self.t0 = time.perf_counter()
         self.t0_wall = time.time()
         return self.epoch
@@ -356,14 +376,36 @@ class Context:
                 self.trace.arrivals[chunk] = time.perf_counter() - self.t0
             self._count()
             for f in self.plan.flags(chunk):
-                self.signals[dev.SIG_HEADER + f] = self.word
+                _word(self.signals, dev.SIG_HEADER + f).fill_(self.word)
+
+    def land_all(self) -> None:
+        """`land` of every chunk, right after `begin` (a world of one holds them all once its shard is
+        in place): each stamped, all counted, then every flag raised, one fill per run of flags."""
+        with self.lock:
+            if self.trace is not None:
+                for g in range(self.n_chunks):
+                    self.trace.arrivals[g] = time.perf_counter() - self.t0
+            _word(self.signals, dev.SIG_HEADER + self.n_flags).fill_(self.n_chunks)
+            flags = sorted({f for g in range(self.n_chunks) for f in self.plan.flags(g)})
+            for lo, hi in _runs(flags):
+                self.signals[dev.SIG_HEADER + lo : dev.SIG_HEADER + hi] = self.word
 
     def set_targets(self, tiles_per_chunk: list[int]) -> None:
-        """Producer: the counts that complete each chunk in the coming launch (counters never reset)."""
+        """Producer: the counts that complete each chunk in the coming launch (counters never reset).
+        On GPUs by stream write-values on the current stream: a host list copied into device words
+        would be a blocking copy."""
         n = self.n_chunks
         self.targets = [wrap32(t + k) for t, k in zip(self.targets, tiles_per_chunk)]
         at = dev.SIG_HEADER + n + 2 + n
-        self.signals[at : at + n] = torch.tensor(self.targets, dtype=torch.int32)
+        if not self.signals.is_cuda:
+            self.signals[at : at + n] = torch.tensor(self.targets, dtype=torch.int32)
+            return
+        from syncopy.runtime import streamops
+
+        ops = streamops.cuda_ops()
+        stream = ops.handle(torch.cuda.current_stream(self.signals.device))
+        for g, target in enumerate(self.targets):
+            ops.write32(self.word_address(at + g), target, stream)
 
     def ready(self, chunk: int) -> bool:
         """Producer: has the kernel finished every tile that writes `chunk` in this launch?"""

@@ -14,7 +14,7 @@ def _announce_unwritten(ctx: Context, tiles_per_chunk: list[int]) -> None:
     contents): raise their flags now, after _init_partial, so no transfer waits for a tile."""
     for g, count in enumerate(tiles_per_chunk):
         if count == 0:
-            ctx.signals[dev.SIG_HEADER + g] = ctx.word
+            ctx.signals[dev.SIG_HEADER + g : dev.SIG_HEADER + g + 1] = ctx.word  # a fill: no host sync on GPUs
 
 
 def _dropped_out(transfer) -> str:

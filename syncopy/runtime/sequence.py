@@ -7,7 +7,6 @@ import time
 
 import torch
 
-from syncopy import device as dev
 from syncopy.errors import LaunchError, SyncopyTimeout
 from syncopy.runtime import splits, streamops, warmup
 from syncopy.runtime.backends import control
@@ -114,8 +113,7 @@ class LaunchSequence:
         own = self._own_errors(ctx, t.checked) if backend is None else None
         if own is not None:
             _check_own(ctx, own)  # a world of one: its earlier launches that are done, likewise
-        spin_limit = _spin_limit(self.timeout_s, shard.device.type)
-        epoch = ctx.begin(spin_limit) if backend is not None else _begin_alone(ctx, spin_limit)
+        epoch = ctx.begin(_spin_limit(self.timeout_s, shard.device.type))
         trace, trace_buf = self._new_trace(ctx, epoch, len(ranges))
         if self.poison_receive:
             for buffer in ctx.tensors():
@@ -123,7 +121,7 @@ class LaunchSequence:
                     buffer.fill_(float("nan"))
         if backend is None:
             ctx.place_local(shard)
-            _land_alone(ctx)
+            ctx.land_all()
             transfer = None
         else:
             if self.schedule.pattern == "all_to_all":
@@ -250,21 +248,13 @@ class LaunchSequence:
         need = ctx.tiles_per_chunk[self._shape_key(grid, call_args)]
         if _deferred(backend):
             backend.check()  # earlier launches that are done: their errors surface here
-        spin_limit = _spin_limit(self.timeout_s, out.device.type)
-        if backend is None:  # a world of one: its launch only enqueues (no host sync on GPUs)
-            _write_targets(ctx, need)
-            epoch = _begin_alone(ctx, spin_limit)
-        else:
-            ctx.set_targets(need)
-            epoch = ctx.begin(spin_limit)
+        ctx.set_targets(need)
+        epoch = ctx.begin(_spin_limit(self.timeout_s, out.device.type))
         trace, trace_buf = self._new_trace(ctx, epoch, len(ranges))
         self._init_partial(ctx, out)
         if self.poison_receive and out.is_floating_point():
             out.fill_(float("nan"))  # after _init_partial read it: only the reduction may write `out` now
-        if backend is None:
-            _announce_unwritten_alone(ctx, need)
-        else:
-            _announce_unwritten(ctx, need)
+        _announce_unwritten(ctx, need)
         transfer = backend.start_reduce(ctx, out, epoch) if backend is not None else None
         k0, k1 = self._run_kernel(fused, grid, call_args, ctx, order, trace_buf, options, transfer)
         if getattr(transfer, "deferred", False):
@@ -322,75 +312,6 @@ class LaunchSequence:
             if transfer is not None:
                 transfer.join()
         return k0, k1
-
-
-# -- a world of one (no backend): its launch words, enqueued ------------------------------------------
-# On GPUs `t[i] = v` copies a host scalar into device memory and waits for it (a host sync at every
-# launch); a one-word slice set to `v` is a fill kernel, enqueued like the launch's other work. These
-# are Context.begin, land and set_targets as a world of one needs them, written that way; a unit test
-# (tests/unit/test_world1_deferred.py) checks that they leave the words Context's methods leave.
-
-def _word(t: torch.Tensor, i: int) -> torch.Tensor:
-    """Word `i` of `t` as a one-element slice: setting it enqueues a fill, never a blocking copy."""
-    return t[i : i + 1]
-
-
-def _begin_alone(ctx: Context, spin_limit: int) -> int:
-    """`ctx.begin`, every device write a fill on the current stream."""
-    ctx.epoch += 1
-    for at in range(0, dev.CTX_LEN * (1 + len(ctx.extras)), dev.CTX_LEN):  # each tensor's block (not the chunk table)
-        _word(ctx.ctx, at + dev.CTX_EPOCH.value).fill_(ctx.word)
-        _word(ctx.ctx, at + dev.CTX_SPIN_LIMIT.value).fill_(spin_limit)
-    ctx.signals[: dev.SIG_HEADER] = 0
-    _word(ctx.signals, dev.SIG_HEADER + ctx.n_flags).fill_(-1)  # the landed count: "not counted yet" (Context.begin)
-    _word(ctx.signals, dev.SIG_HEADER + ctx.n_flags + 1).fill_(0)
-    ctx.t0 = time.perf_counter()
-    ctx.t0_wall = time.time()
-    return ctx.epoch
-
-
-def _land_alone(ctx: Context) -> None:
-    """`ctx.land` of every chunk (a world of one holds them all once its shard is in place): each
-    stamped, all counted, then every flag raised, in one fill per run of consecutive flags."""
-    if ctx.trace is not None:
-        for g in range(ctx.n_chunks):
-            ctx.trace.arrivals[g] = time.perf_counter() - ctx.t0
-    _word(ctx.signals, dev.SIG_HEADER + ctx.n_flags).fill_(ctx.n_chunks)
-    flags = sorted({f for g in range(ctx.n_chunks) for f in ctx.plan.flags(g)})
-    for lo, hi in _runs(flags):
-        ctx.signals[dev.SIG_HEADER + lo : dev.SIG_HEADER + hi] = ctx.word
-
-
-def _runs(values: list[int]) -> list[tuple[int, int]]:
-    """Sorted integers as [lo, hi) runs of consecutive ones."""
-    runs: list[tuple[int, int]] = []
-    for v in values:
-        if runs and runs[-1][1] == v:
-            runs[-1] = (runs[-1][0], v + 1)
-        else:
-            runs.append((v, v + 1))
-    return runs
-
-
-def _announce_unwritten_alone(ctx: Context, tiles_per_chunk: list[int]) -> None:
-    """outcome._announce_unwritten, each flag a fill."""
-    for g, count in enumerate(tiles_per_chunk):
-        if count == 0:
-            _word(ctx.signals, dev.SIG_HEADER + g).fill_(ctx.word)
-
-
-def _write_targets(ctx: Context, tiles_per_chunk: list[int]) -> None:
-    """`ctx.set_targets` as stream write-values on the current stream (host writes on CPU ranks):
-    its copy of a host list into device words is a blocking copy, a host sync at every launch."""
-    n = ctx.n_chunks
-    ctx.targets = [streamops.wrap32(t + k) for t, k in zip(ctx.targets, tiles_per_chunk)]
-    if ctx.signals.is_cuda:
-        ops = streamops.cuda_ops()
-        stream = ops.handle(torch.cuda.current_stream(ctx.signals.device))
-    else:
-        ops, stream = streamops.HostOps(), None
-    for g, target in enumerate(ctx.targets):
-        ops.write32(ctx.word_address(dev.SIG_HEADER + 2 * n + 2 + g), target, stream)
 
 
 def _check_own(ctx: Context, errors: LaunchErrors, wait: bool = False) -> None:

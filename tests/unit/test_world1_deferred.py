@@ -12,7 +12,6 @@ import pytest
 import torch
 
 from syncopy import device as dev
-from syncopy.runtime import sequence
 from syncopy.runtime.context import Context
 from syncopy.runtime.outcome import _announce_unwritten
 from syncopy.runtime.plan import all_gather, reduce
@@ -23,7 +22,7 @@ from tests.world.harness import INSTANT, spawn
 ADVICE = "check that every rank launched the kernel with the same shapes, or raise timeout_s"
 
 
-# -- the enqueued launch words are the words Context's own methods write ----------------------------
+# -- the launch words: land_all writes what landing every chunk writes; a producer's words ------------
 
 def _pair(producer: bool, chunks: int) -> tuple[Context, Context]:
     pattern = "reduce_scatter" if producer else "all_gather"
@@ -33,7 +32,7 @@ def _pair(producer: bool, chunks: int) -> tuple[Context, Context]:
 
 
 @pytest.mark.parametrize("chunks", [1, 3])
-def test_a_consumers_enqueued_begin_and_landing_write_what_context_begin_and_land_write(chunks):
+def test_landing_every_chunk_at_once_writes_what_landing_each_chunk_writes(chunks):
     theirs, ours = _pair(False, chunks)
     for launch in range(1, 4):
         for ctx in (theirs, ours):
@@ -41,23 +40,26 @@ def test_a_consumers_enqueued_begin_and_landing_write_what_context_begin_and_lan
         theirs.begin(1234)
         for g in range(theirs.n_chunks):
             theirs.land(g)
-        assert sequence._begin_alone(ours, 1234) == theirs.epoch == launch
-        sequence._land_alone(ours)
+        assert ours.begin(1234) == theirs.epoch == launch
+        ours.land_all()
         assert torch.equal(ours.ctx, theirs.ctx) and torch.equal(ours.signals, theirs.signals)
 
 
 @pytest.mark.parametrize("need", [[2, 0, 1], [3]])
-def test_a_producers_enqueued_targets_and_announcements_write_what_contexts_methods_write(need):
-    theirs, ours = _pair(True, len(need))
-    for _ in range(3):  # targets accumulate launch after launch (the counters are never reset)
-        theirs.set_targets(need)
-        theirs.begin(99)
-        _announce_unwritten(theirs, need)
-        sequence._write_targets(ours, need)
-        sequence._begin_alone(ours, 99)
-        sequence._announce_unwritten_alone(ours, need)
-        assert ours.targets == theirs.targets
-        assert torch.equal(ours.ctx, theirs.ctx) and torch.equal(ours.signals, theirs.signals)
+def test_a_producers_targets_accumulate_and_its_unwritten_chunks_are_final_at_once(need):
+    ctx, _ = _pair(True, len(need))
+    n = len(need)
+    for launch in range(1, 4):  # targets accumulate launch after launch (the counters are never reset)
+        ctx.signals.fill_(7)
+        ctx.set_targets(need)
+        assert ctx.begin(99) == launch
+        _announce_unwritten(ctx, need)
+        assert ctx.targets == [launch * k for k in need]
+        assert ctx.signals[dev.SIG_HEADER + 2 * n + 2:dev.SIG_HEADER + 3 * n + 2].tolist() == ctx.targets
+        assert ctx.signals[: dev.SIG_HEADER].tolist() == [0] * dev.SIG_HEADER
+        flags = ctx.signals[dev.SIG_HEADER:dev.SIG_HEADER + n].tolist()
+        assert [f == ctx.word for f in flags] == [k == 0 for k in need], flags
+        assert int(ctx.ctx[dev.CTX_EPOCH.value]) == ctx.word and int(ctx.ctx[dev.CTX_SPIN_LIMIT.value]) == 99
 
 
 # -- world-1 launches (one spawned rank) -------------------------------------------------------------
@@ -76,8 +78,8 @@ class _Later:
 
 
 def _withholding(chunk: int):
-    """`sequence._land_alone` that leaves chunk `chunk`'s flags down: the chunk never lands."""
-    land = sequence._land_alone
+    """`Context.land_all` that leaves chunk `chunk`'s flags down: the chunk never lands."""
+    land = Context.land_all
 
     def land_but(ctx):
         land(ctx)
@@ -108,15 +110,15 @@ def starved_chunk(rank: int, world: int) -> dict:
     out = {}
     t, fk = _ag_gemm(0.5)
     out["errs"] = [_err(t, fk, 0)]
-    real = sequence._land_alone
-    sequence._land_alone = _withholding(1)
+    real = Context.land_all
+    Context.land_all = _withholding(1)
     try:
         _err(t, fk, 1)
         out["at_once"] = None
     except SyncopyTimeout as exc:
         out["at_once"] = str(exc)
     finally:
-        sequence._land_alone = real
+        Context.land_all = real
     try:
         _err(t, fk, 2)
     except LaunchError as exc:
@@ -127,11 +129,11 @@ def starved_chunk(rank: int, world: int) -> dict:
         _err(t, fk, 0)
         (ctx, _), = fk._contexts.values()
         later = ctx.own_errors.ops = _Later(ctx.own_errors.ops)
-        sequence._land_alone = _withholding(1)
+        Context.land_all = _withholding(1)
         try:
             _err(t, fk, 1)  # the kernel times out, the launch returns
         finally:
-            sequence._land_alone = real
+            Context.land_all = real
         errs = [_err(t, fk, 2)]
         record = {"pending": len(ctx.own_errors.pending), "errs": errs}
         later.released.set()
