@@ -160,7 +160,7 @@ def deferred_error(rank: int, world: int) -> dict:
 
     from syncopy import templates
     from syncopy.errors import SyncopyTimeout
-    from syncopy.runtime import sequence
+    from syncopy.runtime.context import Context
 
     device = torch.device("cuda", 0)
     torch.cuda.set_device(device)
@@ -169,20 +169,20 @@ def deferred_error(rank: int, world: int) -> dict:
     inp = [{k: v.to(device) for k, v in t.module.inputs(0, 1, (256, 128, 64), torch.float16, seed=s).items()} for s in range(3)]
     t.module.launch(fk, **inp[0])
     fk.synchronize()
-    land = sequence._land_alone
+    land = Context.land_all
 
     def withheld(ctx):
         land(ctx)
         for f in ctx.plan.flags(1):
             ctx.signals[4 + f : 5 + f] = 0
 
-    sequence._land_alone = withheld
+    Context.land_all = withheld
     try:
         start = time.perf_counter()
         t.module.launch(fk, **inp[1])
         returned_s = time.perf_counter() - start
     finally:
-        sequence._land_alone = land
+        Context.land_all = land
     try:
         fk.synchronize()
         raised = None
