@@ -376,7 +376,7 @@ class Context:
                 self.trace.arrivals[chunk] = time.perf_counter() - self.t0
             self._count()
             for f in self.plan.flags(chunk):
-                _word(self.signals, dev.SIG_HEADER + f).fill_(self.word)
+                self.signals[dev.SIG_HEADER + f : dev.SIG_HEADER + f + 1] = self.word  # a fill, as _word's
 
     def land_all(self) -> None:
         """`land` of every chunk, right after `begin` (a world of one holds them all once its shard is

@@ -288,8 +288,8 @@ def test_trace_counts_a_chunk_before_raising_its_flag():
         def __getitem__(self, key):
             return self.t[key].clone()  # so `pad[k] += 1` writes only through __setitem__
 
-        def __setitem__(self, key, value):
-            self.writes.append(int(key))
+        def __setitem__(self, key, value):  # a word, or a one-word slice (a fill: no host sync on GPUs)
+            self.writes.append(key.start if isinstance(key, slice) else int(key))
             self.t[key] = value
 
     pad = Recorder(ctx.signals)
