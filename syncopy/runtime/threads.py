@@ -44,7 +44,9 @@ that ran out) are read off the launch path from each rank's error ring (runtime/
 next launch or `synchronize()`, and raise SyncopyTimeout naming rank, chunk and epoch.
 
 Templates run through `ThreadWorld.run`: each rank's `launch(fused, ..., group=...)` is given a
-stand-in kernel that records its call and a `RankGroup` answering `size()` and `rank()`.
+stand-in kernel that records its call and a `RankGroup` answering `size()` and `rank()`. A pipeline
+template's operator (tp_mlp) runs through runtime/thread_pipeline.py: a thread world per operator,
+links per rank.
 
 `ThreadWorld(..., device="cpu")` runs the same protocol between CPU tensors under the Triton
 interpreter (tests): transfer streams are worker threads (streamops.HostStream), and interpreted
@@ -190,6 +192,13 @@ class ThreadWorld:
         pushes = pushes or os.environ.get("SYNCOPY_THREAD_PUSHES") or None
         if pushes is not None and pushes not in PUSH_MODES:
             raise LaunchError(f"pushes={pushes!r}: expected one of {', '.join(PUSH_MODES)} (or unset: before-kernel on a GPU)")
+        self.pipeline = None
+        if hasattr(fused, "rank_view"):  # a pipeline template's operator (tp_mlp): its operators, linked per rank
+            from syncopy.runtime.thread_pipeline import ThreadPipeline
+
+            self.fk, self.world = fused, world
+            self.pipeline = ThreadPipeline(fused, world, device, pushes)
+            return
         # CPU streams are threads: they always run beside the kernel. On a GPU, in-kernel is opt-in
         # (module doc: measured to hang an H100 at 8192x8192x4096 while the copy probe said yes).
         self.pushes = pushes or ("before-kernel" if device == "cuda" else "in-kernel")
@@ -221,6 +230,8 @@ class ThreadWorld:
         """Call `body(fused, group, rank)` for every rank (a template's `launch(fused, ..., group=group)`),
         then launch what they called, all ranks at once; returns each rank's return value (its
         output, filled in stream order)."""
+        if self.pipeline is not None:
+            return self.pipeline.run(body)
         outs, calls = [], []
         for r in range(self.world):
             stand_in = _RankKernel(self.fk)
@@ -232,14 +243,18 @@ class ThreadWorld:
         return outs
 
     def launch(self, grid, args: list[tuple], kwargs: list[dict] | dict | None = None, *, join: bool = True, sync: bool = False,
-               withhold: frozenset = frozenset(), delay_s: float = 0.0, timeline: bool = False) -> list[Context]:
+               withhold: frozenset = frozenset(), delay_s: float = 0.0, timeline: bool = False,
+               links: list[dict] | None = None) -> list[Context]:
         """Launch the fused kernel on every rank: `args[r]` / `kwargs[r]` are rank r's arguments as
         the local kernel takes them, with the communicated tensor at its per-rank size; `grid` is
         one grid for all or one per rank. Enqueues and returns (module doc); `sync=True` waits and
         raises the launch's error, if any. `withhold`: chunk ids never sent (tests: a lost chunk).
         `delay_s` (CPU engine only): a pause before each chunk a stream moves, a slower link.
         `timeline`: mark each rank's kernel start and end and each chunk landing in it
-        (`timeline_ms()` after a synchronised launch)."""
+        (`timeline_ms()` after a synchronised launch). `links`: per rank, a pipeline's link
+        arguments of this operator (runtime/thread_pipeline.py)."""
+        if self.pipeline is not None:
+            raise LaunchError("a pipeline template's operators launch together: call run(body) with the template's launch")
         if delay_s and self.engine.device_type != "cpu":
             raise LaunchError("delay_s paces the CPU engine's transfer threads; a GPU stream cannot pause: drop delay_s")
         self.delay_s = delay_s
@@ -250,12 +265,12 @@ class ThreadWorld:
         grids = grid if isinstance(grid, list) else [grid] * self.world
         device = next((a.device for a in args[0] if isinstance(a, torch.Tensor)), None)
         with (torch.cuda.device(device) if self.engine.device_type == "cuda" else contextlib.nullcontext()), torch.inference_mode():
-            ranks = self._launch(grids, args, kwargs, join, withhold)
+            ranks = self._launch(grids, args, kwargs, join, withhold, links)
         if sync:
             self.synchronize()
         return [rk.ctx for rk in ranks]
 
-    def _launch(self, grids, args, kwargs, join: bool, withhold: frozenset) -> list[_Rank]:
+    def _launch(self, grids, args, kwargs, join: bool, withhold: frozenset, links: list[dict] | None = None) -> list[_Rank]:
         fk = self.fk
         fk.build()
         fused = fk._built[1]
@@ -272,11 +287,16 @@ class ThreadWorld:
             rk.ctx.extra_shards = [arguments[n] for n in listed]
             call[fk.schedule.tensors[0]] = rk.ctx.buffer
             call.update(zip(listed, rk.ctx.extras))
+            if links is not None:
+                fk.link_args = links[rk.rank]  # the probe of the first launch of a shape takes them too
             if fk.producer:
                 order = fk._order(rk.ctx, g, call, None)[0]
-                calls.append((g, call, fk._extra(rk.ctx, order, rk.ctx.no_trace), options))
+                extra = fk._extra(rk.ctx, order, rk.ctx.no_trace)
             else:
-                calls.append((g, call, launch_args(fk, rk, g, call)[1], options))
+                extra = launch_args(fk, rk, g, call)[1]
+            if links is not None:  # this rank's links, at every launch (launch_args keeps extras per shape, not per link)
+                extra = {**extra, **links[rk.rank]}
+            calls.append((g, call, extra, options))
         epoch = self.epochs[key] = self.epochs.get(key, 0) + 1
         eng, ops = self.engine, self.ops
         caller = ops.handle(eng.current(shards[0].device))
@@ -542,8 +562,18 @@ class ThreadWorld:
                 rk.sends[d].append((g, ctx.flag_address(g), ptr(dst), ptr(src), src.nbytes))
 
     # -- errors -----------------------------------------------------------------------------------
+    def check(self) -> None:
+        """Raise the first error of the launches done by now, without waiting (SyncopyTimeout)."""
+        if self.pipeline is not None:
+            return self.pipeline._check()
+        for ranks in self.worlds.values():
+            for rk in ranks:
+                rk.errors.check()
+
     def synchronize(self) -> None:
         """Wait for every launch so far and raise the first error among them (SyncopyTimeout)."""
+        if self.pipeline is not None:
+            return self.pipeline.synchronize()
         for ranks in self.worlds.values():
             for rk in ranks:
                 self.engine.synchronize(rk.ctx.buffer.device)

@@ -1,6 +1,7 @@
 """tp_mlp: Y_r = rows r of reduce_scatter(gelu(all_gather(X) @ W1_r) @ W2_r), the Megatron sequence-parallel
 MLP as two fused operators linked by per-chunk signals on H (syncopy.pipeline); shape M,N,F with M the
 tokens per rank, N the model width and F the FFN width per rank."""
+import copy
 from importlib import resources
 
 import torch
@@ -40,6 +41,21 @@ class TpMlp:
             else:
                 self._hidden[key] = torch.empty(rows, width, dtype=like.dtype, device=like.device)
         return self._hidden[key]
+
+    def rank_view(self):
+        """This operator as one rank of a thread world sees it (runtime/thread_pipeline.py): the same
+        up and down operators, activations of its own (ranks share one process)."""
+        from syncopy.runtime.context import Arena
+
+        if self.faults is not None:
+            from syncopy.errors import LaunchError
+
+            raise LaunchError("injected faults act on the gloo backend's transfers; the thread world moves chunks by stream "
+                              "copies: drop the faults, or run on CPU ranks (syncopy run)")
+        view = copy.copy(self)
+        view._hidden = {}
+        view.arena = Arena(self.arena.announced_rows) if self.arena is not None else None
+        return view
 
     def route_faults(self, world: int) -> None:
         """Give each operator the injected faults that name its sends (see `route_faults`), once, at

@@ -27,7 +27,8 @@ def _world(name: str, world: int, **options):
 
 
 @pytest.mark.parametrize("world", [2, 4])
-@pytest.mark.parametrize("name", ["a2a_gemm", "ag_attention", "ag_gemm", "ag_gemm_persistent", "ag_rmsnorm", "gemm_ar", "gemm_rs"])
+@pytest.mark.parametrize("name", ["a2a_gemm", "ag_attention", "ag_gemm", "ag_gemm_persistent", "ag_rmsnorm", "gemm_ar", "gemm_rs",
+                                  "tp_mlp"])
 def test_every_template_on_the_thread_world(name, world):
     from syncopy import templates
 
@@ -78,13 +79,16 @@ def test_warm_launches_never_sync_the_host_and_overlapping_launches_stay_correct
         assert max(_err(c, ref) for c in cs) < 2e-2, f"launch {seed}"
 
 
-def test_gemm_rs_warm_launches_never_sync_the_host():
+@pytest.mark.parametrize("name,shape,options", [("gemm_rs", (1024, 256, 128), dict(order="local_first")),
+                                                 ("tp_mlp", (256, 128, 256), {})])
+def test_producer_and_pipeline_warm_launches_never_sync_the_host(name, shape, options):
+    # tp_mlp: two operators linked per rank (runtime/thread_pipeline.py): the links' words, both
+    # operators and the links' error words, enqueued.
     from syncopy import templates
 
-    name, world = "gemm_rs", 4
-    tw = _world(name, world, chunks_per_rank=2, order="local_first")
+    world = 4
+    tw = _world(name, world, chunks_per_rank=2, **options)
     mod = templates.get(name).module
-    shape = (1024, 256, 128)
     inputs = [[{k: v.cuda() for k, v in mod.inputs(r, world, shape, torch.float16, seed=s).items()} for r in range(world)] for s in range(4)]
     tw.run(lambda fused, group, r: mod.launch(fused, **inputs[0][r], group=group))
     tw.synchronize()
