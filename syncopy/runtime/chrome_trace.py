@@ -2,7 +2,10 @@
 
 One process per rank (pid = rank), four lanes each: the kernel, its tiles (the wait of each tile,
 then its work), the chunks that came in (from the moment the sender handed the chunk to the link
-to the moment it landed here) and the chunks that went out. Categories say what an event is:
+to the moment it landed here) and the chunks that went out. A file of several operators (a
+pipeline's) gives each operator four lanes of its own (tid 4 x its index + lane, named after it):
+on CPU ranks as on GPUs a pipeline's second operator runs beside its first, and one lane would
+draw their tiles over each other. Categories say what an event is:
 `kernel`, `wait`, `tile`, `chunk`, `signal`. Times come from each rank's Trace (seconds from its
 launch start) placed on the wall clock of the launch starts, so ranks on one host line up.
 Open a file at https://ui.perfetto.dev or chrome://tracing; `syncopy trace FILE -o PNG` draws it.
@@ -30,12 +33,13 @@ def _instant(name, cat, pid, tid, t, **args) -> dict:
     return {"name": name, "cat": cat, "ph": "i", "s": "t", "pid": pid, "tid": tid, "ts": _us(t), "args": args}
 
 
-def launch_events(traces: list, origin: float) -> list[dict]:
+def launch_events(traces: list, origin: float, lanes: dict | None = None) -> list[dict]:
     """Events of one launch, every rank's Trace in `traces` (rank order); `origin` is the wall-clock
-    time (time.time()) that ts 0 stands for."""
+    time (time.time()) that ts 0 stands for; `lanes`: kernel name -> its first tid (default 0)."""
     events = []
     by_rank = {t.rank: t for t in traces}
     for t in traces:
+        first = len(events)
         shift = t.started_at - origin  # this rank's launch start on the common clock
 
         def at(seconds, shift=shift):
@@ -45,7 +49,6 @@ def launch_events(traces: list, origin: float) -> list[dict]:
         k0, k1 = t.kernel_s
         events.append(_span(f"kernel {t.kernel}", "kernel", r, KERNEL, at(k0), at(k1), epoch=t.epoch, producer=t.producer,
                             tiles=len(t.tile_starts), overlapped_tiles=t.overlapped_tiles()))
-        first = len(events)
         events += _tile_events(t, at)
         for g, landed in sorted(t.arrivals.items()):
             what = "reduced" if t.producer else "landed"
@@ -60,10 +63,23 @@ def launch_events(traces: list, origin: float) -> list[dict]:
             events.append(_instant(f"chunk {g} flag", "signal", r, CHUNKS_OUT, at(ready), chunk=g))
         for (g, peer), (b, h) in sorted(t.sends.items()):
             events.append(_span(f"chunk {g} to rank {peer}", "chunk", r, CHUNKS_OUT, at(b), at(h), chunk=g, peer=peer))
+        shift_tid = (lanes or {}).get(t.kernel, 0)
         for e in events[first:]:
             e["args"]["epoch"] = t.epoch  # which launch: the n-th launch of an operator has one epoch on every rank
-            e["args"]["kernel"] = t.kernel  # which operator (a pipeline's operators share the lanes)
+            e["args"]["kernel"] = t.kernel  # which operator
+            e["tid"] += shift_tid
     return events
+
+
+def lane_of(event: dict) -> int:
+    """KERNEL, TILES, CHUNKS_IN or CHUNKS_OUT: which of its operator's lanes an event is on."""
+    return event.get("tid", 0) % len(LANES)
+
+
+def _lanes(launches: list[list]) -> dict:
+    """Each operator's first tid: 0 for a file of one operator, 4 x its index (first seen first) for several."""
+    names = list(dict.fromkeys(t.kernel for traces in launches for t in traces))
+    return {name: (len(LANES) * i if len(names) > 1 else 0) for i, name in enumerate(names)}
 
 
 def _tile_events(t, at) -> list[dict]:
@@ -100,16 +116,19 @@ def document(launches: list[list]) -> dict:
     if not launches:
         return {"traceEvents": [], "displayTimeUnit": "ms"}
     origin = min(t.started_at for traces in launches for t in traces)
+    lanes = _lanes(launches)
     events = []
     for traces in launches:
-        events += launch_events(traces, origin)
+        events += launch_events(traces, origin, lanes)
     ranks = sorted({t.rank for traces in launches for t in traces})
     for r in ranks:
         events.append({"name": "process_name", "ph": "M", "pid": r, "args": {"name": f"rank {r}"}})
         events.append({"name": "process_sort_index", "ph": "M", "pid": r, "args": {"sort_index": r}})
-        for tid, lane in LANES.items():
-            events.append({"name": "thread_name", "ph": "M", "pid": r, "tid": tid, "args": {"name": lane}})
-            events.append({"name": "thread_sort_index", "ph": "M", "pid": r, "tid": tid, "args": {"sort_index": tid}})
+        for kernel, base in lanes.items():
+            for lane, name in LANES.items():
+                label = name if len(lanes) == 1 else f"{kernel} {name}"
+                events.append({"name": "thread_name", "ph": "M", "pid": r, "tid": base + lane, "args": {"name": label}})
+                events.append({"name": "thread_sort_index", "ph": "M", "pid": r, "tid": base + lane, "args": {"sort_index": base + lane}})
     return {"traceEvents": events, "displayTimeUnit": "ms",
             "otherData": {"producer": "syncopy", "launches": len(launches), "ranks": len(ranks)}}
 

@@ -25,9 +25,14 @@ runtime/pending.py): at the next launch or `pipe.synchronize()`, raising Syncopy
 chunk and epoch. On CPU ranks those copies are done when enqueued, so a starved reader raises as
 its launch returns, as before.
 
-Streams. On CPU ranks the Triton interpreter runs one kernel at a time per process (its program
-index and its patches of triton.language are process globals), so `down` starts once `up` has
-ended and finds the flags raised; the flags are still the only thing it waits on. On a GPU, from
+Streams. On CPU ranks, from the second launch of a launch shape on, `down` (op 2) runs on a side
+thread, started first, beside `up` on the caller's thread (`_beside`; `side_thread=False` keeps
+them in order). The Triton interpreter keeps its program index and its patches of triton.language
+per process; runtime/interpreter_threads.py makes them safe for one kernel per thread. The two
+kernels take turns under the GIL, and `down`'s tiles start as `up`'s tiles raise the chunks they
+read (the trace shows it: `syncopy run tp_mlp --world 4 --trace t.json --timeline t.png`). The
+reader's launch runs in the group turn the caller's thread holds for both (its transfers and the
+writer's are told apart by their contexts' tags). On a GPU, from
 the second launch of a launch shape on, `down` (op 2) runs on the pipeline's side stream, forked from the
 caller's stream after the links' writes and joined back after it, so its tiles start on `up`'s
 first finished chunks:
@@ -83,6 +88,11 @@ _local = threading.local()
 def recording():
     """The pipeline whose `with` block this thread is in, or None."""
     return getattr(_local, "pipeline", None)
+
+
+def turn_held() -> bool:
+    """Is this thread a pipeline's side thread, launching in the group turn its writer's thread holds?"""
+    return getattr(_local, "turn_held", False)
 
 
 @dataclass
@@ -351,12 +361,22 @@ class Placement:
 IN_ORDER = "in order on the caller's stream"
 
 
+SIDE_THREAD = ("op 2 on a side thread, started first, beside op 1 on the caller's thread (two interpreted kernels "
+               "take turns under the GIL)")
+
+
 def place(*, cuda: bool, interpreted: bool, warm: bool, chain: bool, reader_ctas: int, writer_ctas: int, sms: int,
-          reserved: int, reader_first_ok: bool) -> Placement:
+          reserved: int, reader_first_ok: bool, threads: bool = False) -> Placement:
     """The rule of the module doc: the reader beside the writer only where its waiting tiles can never
-    hold every SM the writer's tiles (or an SM transport's kernels) still need."""
+    hold every SM the writer's tiles (or an SM transport's kernels) still need; on CPU ranks, beside it
+    on a side thread where the interpreter can run two kernels at once (`threads`)."""
+    if not cuda and interpreted and warm and chain and threads:
+        return Placement(True, True, SIDE_THREAD)
     if not cuda or interpreted:
-        return Placement(False, False, f"{IN_ORDER}: the interpreter runs one kernel at a time per process")
+        why = ("the first launch of these shapes compiles, probes and meets the peers" if not warm else
+               "only a pipeline of two linked operators runs them side by side so far" if not chain else
+               "the interpreter runs one kernel at a time per process")
+        return Placement(False, False, f"{IN_ORDER}: {why}")
     if not warm:
         return Placement(False, False, f"{IN_ORDER}: the first launch of these shapes compiles, probes and meets the peers")
     if not chain:
@@ -391,7 +411,7 @@ class Pipeline:
     the writer's chunks, world x chunks_per_rank). `trace`: True records every operator's `last_trace`;
     a path also writes one Chrome / Perfetto trace of all of them, every rank (rank 0 writes)."""
 
-    def __init__(self, *, link_chunks: int | None = None, trace=False, max_plans: int = 16):
+    def __init__(self, *, link_chunks: int | None = None, trace=False, max_plans: int = 16, side_thread: bool = True):
         import os
 
         self.link_chunks = link_chunks
@@ -400,6 +420,7 @@ class Pipeline:
         self.traced_launches: list[list] = []
         self.last_traces: list = []  # trace=True: every operator's Trace of the last launch, on this rank
         self.max_plans = max_plans
+        self.side_thread = side_thread  # CPU ranks: op 2 on a side thread beside op 1 from a shape's second launch
         self.plans: dict[tuple, Plan] = {}
         self._variants: dict[tuple, object] = {}  # (id of the user's operator, roles) -> linked variant
         self._recorded: list[Launch] | None = None
@@ -476,7 +497,10 @@ class Pipeline:
 
     def _enqueue(self, plan: Plan, launches: list[Launch], placement: Placement, caller) -> None:
         """Every operator's launch, on the caller's stream in order, or (placement.side) the reader on
-        the side stream, forked from the caller's after the links' writes and joined back after it."""
+        the side stream, forked from the caller's after the links' writes and joined back after it
+        (CPU ranks: on a side thread, `_beside`)."""
+        if placement.side and caller is None:
+            return self._beside(plan, launches)
         side = self._side_stream(caller) if placement.side else None
         if side is not None:
             side.wait_stream(caller)  # fork: the reader sees its inputs and the links' new epoch
@@ -501,6 +525,46 @@ class Pipeline:
         for finish in stashed or ():
             finish()  # traced launches read their tiles' records once both operators are enqueued
 
+    def _beside(self, plan: Plan, launches: list[Launch]) -> None:
+        """CPU ranks: the reader's launch on a side thread, started first (its tiles wait for the link's
+        chunks as they would on the device), the writer's on this thread, in the group's turn this
+        thread holds for both (FusedKernel._serialised_launch); then the side thread is joined and its
+        error, if any, raised (the writer's first: a reader starves of a writer that failed)."""
+        from syncopy.runtime.backends import control
+        from syncopy.runtime.contexts import checked_group
+
+        self._returned = set()
+        for index in (0, 1):
+            plan.variants[index].link_args = plan.link_args(index)
+        failed: list[BaseException] = []
+        # Grad and inference mode are per thread: the reader launches in the caller's (a custom op's
+        # forward runs with grad off; a new thread would start with it on).
+        grad, inference = torch.is_grad_enabled(), torch.is_inference_mode_enabled()
+
+        def reader():
+            _local.turn_held = True
+            try:
+                x = launches[1]
+                with torch.inference_mode(inference), torch.set_grad_enabled(grad):  # in this order: inference_mode(False) turns grad on
+                    plan.variants[1][x.grid](*x.args, group=x.group, **x.kwargs)
+            except BaseException as exc:  # raised on the caller's thread below
+                failed.append(exc)
+            finally:
+                _local.turn_held = False
+
+        with control.group_lock(checked_group(launches[0].group)):
+            side = threading.Thread(target=reader, name="syncopy-pipeline-reader", daemon=True)
+            side.start()
+            try:
+                x = launches[0]
+                plan.variants[0][x.grid](*x.args, group=x.group, **x.kwargs)
+                self._returned.add(0)
+            finally:
+                side.join()
+        if failed:
+            raise failed[0]
+        self._returned.add(1)
+
     def _side_stream(self, caller):
         stream = self._side.get(caller.device)
         if stream is None:
@@ -516,8 +580,9 @@ class Pipeline:
         warm = key in plan.placements
         if device is None or _interpreting() or not warm or not chain:
             plan.placements.setdefault(key, None)
+            threads = device is None and _interpreting() and warm and chain and self.side_thread and _interpreter_threads()
             return place(cuda=device is not None, interpreted=_interpreting(), warm=warm, chain=chain,
-                         reader_ctas=0, writer_ctas=0, sms=0, reserved=0, reader_first_ok=False)
+                         reader_ctas=0, writer_ctas=0, sms=0, reserved=0, reader_first_ok=False, threads=threads)
         placement = plan.placements[key]
         if placement is None:
             from syncopy.runtime import occupancy
@@ -719,6 +784,13 @@ def _probe_writes(variant, writer: Launch, link: LinkSignals) -> list[int]:
         for g in range(max(lo, 0), hi + 1):
             need[g] += 1
     return need
+
+
+def _interpreter_threads() -> bool:
+    """Can this process run two interpreted kernels at once (runtime/interpreter_threads.py)?"""
+    from syncopy.runtime import interpreter_threads
+
+    return interpreter_threads.enable()
 
 
 def _cuda_device(launches: list[Launch]):

@@ -50,7 +50,11 @@ class LaunchSequence:
         self._refuse_grad(args, kwargs)
         group = checked_group(group)
         device = _cuda_device(args, kwargs)
-        with _profiled(self.local.fn.__name__), control.group_lock(group), torch.inference_mode(), _on_device(device):
+        from syncopy.runtime import pipeline
+
+        # A pipeline's reader on its side thread (CPU ranks) launches in the turn its writer's thread holds.
+        turn = contextlib.nullcontext() if pipeline.turn_held() else control.group_lock(group)
+        with _profiled(self.local.fn.__name__), turn, torch.inference_mode(), _on_device(device):
             self._follow_last_launch(control.group_token(group), device)
             result = self._launch(grid, args, kwargs, group)
             if self.trace_file is not None and self.last_trace is not None:

@@ -1,7 +1,9 @@
 """A trace file (syncopy/runtime/chrome_trace.py) drawn as a picture: per rank, a lane for the kernel,
 one for its tiles (each tile's wait in red, its work in blue), one for the chunks coming in (from the
 moment the sender handed a chunk to the link to its landing, labelled with the chunk id) and one for
-the chunks going out. A reader sees chunks land and tiles start as they land.
+the chunks going out; a pipeline's file has these lanes per operator (the lanes no event uses are
+left out), so that a reader sees the second operator's tiles start beside the first's. A reader
+sees chunks land and tiles start as they land.
 
 matplotlib draws it (the `plot` extra: pip install 'syncopy[plot]').
 """
@@ -46,17 +48,19 @@ def draw(doc: dict, out, title: str | None = None) -> Path:
         raise SyncopyError("the trace has no events to draw (was the operator launched with trace=...?)")
     ranks = sorted({e["pid"] for e in events})
     t0 = min(e["ts"] for e in events)
-    lanes = len(LANE_NAMES)
+    tids = sorted({e.get("tid", 0) for e in events})  # the lanes drawn: those some event of some rank is on
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in doc["traceEvents"] if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    lanes = len(tids)
     fig, ax = plt.subplots(figsize=(14, 1.1 + 0.55 * lanes * len(ranks)))
     yticks, ylabels = [], []
     for i, rank in enumerate(ranks):
         base = (len(ranks) - 1 - i) * (lanes + 1)
-        for tid, name in enumerate(LANE_NAMES):
-            y = base + lanes - 1 - tid
-            yticks.append(y)
-            ylabels.append(f"rank {rank}  {name}")
+        row = {tid: base + lanes - 1 - k for k, tid in enumerate(tids)}
+        for tid in tids:
+            yticks.append(row[tid])
+            ylabels.append(f"rank {rank}  {names.get((rank, tid), LANE_NAMES[tid % len(LANE_NAMES)])}")
         for e in (e for e in events if e["pid"] == rank):
-            y = base + lanes - 1 - e.get("tid", 0)
+            y = row[e.get("tid", 0)]
             start = (e["ts"] - t0) / 1e3
             if e["ph"] == "i":
                 ax.plot([start, start], [y - 0.35, y + 0.35], color=COLORS["signal"], linewidth=1)
@@ -85,5 +89,5 @@ def draw(doc: dict, out, title: str | None = None) -> Path:
 
 def _color(e: dict) -> str:
     if e["cat"] == "chunk":
-        return COLORS["chunk_in"] if e.get("tid") == 2 else COLORS["chunk_out"]
+        return COLORS["chunk_in"] if e.get("tid", 0) % len(LANE_NAMES) == 2 else COLORS["chunk_out"]
     return COLORS.get(e["cat"], "#607d8b")

@@ -72,17 +72,33 @@ def test_tp_mlp_matches_torch_and_allocates_nothing_after_its_first_launch(world
 
 
 def _check_trace(doc: dict, world: int) -> None:
-    """Both operators' kernels on every rank, each launch's down projection after its up projection
-    (on CPU ranks one interpreted kernel runs at a time), every chunk landing once per launch."""
+    """Both operators' kernels on every rank, each on lanes of its own; the first launch in order (it
+    compiles, probes and meets the peers), the later ones side by side: the down projection on a side
+    thread, its tiles starting while the up projection's still run (runtime/interpreter_threads.py);
+    every chunk landing once per launch."""
+    from syncopy.runtime.chrome_trace import CHUNKS_IN, lane_of
+
     events = doc["traceEvents"]
+    lanes = {e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "thread_name"}
+    assert lanes == {f"{k} {lane}" for k in ("mlp_up_kernel", "mlp_down_kernel") for lane in ("kernel", "tiles", "chunks in", "chunks out")}
+    early = 0  # the down projection's tiles that started before the up projection's last tile, launches 2 and 3
     for rank in range(world):
-        kernels = sorted((e["ts"], e["name"], e["ts"] + e["dur"]) for e in events if e.get("cat") == "kernel" and e["pid"] == rank)
-        assert [name for _, name, _ in kernels] == ["kernel mlp_up_kernel", "kernel mlp_down_kernel"] * 3
-        for (_, _, up_end), (down_start, _, _) in zip(kernels[::2], kernels[1::2]):
-            assert down_start >= up_end
-        landings = [(e["args"]["kernel"], e["args"]["chunk"], e["args"]["epoch"]) for e in events
-                    if e.get("cat") == "chunk" and e["pid"] == rank and e["tid"] == 2]
+        mine = [e for e in events if e.get("pid") == rank and e.get("ph") != "M"]
+        for epoch in (1, 2, 3):
+            (up,) = [e for e in mine if e["cat"] == "kernel" and e["args"]["epoch"] == epoch and e["args"]["kernel"] == "mlp_up_kernel"]
+            (down,) = [e for e in mine if e["cat"] == "kernel" and e["args"]["epoch"] == epoch and e["args"]["kernel"] == "mlp_down_kernel"]
+            assert (up["tid"], down["tid"]) == (0, 4)
+            if epoch == 1:
+                assert down["ts"] >= up["ts"] + up["dur"]
+                continue
+            assert down["ts"] < up["ts"] + up["dur"], (epoch, up, down)
+            tiles = {k: [e["ts"] for e in mine if e["cat"] == "tile" and e["args"]["epoch"] == epoch and e["args"]["kernel"] == k]
+                     for k in ("mlp_up_kernel", "mlp_down_kernel")}
+            early += sum(t < max(tiles["mlp_up_kernel"]) for t in tiles["mlp_down_kernel"])
+        landings = [(e["args"]["kernel"], e["args"]["chunk"], e["args"]["epoch"]) for e in mine
+                    if e["cat"] == "chunk" and lane_of(e) == CHUNKS_IN]
         assert len(landings) == len(set(landings)) and {k for k, _, _ in landings} == {"mlp_up_kernel", "mlp_down_kernel"}
+    assert early > 0
 
 
 def test_the_readers_tiles_wait_on_the_device_for_rows_the_writer_announces():
