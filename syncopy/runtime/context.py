@@ -242,8 +242,32 @@ class Context:
         self.uid = 0  # set by the launcher: the same on every rank of the group, distinct among its contexts
         self.t0 = 0.0
         self.t0_wall = 0.0
+        # The instruction graph the gloo backend runs this context's transfers from, the operator's
+        # name in it, and the plan it was built from (uneven all_to_all: a new plan each launch).
+        self.graph, self.graph_op, self._graph_of = None, "", None
         if plan.uneven:
             self.relayout(plan)
+
+    def instructions(self):
+        """(graph, operator name): the graph this context's transfers run from (runtime/instructions.py):
+        a pipeline's, once bound (`bind_graph`), else its own, built once per plan."""
+        if self.graph is None or self._graph_of is not self.plan:
+            from syncopy.runtime import instructions
+
+            s = self.schedule
+            op = (getattr(s, "kernel", None) or "op") if s is not None else "op"
+            self.graph, self.graph_op = instructions.operator(self.plan, op, getattr(s, "tensor", "") or ""), op
+            self._graph_of = self.plan
+        return self.graph, self.graph_op
+
+    def bind_graph(self, graph, op: str) -> None:
+        """Run this context's transfers from `graph`'s nodes of operator `op` (a pipeline's graph)."""
+        self.graph, self.graph_op, self._graph_of = graph, op, self.plan
+
+    def transfers(self, *kinds: str) -> list:
+        """This context's transfer instructions of `kinds` in its graph's order (Graph.transfers)."""
+        graph, op = self.instructions()
+        return graph.transfers(op, *kinds)
 
     def relayout(self, plan: RankPlan) -> None:
         """Uneven all_to_all: this launch's plan (its split sizes), the receive buffer grown to hold

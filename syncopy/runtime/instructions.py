@@ -1,9 +1,14 @@
 r"""The instruction graph of one rank (after Celerity): what a launch of an operator or a pipeline does
 there, as nodes (alloc, copy, send, recv, reduce, signal, launch, free) with their dependencies.
 
-It is written from the plans the backends execute (runtime/plan.py: a RankPlan per all-gather
-operator, a ReducePlan per reduce operator) and from a pipeline's links, so what it shows is what
-runs; the backends still walk their plans themselves (the graph is not an executor yet).
+It is written from the plans the backends lower (runtime/plan.py: a RankPlan per all-gather
+operator, a ReducePlan per reduce operator) and from a pipeline's links. Each transfer node (send,
+recv, reduce) carries the plan instruction it stands for (`step`), and the gloo backend (CPU ranks)
+runs its transfers from the graph: each context's own (`operator`, built once per plan:
+Context.instructions), or, from a pipeline plan's first launch on, the pipeline's graph of every
+operator (Pipeline.graph). So on CPU ranks what `syncopy explain` prints is the order chunks move in;
+the allocations, copies and the kernel launch are the launch sequence's (runtime/sequence.py), in
+the order the graph shows. The GPU backends (p2p, nccl) walk the same plans themselves.
 
 Two kinds of edge: `after` (the node starts once those nodes are done: host or stream order) and
 `waits` (device-side: the kernel's tiles spin on that signal, each for the chunks it touches, so the
@@ -28,6 +33,7 @@ class Node:
     op: str  # the operator (kernel name) or link it belongs to
     after: tuple[int, ...] = ()
     waits: tuple[int, ...] = ()  # device-side: the kernel's tiles wait on these signals
+    step: object = field(default=None, compare=False, repr=False)  # send / recv / reduce: the plan's Node or Step it runs
 
 
 @dataclass
@@ -38,14 +44,20 @@ class Graph:
     world: int
     nodes: list[Node] = field(default_factory=list)
 
-    def add(self, kind: str, what: str, op: str, after=(), waits=()) -> int:
+    def add(self, kind: str, what: str, op: str, after=(), waits=(), step=None) -> int:
         assert kind in KINDS, kind
-        node = Node(len(self.nodes), kind, what, op, tuple(sorted(set(after))), tuple(sorted(set(waits))))
+        node = Node(len(self.nodes), kind, what, op, tuple(sorted(set(after))), tuple(sorted(set(waits))), step)
         self.nodes.append(node)
         return node.id
 
     def count(self, kind: str) -> int:
         return sum(1 for n in self.nodes if n.kind == kind)
+
+    def transfers(self, op: str, *kinds: str) -> list:
+        """The plan instructions of operator `op`'s transfer nodes of `kinds`, in graph order: what a
+        backend that runs from the graph executes (gloo: sends per peer in this order, receives posted
+        and awaited in this order)."""
+        return [n.step for n in self.nodes if n.op == op and n.kind in kinds and n.step is not None]
 
     def text(self) -> str:
         lines = [f"rank {self.rank} of {self.world}: {len(self.nodes)} instructions "
@@ -92,12 +104,12 @@ def all_gather(g: Graph, op: str, plan, tensor: str, waits_on: dict[int, int] | 
     for n in plan.nodes:
         if n.kind == "recv":
             lo, hi = plan.bounds(n.chunk)
-            recv = g.add("recv", f"chunk {n.chunk} (rows {lo}..{hi - 1}) from rank {n.peer}", op, after=allocs[:1])
+            recv = g.add("recv", f"chunk {n.chunk} (rows {lo}..{hi - 1}) from rank {n.peer}", op, after=allocs[:1], step=n)
             landed[n.chunk] = g.add("signal", f"chunk {n.chunk} flag = epoch", op, after=[recv])
     for n in plan.nodes:
         if n.kind == "send":
             g.add("send", f"chunk {n.chunk} to rank {n.peer}" + (" (relay)" if n.chunk // c != r else ""), op,
-                  after=[landed[n.chunk], *(landed[a] for a in n.after if a in landed)])
+                  after=[landed[n.chunk], *(landed[a] for a in n.after if a in landed)], step=n)
     launch = g.add("launch", f"{op} (tiles in arrival order)", op, after=[*allocs, own],
                    waits=[*landed.values(), *(waits_on or {}).values()])
     raised = _announce(g, op, launch, announces)
@@ -117,11 +129,11 @@ def reduce(g: Graph, op: str, plan, tensor: str, waits_on: dict[int, int] | None
     done: dict[int, int] = dict(ready)  # chunk -> the node after which this rank's value of it is complete
     for s in plan.steps:
         if s.kind == "reduce":
-            done[s.chunk] = g.add("reduce", f"chunk {s.chunk} += partial from rank {s.peer}", op, after=[done[s.chunk]])
+            done[s.chunk] = g.add("reduce", f"chunk {s.chunk} += partial from rank {s.peer}", op, after=[done[s.chunk]], step=s)
         elif s.kind == "recv":
-            done[s.chunk] = g.add("recv", f"reduced chunk {s.chunk} from rank {s.peer} -> output", op, after=allocs[:1])
+            done[s.chunk] = g.add("recv", f"reduced chunk {s.chunk} from rank {s.peer} -> output", op, after=allocs[:1], step=s)
         else:
-            g.add("send", f"chunk {s.chunk} ({s.value}) to rank {s.peer}", op, after=[done[s.chunk]])
+            g.add("send", f"chunk {s.chunk} ({s.value}) to rank {s.peer}", op, after=[done[s.chunk]], step=s)
     for c in plan.owned:
         if c in done and c in plan.reduced_here:
             g.add("copy", f"reduced chunk {c} -> output", op, after=[done[c]])
@@ -141,6 +153,13 @@ def _announce(g: Graph, op: str, launch: int, announces: tuple[str, int] | None)
 def link(g: Graph, tensor: str, chunks: int) -> list[int]:
     """A pipeline link's own allocation: its context and signal pad (freed with `_free` at the end)."""
     return _alloc(g, f"link {tensor}", [f"link context and signal pad ({chunks} flags, counters, targets)"])
+
+
+def operator(plan, op: str, tensor: str) -> Graph:
+    """One operator's graph on its rank, from its plan (a RankPlan or a ReducePlan)."""
+    g = Graph(plan.rank, plan.world)
+    (reduce if hasattr(plan, "steps") else all_gather)(g, op, plan, tensor)
+    return g
 
 
 @dataclass(frozen=True)

@@ -492,6 +492,8 @@ class Pipeline:
                 self._raise_if_starved_now(plan, epochs, cause=exc)
             raise
         self.launches += 1
+        if plan.graph is None:
+            self._graph(plan)  # from the next launch on, the operators' transfers run from it (gloo)
         if self.trace:
             self._write_trace(plan, launches[0].group)
 
@@ -627,20 +629,27 @@ class Pipeline:
 
     def graph(self):
         """This rank's instruction graph of the last plan launched (runtime/instructions.py), from the
-        plans its operators' contexts were lowered to: built once per plan, then the same object."""
-        from syncopy.runtime import instructions
-
+        plans its operators' contexts were lowered to: built once per plan (at the end of its first
+        launch), then the same object; on CPU ranks the operators' transfers run from it."""
         if not self.plans:
             raise LaunchError("the pipeline has not been launched yet; its graph is built from its first launch's plan")
-        plan = self.plans[next(reversed(self.plans))]
+        return self._graph(self.plans[next(reversed(self.plans))])
+
+    @staticmethod
+    def _graph(plan: Plan):
+        from syncopy.runtime import instructions
+
         if plan.graph is None:
-            stages = []
+            stages, contexts = [], []
             for v in plan.variants:
-                ctx = next(reversed(v._contexts.values()))[0]  # the context of the shape launched last
+                ctx = next(reversed(v._contexts.values()))[0]  # the context of the shape launched last: this plan's
+                contexts.append(ctx)
                 stages.append(instructions.Stage(v.local.fn.__name__, ctx.plan, v.schedule.tensor))
             links = [(e.src, e.dst, f"{stages[e.src].op}.{e.src_arg}", link.chunks) for e, link in plan.links.items()]
             first = stages[0].plan
             plan.graph = instructions.pipeline(instructions.Graph(first.rank, first.world), stages, links)
+            for ctx, stage in zip(contexts, stages):
+                ctx.bind_graph(plan.graph, stage.op)
         return plan.graph
 
     def _plan(self, key: tuple, launches: list[Launch]) -> Plan:

@@ -183,12 +183,12 @@ class Transfer(_Threads):
         self.lost: list[int] = []
 
     def start(self) -> "Transfer":
-        return self._run(self.ctx.plan.sends())
+        return self._run(self.ctx.transfers("send"))  # in the instruction graph's order (runtime/instructions.py)
 
     def _receive(self):
         ctx = self.ctx
         pending = []
-        for node in ctx.plan.recvs():
+        for node in ctx.transfers("recv"):
             view = ctx.chunk_view(node.chunk)
             like = ctx.packed_like(node.chunk) if ctx.extras else view  # several listed tensors: one byte string
             target = self._receive_target(like, bool(ctx.extras) or self.link.reorder or self.link.hold_until_waited
@@ -366,7 +366,7 @@ class ReduceTransfer(_Threads):
         return self.out.narrow(self.ctx.dim, start, hi - lo)
 
     def start(self) -> "ReduceTransfer":
-        return self._run([step for step in self.ctx.plan.steps if step.kind == "send"])
+        return self._run(self.ctx.transfers("send"))  # in the instruction graph's order (runtime/instructions.py)
 
     def _tag(self, step) -> int:
         # Unique per (sender, receiver, chunk, half) in one launch: a chunk crosses a link at most
@@ -395,9 +395,7 @@ class ReduceTransfer(_Threads):
     def _receive(self):
         ctx, plan = self.ctx, self.ctx.plan
         pending = []
-        for step in plan.steps:
-            if step.kind not in ("reduce", "recv"):
-                continue
+        for step in ctx.transfers("reduce", "recv"):
             view = ctx.chunk_view(step.chunk) if step.kind == "reduce" else self.out_view(step.chunk)
             target = self._receive_target(view, staged=True)
             work = self._post(target, step.peer, self._tag(step))

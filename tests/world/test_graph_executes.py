@@ -1,0 +1,21 @@
+"""The instruction graph drives the gloo backend (issue 14 item 2): a context's transfers run from its
+graph's nodes, in its order, and the graph is what `syncopy explain` prints for that rank."""
+from __future__ import annotations
+
+import pytest
+
+from tests.world import graph_workers
+from tests.world.harness import IN_ORDER, spawn
+
+pytestmark = pytest.mark.world
+
+
+def test_a_ranks_sends_leave_in_its_graphs_order():
+    world = 2
+    for rank, r in enumerate(spawn(graph_workers.sends_follow_the_graph, world, link=IN_ORDER)):
+        assert max(r["errs"]) < 1e-4
+        assert r["graph"] == r["explained"] and r["same_graph"]
+        peer, mine = 1 - rank, [2 * rank, 2 * rank + 1]
+        # Launch 1 sends this rank's chunks in the plan's order; launch 2, after the graph's send nodes
+        # were reversed, in the reverse order: the sends are what the graph says, not the plan.
+        assert r["sent"] == [[[mine[0], peer], [mine[1], peer]], [[mine[1], peer], [mine[0], peer]]], r["sent"]
