@@ -10,10 +10,15 @@ The kernel leaves (flag, rank, unit, epoch) in its error words when a wait ran o
 behind it lands in pinned host memory, which the host reads with no CUDA call once the launch's
 event is done (cuEventQuery never blocks). A launch that finds RING launches still pending waits
 for the oldest one: that only happens when the host runs RING launches ahead of the device.
+
+A user who launches and then only reads the result (never launching that operator again nor
+calling synchronize()) would not hear of the failure: the watchdog thread (runtime/watchdog.py)
+looks at every ring's done launches and says so on stderr, or ends the process.
 """
 from __future__ import annotations
 
 import collections
+import threading
 import time
 
 import torch
@@ -38,6 +43,10 @@ class ErrorRing:
         self.rows = self.ring.numpy()
         self.done = [ops.event() for _ in range(self.RING)]  # per slot: the launch and its error copy are done
         self.pending: collections.deque[tuple[int, int]] = collections.deque()  # (epoch, slot), oldest first
+        self.lock = threading.Lock()  # `pending`, between the launching thread and the watchdog's
+        from syncopy.runtime import watchdog
+
+        watchdog.watch(self)
 
     def record(self, epoch: int, stream) -> None:
         """Behind the launch's kernel on `stream` (a handle of `ops`): its error words to the ring."""
@@ -46,7 +55,8 @@ class ErrorRing:
         slot = epoch % self.RING
         self.ops.copy(self.slots[slot], self.words, 4 * dev.SIG_HEADER, stream)
         self.ops.record(self.done[slot], stream)
-        self.pending.append((epoch, slot))
+        with self.lock:
+            self.pending.append((epoch, slot))
 
     def check(self, wait: bool = False, upto: int | None = None) -> None:
         """Read the error words of the launches that are done (with `wait`: all of them, or the
@@ -58,12 +68,33 @@ class ErrorRing:
                 if not wait:
                     return
                 time.sleep(20e-6)
-            self.pending.popleft()
+            with self.lock:
+                self.pending.popleft()
+                words = self.rows[slot].tolist() if self.rows[slot][0] else None
+                if words is not None:
+                    self.pending.clear()  # later launches of a failed context are not trusted either
             checked += 1
-            row = self.rows[slot]
-            if row[0]:
-                self.pending.clear()  # later launches of a failed context are not trusted either
-                self.failed(row.tolist(), epoch)
+            if words is not None:
+                self.failed(words, epoch)
+
+    def first_failure(self) -> tuple[int, BaseException] | None:
+        """(epoch, error) of the oldest done launch that failed, still unraised; None if the done ones
+        did not fail. Consumes nothing: what the watchdog sees still raises at the next check()."""
+        with self.lock:
+            for epoch, slot in self.pending:
+                if not self.ops.done(self.done[slot]):
+                    return None
+                row = self.rows[slot]
+                if row[0]:
+                    words = row.tolist()
+                    break
+            else:
+                return None
+        try:
+            self.failed(words, epoch)
+        except BaseException as exc:
+            return epoch, exc
+        return None
 
     def failed(self, words: list[int], epoch: int) -> None:
         raise NotImplementedError

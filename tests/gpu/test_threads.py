@@ -124,6 +124,36 @@ def test_withheld_chunk_raises_at_synchronize_naming_rank_chunk_and_epoch():
     assert (e.value.rank, e.value.chunk, e.value.epoch) == (0, (1, 1), 2)
 
 
+def test_the_watchdog_says_a_withheld_chunk_nobody_raised(capfd):
+    # The launch returns at once; its failure is found by the watchdog thread from the ring's event
+    # (cuEventQuery from another thread) and said on stderr, and still raises at synchronize().
+    import time
+
+    import syncopy
+    from syncopy.errors import SyncopyTimeout
+    from syncopy.runtime import watchdog
+    from syncopy.runtime.threads import ThreadWorld
+    from syncopy.templates.ag_gemm.kernel import ag_gemm_kernel
+
+    fk = syncopy.overlap(dict(pattern="all_gather", tensor="A", dim=0, chunks_per_rank=2), timeout_s=1.0)(ag_gemm_kernel)
+    tw = ThreadWorld(fk, 2)
+    grid, args, _, _ = _ag_calls(2, 256, 128, 64, 0)
+    tw.launch(grid, args, dict(META), sync=True)
+    watchdog.configure(mode="warn", interval_s=0.05)
+    try:
+        grid, args, _, _ = _ag_calls(2, 256, 128, 64, 1)
+        tw.launch(grid, args, dict(META), withhold=frozenset({3}))
+        deadline, err = time.monotonic() + 15, ""
+        while "syncopy watchdog" not in err and time.monotonic() < deadline:
+            time.sleep(0.05)
+            err += capfd.readouterr().err
+        assert "rank 0 waited 1s for chunk 1 of rank 1 (epoch 2)" in err
+        with pytest.raises(SyncopyTimeout):
+            tw.synchronize()
+    finally:
+        watchdog._mode = watchdog._interval_s = None
+
+
 @pytest.mark.parametrize("pushes", ["in-kernel", "before-kernel"])
 def test_a_grid_that_fills_the_gpu_in_both_push_modes(pushes):
     # 4 ranks x 1024 tiles of 64x64 (each rank's kernel alone can hold every SM while it waits): in-kernel
