@@ -8,18 +8,18 @@ mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
 source benchmarks/gpu_env.sh
 { nvidia-smi --query-gpu=name,driver_version,memory.total,compute_mode --format=csv; python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"; } | tee "$OUT/device.txt"
-# Every step is bounded (270 + 25 + 170 + 35 + 10 s: 8.5 minutes at most however it goes, ~6.5 as a rule); a stuck world prints its
+# Every step is bounded (240 + 25 + 200 + 35 + 10 s: 8.5 minutes at most however it goes, ~6.5 as a rule); a stuck world prints its
 # ranks' stacks after SYNCOPY_HANG_DUMP_S and is stopped after SYNCOPY_GPU_WORLD_TIMEOUT_S. The benchmarks
 # go first: they are what a lease of the device is for.
 export SYNCOPY_HANG_DUMP_S="${SYNCOPY_HANG_DUMP_S:-60}" SYNCOPY_GPU_WORLD_TIMEOUT_S="${SYNCOPY_GPU_WORLD_TIMEOUT_S:-80}"
-timeout 270 python3 benchmarks/gpu_bench.py --json "$OUT/gpu_bench.json" 2>&1 | tee "$OUT/gpu_bench.txt"
+timeout 240 python3 benchmarks/gpu_bench.py --json "$OUT/gpu_bench.json" 2>&1 | tee "$OUT/gpu_bench.txt"
 bench_rc=${PIPESTATUS[0]}
 # The planner refitted to this run (issue 12 item 7): predicted vs measured for every case. The loopback
 # world's link is a host-to-device copy, so the fit describes this machine's loopback, not its NVLink:
 # it stays in the results folder.
 case "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" in *H200*) prof=h200-nvlink ;; *A100*) prof=a100-nvlink ;; *) prof=h100-nvlink ;; esac
 timeout 25 python3 -m syncopy.planner.calibrate "$OUT/gpu_bench.json" --hardware "$prof" -o "$OUT/${prof}-loopback-calibrated.yaml" 2>&1 | tee "$OUT/calibration.txt"
-timeout 170 python3 -m pytest -m gpu tests/gpu -q -p no:cacheprovider --junitxml="$OUT/gpu_tests.xml" 2>&1 | tee "$OUT/gpu_tests.log"
+timeout 200 python3 -m pytest -m gpu tests/gpu -q -p no:cacheprovider --junitxml="$OUT/gpu_tests.xml" 2>&1 | tee "$OUT/gpu_tests.log"
 tests_rc=${PIPESTATUS[0]}
 # The multi-process worlds once more: a race between processes shows up on some runs only.
 timeout 35 python3 -m pytest -m gpu tests/gpu/test_backends.py -q -p no:cacheprovider 2>&1 | tee "$OUT/gpu_backends_again.log"
