@@ -23,7 +23,7 @@ _state = threading.local()
 _lock = threading.Lock()
 _enabled = False
 _active = 0  # grids running, over all threads
-_scopes: list = []  # the patch scopes of the grids that ran since no grid ran, undone when the last grid ends
+_scopes: list = []  # the patch scopes of the grids that started since no grid ran, in order; undone when the last ends
 
 
 def _interpreter():
@@ -57,20 +57,21 @@ class _PerThread:
         setattr(_state, self.name, value)
 
 
-class _SharedScope:
-    """What GridExecutor gets back from `_patch_lang`: its restore() ends this grid's hold on the patches."""
+class _HeldScope:
+    """What GridExecutor gets back from `_patch_lang`: nothing to undo now; the grid's patches are
+    undone with every other grid's once no grid runs (`_grid` below)."""
 
     def restore(self) -> None:
-        global _active
-        with _lock:
-            _active -= 1
-            if _active == 0:
-                while _scopes:
-                    _scopes.pop().restore()
+        pass
 
 
 def enable() -> bool:
-    """Make the interpreter safe for one kernel per thread (once per process); False if unsupported."""
+    """Make the interpreter safe for one kernel per thread (once per process); False if unsupported.
+
+    Two call sites patch triton.language: a grid (GridExecutor.__call__, which undoes its patches
+    when it ends) and a device-function call inside a program (which patches again and keeps nothing
+    to undo). The grid's patches are kept in the order they were made and undone, last first, once
+    no grid of any thread runs; a device-function call patches as before."""
     global _enabled
     with _lock:
         if _enabled:
@@ -83,16 +84,32 @@ def enable() -> bool:
         threaded = type(f"{cls.__name__}PerThread", (cls,), {"grid_idx": _PerThread("grid_idx"), "grid_dim": _PerThread("grid_dim")})
         builder.__class__ = threaded
         patch = interp._patch_lang
+        run_grid = interp.GridExecutor.__call__
 
-        def shared_patch(fn):
+        def patch_lang(fn):
+            if not getattr(_state, "grid_starting", False):
+                return patch(fn)  # a device function's call: patched again, nothing kept
+            _state.grid_starting = False
+            with _lock:
+                _scopes.append(patch(fn))
+            return _HeldScope()
+
+        def grid(self, *args, **kwargs):
             global _active
             with _lock:
-                # Patched again by every grid (another kernel may see other modules of triton.language);
-                # every scope is undone together, last first, once no grid runs.
-                _scopes.append(patch(fn))
                 _active += 1
-            return _SharedScope()
+            _state.grid_starting = True
+            try:
+                return run_grid(self, *args, **kwargs)
+            finally:
+                _state.grid_starting = False
+                with _lock:
+                    _active -= 1
+                    if _active == 0:
+                        while _scopes:
+                            _scopes.pop().restore()
 
-        interp._patch_lang = shared_patch
+        interp._patch_lang = patch_lang
+        interp.GridExecutor.__call__ = grid
         _enabled = True
         return True

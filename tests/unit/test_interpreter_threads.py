@@ -25,15 +25,21 @@ def _writer(flags, log):
 
 
 @triton.jit
+def _poll(flag):  # a device function: the interpreter patches triton.language again at each call
+    return tl.atomic_add(flag, 0)
+
+
+@triton.jit
 def _reader(flags, out, N: tl.constexpr):
     if tl.program_id(0) < N:
-        v = tl.atomic_add(flags + tl.program_id(0), 0)
+        v = _poll(flags + tl.program_id(0))
         while v == 0:
-            v = tl.atomic_add(flags + tl.program_id(0), 0)
+            v = _poll(flags + tl.program_id(0))
     tl.store(out + tl.program_id(0), tl.program_id(0) * 10 + 1)
 
 
 def test_a_reader_waits_on_a_writers_flags_from_another_thread_and_outlives_it():
+    originals = (tl.load, tl.program_id, tl.atomic_add)
     assert interpreter_threads.enable() and interpreter_threads.enable()  # idempotent
     flags, log = torch.zeros(8, dtype=torch.int32), torch.zeros(8, dtype=torch.int32)
     out = torch.full((12,), -1, dtype=torch.int32)
@@ -53,3 +59,7 @@ def test_a_reader_waits_on_a_writers_flags_from_another_thread_and_outlives_it()
     assert not side.is_alive() and failed == []
     assert out.tolist() == [p * 10 + 1 for p in range(12)] and log.tolist() == [199] * 8
     _writer[(8,)](torch.zeros(8, dtype=torch.int32), log)  # the patches are back to one kernel's use
+    # No grid runs: every patch is undone (triton.language as imported) and none is kept, however many
+    # device-function calls patched again (each poll of the spinning reader did).
+    assert (tl.load, tl.program_id, tl.atomic_add) == originals
+    assert interpreter_threads._scopes == [] and interpreter_threads._active == 0
