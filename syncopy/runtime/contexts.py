@@ -145,8 +145,7 @@ class Contexts:
         # The group by its token, never by id(): a destroyed group's id may come back with another group.
         # The device with its index: a context's buffers and signal pad live on one GPU.
         # Uneven splits: one context whatever the rows (they change every launch, and differ between ranks).
-        extras = self._listed_shapes(args)
-        key = (control.group_token(group), _shard_shape(shard, uneven), shard.dtype, shard.device, extras)
+        key = self._context_key(shard, group, args, uneven)
         with _cache_lock:
             hit = self._contexts.pop(key, None)
             if hit is not None:
@@ -160,6 +159,21 @@ class Contexts:
         for old in evicted:
             _retire(*old)
         return ctx, backend
+
+    def _context_key(self, shard: torch.Tensor, group, args: dict, uneven: bool = False) -> tuple:
+        return (control.group_token(group), _shard_shape(shard, uneven), shard.dtype, shard.device, self._listed_shapes(args))
+
+    def _touch_context(self, args: tuple, kwargs: dict, group) -> bool:
+        """Does a launch with these arguments find its context made (no first launch, which meets the
+        peers over the group)? If so it becomes the most recently used, so that no other launch's new
+        context evicts it before it runs (a pipeline's side thread, runtime/pipeline.py)."""
+        bound, shard, _ = self._bind(tuple(args), dict(kwargs))
+        key = self._context_key(shard, checked_group(group), bound)
+        with _cache_lock:
+            hit = self._contexts.pop(key, None)
+            if hit is not None:
+                self._contexts[key] = hit
+        return hit is not None
 
     def _over_budget(self, token: int) -> list[tuple[Context, object]]:
         """Take out `token`'s least recently used contexts past the budget (under _cache_lock)."""

@@ -14,6 +14,11 @@ not after the writer's last tile.
 
 `supported()` is False where the interpreter's internals differ from what this expects (another
 Triton version); the pipeline then runs its operators in order, as before.
+
+Limits: while any grid runs, triton.language stays patched for every thread of the process (as it
+is for the thread running a grid without this), so a `triton.compile` on a third thread in that
+window would see the interpreter's builtins; and `enable()` is meant to be called while no grid
+runs (the pipeline calls it before its first side-by-side launch).
 """
 from __future__ import annotations
 

@@ -531,7 +531,9 @@ class Pipeline:
         """CPU ranks: the reader's launch on a side thread, started first (its tiles wait for the link's
         chunks as they would on the device), the writer's on this thread, in the group's turn this
         thread holds for both (FusedKernel._serialised_launch); then the side thread is joined and its
-        error, if any, raised (the writer's first: a reader starves of a writer that failed)."""
+        error, if any, raised (the writer's first: a reader starves of a writer that failed). Both
+        contexts are made (`_contexts_made`): neither launch talks to the peers but by its tagged
+        transfers. A writer that fails before its kernel raises once the reader's waits ran out."""
         from syncopy.runtime.backends import control
         from syncopy.runtime.contexts import checked_group
 
@@ -562,7 +564,14 @@ class Pipeline:
                 plan.variants[0][x.grid](*x.args, group=x.group, **x.kwargs)
                 self._returned.add(0)
             finally:
-                side.join()
+                # The reader's waits and its transfers are bounded (a writer that failed before its
+                # kernel leaves it waiting that long); past that, a thread that never returns is a
+                # one-line error, never a hang.
+                bound = control.wait_bound(plan.variants[1].timeout_s) * 2
+                side.join(bound)
+        if side.is_alive():
+            raise LaunchError(f"the launch of {launches[1].name} on the pipeline's side thread did not return within {bound:g}s "
+                              "(its waits are bounded: this is a bug to report); run the pipeline with side_thread=False")
         if failed:
             raise failed[0]
         self._returned.add(1)
@@ -582,9 +591,10 @@ class Pipeline:
         warm = key in plan.placements
         if device is None or _interpreting() or not warm or not chain:
             plan.placements.setdefault(key, None)
-            threads = device is None and _interpreting() and warm and chain and self.side_thread and _interpreter_threads()
-            return place(cuda=device is not None, interpreted=_interpreting(), warm=warm, chain=chain,
-                         reader_ctas=0, writer_ctas=0, sms=0, reserved=0, reader_first_ok=False, threads=threads)
+            refused = self._side_thread_refused(plan, launches) if device is None and _interpreting() and warm and chain else ""
+            placement = place(cuda=device is not None, interpreted=_interpreting(), warm=warm, chain=chain,
+                              reader_ctas=0, writer_ctas=0, sms=0, reserved=0, reader_first_ok=False, threads=refused is None)
+            return Placement(False, False, f"{IN_ORDER}: {refused}") if refused else placement
         placement = plan.placements[key]
         if placement is None:
             from syncopy.runtime import occupancy
@@ -597,6 +607,23 @@ class Pipeline:
                 sms=occupancy.sm_count(device), reserved=reserved,
                 reader_first_ok=_reader_first_ok(plan.variants[1], backends[1]))
         return placement
+
+    def _side_thread_refused(self, plan: Plan, launches: list[Launch]) -> str | None:
+        """Why a warm chain on CPU ranks may not run its reader on a side thread (None: it may). Both
+        operators must find their contexts made (and are now the most recently used, so that neither
+        is evicted before it runs): a first launch of a context meets the peers over the group, in the
+        group's turn the caller's thread holds, and an all_to_all exchanges its split sizes at every
+        launch; neither may happen from two threads at once."""
+        if not self.side_thread:
+            return "side_thread=False"
+        for variant, x in zip(plan.variants, launches):
+            if variant.schedule.pattern == "all_to_all":
+                return f"{x.name} is an all_to_all, which exchanges its split sizes with the peers at every launch"
+            if not variant._touch_context(x.args, x.kwargs, x.group):
+                return f"{x.name} makes its context for these shapes at this launch (it meets the peers)"
+        if not _interpreter_threads():
+            return "this Triton's interpreter cannot run two kernels at once in a process"
+        return None
 
     def _check_links(self, only: tuple | None = None) -> None:
         """Raise the first starved reader among the launches whose error words are in (every plan's,
@@ -641,10 +668,14 @@ class Pipeline:
 
         if plan.graph is None:
             stages, contexts = [], []
-            for v in plan.variants:
+            names = [v.local.fn.__name__ for v in plan.variants]
+            for i, v in enumerate(plan.variants):
                 ctx = next(reversed(v._contexts.values()))[0]  # the context of the shape launched last: this plan's
                 contexts.append(ctx)
-                stages.append(instructions.Stage(v.local.fn.__name__, ctx.plan, v.schedule.tensor))
+                # The operator's name in the graph is what its context's transfers are picked by: two
+                # launches of one kernel (or two kernels of one name) get "name#2", "name#3", ...
+                label = names[i] if names.count(names[i]) == 1 else f"{names[i]}#{names[:i + 1].count(names[i])}"
+                stages.append(instructions.Stage(label, ctx.plan, v.schedule.tensor))
             links = [(e.src, e.dst, f"{stages[e.src].op}.{e.src_arg}", link.chunks) for e, link in plan.links.items()]
             first = stages[0].plan
             plan.graph = instructions.pipeline(instructions.Graph(first.rank, first.world), stages, links)

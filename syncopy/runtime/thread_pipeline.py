@@ -26,9 +26,12 @@ from __future__ import annotations
 
 import torch
 
-from syncopy.errors import LaunchError
+from syncopy.errors import LaunchError, SyncopyError
 from syncopy.runtime import pipeline as pipelines
 from syncopy.runtime.launch import _spin_limit
+
+
+RING_DRAIN = 64  # errors read and dropped per ring at most, after a failure (ErrorRing.RING launches)
 
 
 class Recorder(pipelines.Pipeline):
@@ -67,9 +70,10 @@ class ThreadPipeline:
                                                   "every rank, then the next (op 2 beside op 1 would let W ranks' waiting "
                                                   "tiles hold the SMs op 1 needs)")
 
-    def __init__(self, op, world: int, device: str, pushes: str | None):
+    def __init__(self, op, world: int, device: str, pushes: str | None, max_plans: int = 16):
         self.op, self.world, self.device, self.pushes = op, world, device, pushes
         self.views = [op.rank_view() for _ in range(world)]  # each rank's activations, kept per shape
+        self.max_plans = max_plans  # launch structures kept (their links); the least recently used goes first
         self.plans: dict[tuple, Plan] = {}
         self.worlds: dict[int, object] = {}  # id(variant) -> its ThreadWorld
         self._variants: dict[tuple, object] = {}
@@ -103,15 +107,21 @@ class ThreadPipeline:
         with torch.cuda.device(device) if cuda else _nothing():
             caller = torch.cuda.current_stream(device) if cuda else None
             epochs = []
-            for r in range(self.world):
-                for e, link in plan.links[r].items():
-                    need = self._need(plan, e, recorded[r][e.src], link)
-                    spin = _spin_limit(plan.variants[e.dst].timeout_s, device.type)
-                    epochs.append((link, link.begin(need, spin, link.ops.handle(caller))))
-            for index, variant in enumerate(plan.variants):
-                launches = [rank_launches[index] for rank_launches in recorded]
-                self._world(variant).launch([x.grid for x in launches], [x.args for x in launches],
-                                            [x.kwargs for x in launches], links=[plan.link_args(r, index) for r in range(self.world)])
+            try:
+                for r in range(self.world):
+                    for e, link in plan.links[r].items():
+                        need = self._need(plan, e, recorded[r][e.src], link)
+                        spin = _spin_limit(plan.variants[e.dst].timeout_s, device.type)
+                        epochs.append((link, link.begin(need, spin, link.ops.handle(caller))))
+                for index, variant in enumerate(plan.variants):
+                    launches = [rank_launches[index] for rank_launches in recorded]
+                    self._world(variant).launch([x.grid for x in launches], [x.args for x in launches],
+                                                [x.kwargs for x in launches], links=[plan.link_args(r, index) for r in range(self.world)])
+            except BaseException:
+                # Links stepped to an epoch whose operators did not all run: the next launch of this
+                # structure starts from new links (Pipeline.run does the same).
+                self.plans.pop(key, None)
+                raise
             for link, epoch in epochs:
                 link.errors.record(epoch, link.ops.handle(caller))
         self.launches += 1
@@ -138,8 +148,13 @@ class ThreadPipeline:
         return keys[0]
 
     def _plan(self, key: tuple, recorded: list[list[pipelines.Launch]]) -> Plan:
-        plan = self.plans.get(key)
+        plan = self.plans.pop(key, None)
         if plan is None:
+            while len(self.plans) >= self.max_plans:  # the least recently used, its errors read first
+                oldest = self.plans.pop(next(iter(self.plans)))
+                for links in oldest.links:
+                    for link in links.values():
+                        link.errors.check(wait=True)
             first = recorded[0]
             edges = pipelines.infer_edges(first)
             variants = [self._variant(x.op, i, edges) for i, x in enumerate(first)]
@@ -151,7 +166,8 @@ class ThreadPipeline:
                     link.reader = pipelines.Reader(r, e.dst_arg, first[e.dst].name, first[e.src].name, e.src, first[e.dst].op.timeout_s)
                     mine[e] = link
                 links.append(mine)
-            plan = self.plans[key] = Plan(edges, variants, links)
+            plan = Plan(edges, variants, links)
+        self.plans[key] = plan  # the most recently used last
         return plan
 
     def _variant(self, op, index: int, edges):
@@ -183,19 +199,35 @@ class ThreadPipeline:
     # -- errors --------------------------------------------------------------------------------------
     def _check(self, wait: bool = False) -> None:
         """Raise the first error, in stream order, of the launches done by now: per plan, each operator's
-        (its ranks'), then the links it writes."""
+        (its ranks'), then the links it writes. What the other operators and links of the pipeline
+        recorded of the same failure (a starved reader's own timeout, its sends that never left) are
+        its consequences: waited for (bounded by their own timeouts), read and dropped with it, so
+        that they do not surface at a later launch."""
+        try:
+            for check in self._checks(wait):
+                check()
+        except SyncopyError:
+            for check in self._checks(wait=True):
+                for _ in range(RING_DRAIN):
+                    try:
+                        check()
+                        break
+                    except SyncopyError:
+                        continue
+            raise
+
+    def _checks(self, wait: bool) -> list:
+        out = []
         for plan in self.plans.values():
             for index, variant in enumerate(plan.variants):
                 tw = self.worlds.get(id(variant))
                 if tw is not None:
-                    if wait:
-                        tw.synchronize()
-                    else:
-                        tw.check()
+                    out.append(tw.synchronize if wait else tw.check)
                 for r in range(self.world):
                     for e, link in plan.links[r].items():
                         if e.src == index:
-                            link.errors.check(wait=wait)
+                            out.append(lambda link=link: link.errors.check(wait=wait))
+        return out
 
     def synchronize(self) -> None:
         """Wait for every launch so far and raise the first error among them (module doc)."""

@@ -74,10 +74,13 @@ def configure(mode: str | None = None, interval_s: float | None = None) -> None:
 
 
 def watch(ring) -> None:
-    """Look at `ring` (an ErrorRing) from now on, for as long as it lives."""
+    """Look at `ring` (an ErrorRing) from now on, for as long as it lives. The settings are read here,
+    on the launching thread, so that a bad one is this launch's one-line error, not a dead watchdog."""
+    current = mode()
+    interval_s()
     with _lock:
         _rings.add(ring)
-    if mode() != "off":
+    if current != "off":
         _start()
 
 
@@ -91,13 +94,13 @@ def _start() -> None:
 
 def _run() -> None:
     while True:
-        time.sleep(interval_s())
-        if mode() == "off":
-            continue
         try:
-            look()
-        except Exception as exc:  # the watchdog must outlive whatever one ring does
+            time.sleep(interval_s())
+            if mode() != "off":
+                look()
+        except Exception as exc:  # the watchdog must outlive whatever one ring (or a changed setting) does
             sys.stderr.write(f"syncopy watchdog: {type(exc).__name__}: {exc}\n")
+            time.sleep(1.0)
 
 
 def look() -> list[str]:

@@ -32,7 +32,7 @@ def _held(tw: ThreadWorld) -> list[int]:
         ptrs += [t.data_ptr() for links in plan.links for link in links.values() for t in (link.ctx, link.signals)]
     for w in tp.worlds.values():
         ptrs += [t.data_ptr() for ranks in w.worlds.values() for rk in ranks for t in (rk.ctx.buffer, rk.ctx.signals, rk.ctx.ctx)]
-    return ptrs
+    return sorted(ptrs)
 
 
 def test_each_rank_links_its_own_activations_and_every_launch_raises_them_to_its_epoch():
@@ -67,6 +67,9 @@ def test_shapes_that_change_and_come_back_reuse_their_plan_and_allocate_nothing_
         held.append(_held(tw))
     assert len(tw.pipeline.plans) == 2
     assert held[2] == held[1]  # the first shape's plan, links, buffers and activations, reused
+    tw.pipeline.max_plans = 1  # a bound on the structures kept: the least recently used goes
+    assert _launch(tw, (5, 16, 32), 3) < 1e-4  # a new structure: the other two go
+    assert [key[0][2] for key in tw.pipeline.plans] == [(5, 16)]  # x's shape, per rank
 
 
 def test_a_reader_whose_writer_never_ran_names_rank_rows_and_writer():
@@ -81,6 +84,8 @@ def test_a_reader_whose_writer_never_ran_names_rank_rows_and_writer():
         tw.run(lambda op, group, r: MOD.launch(op, **inputs[r], group=group))
     assert (err.value.rank, err.value.chunk, err.value.epoch) == (0, (0, 0), 2)
     assert "it is rows 0..7 of 'A', which mlp_down_kernel waits for and mlp_up_kernel (launch 1 of the pipeline) writes" in str(err.value)
+    # What else that launch left (the down kernel's own timeouts, its sends that never left) went with it.
+    tw.synchronize()
 
 
 def test_ranks_that_launch_different_shapes_and_injected_faults_are_one_line_errors():

@@ -22,18 +22,21 @@ META = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=2)
 EXPECTED = "rank 1 waited 1s for chunk 1 of rank 0 (epoch 1) and it never arrived"
 
 
-def _failed_launch() -> ThreadWorld:
-    """A thread world of two whose launch withheld rank 0's second chunk from rank 1: returned, not raised."""
-    import triton
-
-    fk = syncopy.overlap(dict(pattern="all_gather", tensor="A", dim=0, chunks_per_rank=2, order="ring"), timeout_s=1.0)(ag_gemm_kernel)
-    tw = ThreadWorld(fk, 2, device="cpu")
+def _launch_args() -> tuple:
+    """(grid, per-rank arguments, meta) of an AG-GEMM of two ranks of 16 rows each."""
     g = torch.Generator().manual_seed(0)
     shards = [torch.randn(16, 16, generator=g) for _ in range(2)]
     b = torch.randn(16, 16, generator=g)
-    cs = [torch.empty(32, 16) for _ in range(2)]
+    cs = [torch.zeros(32, 16) for _ in range(2)]
     args = [(a, b, c, 32, 16, 16, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1)) for a, c in zip(shards, cs)]
-    tw.launch((triton.cdiv(32, 16) * triton.cdiv(16, 16),), args, dict(META), withhold=frozenset({1}))
+    return (2,), args, dict(META)
+
+
+def _failed_launch() -> ThreadWorld:
+    """A thread world of two whose launch withheld rank 0's second chunk from rank 1: returned, not raised."""
+    fk = syncopy.overlap(dict(pattern="all_gather", tensor="A", dim=0, chunks_per_rank=2, order="ring"), timeout_s=1.0)(ag_gemm_kernel)
+    tw = ThreadWorld(fk, 2, device="cpu")
+    tw.launch(*_launch_args(), withhold=frozenset({1}))
     return tw
 
 
@@ -52,7 +55,7 @@ def test_a_failure_nobody_raised_is_said_on_stderr_and_still_raises(configured, 
         err += capfd.readouterr().err
     assert f"syncopy watchdog: a launch that already returned failed: {EXPECTED}" in err
     assert "it raises at that operator's next launch or synchronize()" in err
-    assert err.count("syncopy watchdog") == 1  # once per failed launch, however long it stays unraised
+    assert err.count(EXPECTED) == 1  # once per failed launch, however long it stays unraised
     with pytest.raises(SyncopyTimeout) as exc:
         tw.synchronize()
     assert EXPECTED in str(exc.value)
@@ -95,3 +98,7 @@ def test_bad_settings_are_one_line_errors(configured, monkeypatch):
     monkeypatch.setenv("SYNCOPY_WATCHDOG_S", "soon")
     with pytest.raises(LaunchError, match="SYNCOPY_WATCHDOG_S='soon': expected a number of seconds > 0"):
         watchdog.interval_s()
+    # Read on the launching thread when a launch's error ring is made: that launch's one-line error.
+    with pytest.raises(LaunchError, match="SYNCOPY_WATCHDOG_S='soon'"):
+        ThreadWorld(syncopy.overlap(dict(pattern="all_gather", tensor="A", dim=0, chunks_per_rank=2), timeout_s=1.0)(ag_gemm_kernel),
+                    2, device="cpu").launch(*_launch_args())
