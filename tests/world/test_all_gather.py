@@ -16,8 +16,8 @@ from tests.world.cases import CHUNKS, DTYPES, KERNELS, ROWS, WORLDS, matrix_case
 
 world_ids = [f"world{w}" for w in WORLDS]
 TILE_ORDERS = {2: ["ring", "local_first"], 3: ["bidirectional_ring", [2, 1]]}
-# The tile jobs' shards: 7 rows in 3 chunks of 2, 2 and 3 rows under 4-row tiles, so every tile spans
-# several chunks, some the rank boundary, and the last one is partial.
+# The tile jobs' shards: 7 rows in 3 chunks of 2, 2 and 3 rows under 4-row tiles (8-row ones on the
+# 3-D grid), so every tile spans several chunks, some the rank boundary, and the last one is partial.
 TILE_ROWS = 7
 OVERLAP_WORLD = 3
 # Ragged shards: 509 rows per rank (prime) in 3 chunks of 169, 170 and 170 rows, 64-row tiles. The
