@@ -53,19 +53,13 @@ def test_a_shared_communicated_tensor_is_refused_in_one_line():
                               "outside the pipeline")
 
 
-# world: (shape, launches, chunks, dtype); world 2's run is traced and runs in the linked checks' world.
-MLP = {2: ((20, 32, 48), 3, 2, torch.float32), 3: ((10, 16, 40), 2, 3, torch.float16)}
-VARYING = ([12, 5, 12], 12)  # token counts launched in turn, max_rows
-
-
-@pytest.mark.parametrize("world", [2, 3], ids=["w2-ragged", "w3-fp16"])
-def test_tp_mlp_matches_torch_and_allocates_nothing_after_its_first_launch(world, request):
-    shape, launches, chunks, dtype = MLP[world]
-    if world == 2:
-        results = [r["mlp"] for r in request.getfixturevalue("linked_world2")]
-        trace = request.getfixturevalue("mlp_trace")
-    else:
-        results, trace = spawn(workers.tp_mlp, world, shape, launches, chunks, dtype, None), None
+@pytest.mark.parametrize("world, shape, chunks, dtype, launches", [
+    pytest.param(2, (20, 32, 48), 2, torch.float32, 3, id="w2-ragged"),
+    pytest.param(3, (10, 16, 40), 3, torch.float16, 2, id="w3-fp16"),
+])
+def test_tp_mlp_matches_torch_and_allocates_nothing_after_its_first_launch(world, shape, chunks, dtype, launches, tmp_path):
+    trace = tmp_path / "mlp.json" if world == 2 else None
+    results = spawn(workers.tp_mlp, world, shape, launches, chunks, dtype, str(trace) if trace else None)
     tolerance = 1e-4 if dtype == torch.float32 else 2e-2
     for r in results:
         assert r["err"] < tolerance
@@ -100,22 +94,16 @@ def test_the_readers_tiles_wait_on_the_device_for_rows_the_writer_announces():
     assert r["new_link"] and r["after_err"] < 1e-4
 
 
-def test_varying_token_counts_share_buffers_made_once_at_max_rows(linked_world2):
-    for r in (r["varying"] for r in linked_world2):
+def test_varying_token_counts_share_buffers_made_once_at_max_rows():
+    for r in spawn(workers.varying_tokens, 2, [12, 5, 12], 12):
         assert max(r["errs"]) < 1e-4
         assert all(s == r["storages"][0] for s in r["storages"]), "a shape up to max_rows got buffers of its own"
         assert r["grown"] == [1, 1, 1]  # gathered X, the partial of Y, H: one allocation each, at max_rows
 
 
 @pytest.fixture(scope="module")
-def mlp_trace(tmp_path_factory):
-    return tmp_path_factory.mktemp("mlp") / "mlp.json"
-
-
-@pytest.fixture(scope="module")
-def linked_world2(mlp_trace):
-    """World 2's tp_mlp run (traced), the varying token counts and the linked checks, in one world."""
-    return spawn(workers.linked_checks, 2, MLP[2], str(mlp_trace), VARYING)
+def linked_world2():
+    return spawn(workers.linked_checks, 2)
 
 
 def test_a_shape_that_comes_back_runs_on_its_own_link(linked_world2):
