@@ -42,18 +42,21 @@ def _entry(rank: int, fn, world: int, port: int, out_dir: str, args: tuple, inte
         pass
 
 
-def spawn(fn, world: int, *args, timeout_s: float = 600.0, interpret: bool = True, may_die: frozenset = frozenset()) -> list:
+def spawn(fn, world: int, *args, timeout_s: float = 600.0, interpret: bool = True, may_die: frozenset = frozenset(),
+          start_method: str = "spawn") -> list:
     """Run `fn(rank, world, *args)` on `world` ranks joined by a gloo group; returns each rank's result.
 
     interpret: run Triton kernels under the interpreter (CPU tensors); False compiles them (GPU
     ranks: `fn` picks its device). A rank that raised makes this raise RuntimeError naming the rank
     and its error. may_die: ranks expected to die (fault injection): their result is their exit
-    code, and the others go on.
+    code, and the others go on. start_method: how rank processes start (multiprocessing's names;
+    the CPU-world tests fork theirs from a server that imported torch once, tests/world/harness.py).
     """
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory() as out:
-        ctx = mp.start_processes(_entry, args=(fn, world, free_port(), out, args, interpret), nprocs=world, join=False, start_method="spawn")
+        ctx = mp.start_processes(_entry, args=(fn, world, free_port(), out, args, interpret), nprocs=world, join=False,
+                                 start_method=start_method)
         import time
 
         deadline = time.monotonic() + timeout_s

@@ -27,8 +27,9 @@ import pytest
 
 from syncopy.cli import main
 from syncopy.schedule import load_schedule
+from tests.golden import golden_worlds
 from tests.golden.spans import DEVICE_IMPORT, assert_only_kernel_changed, inside, outside
-from tests.world.workers import job, once
+from tests.world import shared
 
 HERE = Path(__file__).parent
 REGEN = os.environ.get("SYNCOPY_REGEN") == "1"
@@ -389,43 +390,36 @@ def test_recipes_cover_every_all_gather_golden():
     assert sorted(PRODUCER_RECIPES) == producers
 
 
-@once
-def _expected_world() -> list[dict]:
-    """Both expected-kernel tests in one spawned world of 2 (spawning costs seconds), unchecked:
-    expected.py is the unchecked form."""
-    from tests.golden import golden_worlds
-    from tests.golden.golden_worlds import PRODUCER_RECIPES, RECIPES
-    from tests.world.harness import spawn
-    from tests.world.workers import run_jobs
-
-    jobs = {"consumers": (f"{golden_worlds.__name__}:run_expected_kernels", (sorted(RECIPES),)),
-            "producers": (f"{golden_worlds.__name__}:run_expected_producers", (sorted(PRODUCER_RECIPES),))}
-    return spawn(run_jobs, 2, jobs, timeout_s=600, checked=False)
+# Both expected-kernel tests are jobs of the shared world of 2 (tests/world/shared.py: a spawn of their
+# own cost seconds); their operators are unchecked (checked=False: expected.py is the unchecked form).
+shared.register(__name__, 2, {"consumers": (f"{golden_worlds.__name__}:run_expected_kernels", (sorted(golden_worlds.RECIPES),)),
+                              "producers": (f"{golden_worlds.__name__}:run_expected_producers",
+                                            (sorted(golden_worlds.PRODUCER_RECIPES),))})
 
 
 @pytest.mark.world
 def test_expected_kernels_equal_all_gather_then_the_users_kernel():
     """Each expected kernel (the one the runtime runs, checked against expected.py) on a world of 2
-    with the tests' slow reordering link and poisoned receive buffers, three launches each, equals
+    with the tests' slow reordering link and poisoned receive buffers, two launches each, equals
     all_gather_into_tensor followed by the user's own kernel.py on the gathered tensor."""
     from tests.golden.golden_worlds import RECIPES
 
-    results = job(_expected_world(), "consumers")
+    results = shared.results(__name__, 2, "consumers")
     for rank, r in enumerate(results):
-        assert len(r) == 3 * len(RECIPES), r
+        assert len(r) == golden_worlds.LAUNCHES * len(RECIPES), r
         bad = [f"{label}: {problem or f'error {err:.3g}'}" for label, err, problem in r if problem or not err <= 1e-4]
         assert not bad, f"rank {rank}:\n" + "\n".join(bad)
 
 
 @pytest.mark.world
 def test_expected_producer_kernels_equal_the_users_kernel_then_a_reduce():
-    """Each producer golden's expected kernel on a world of 2, three launches with new data each,
+    """Each producer golden's expected kernel on a world of 2, two launches with new data each,
     equals the user's kernel.py on zeros (reduce_scatter) or on the rank's C (all_reduce), then an
     all_reduce over the ranks (this rank's rows for reduce_scatter)."""
     from tests.golden.golden_worlds import PRODUCER_RECIPES
 
-    results = job(_expected_world(), "producers")
+    results = shared.results(__name__, 2, "producers")
     for rank, r in enumerate(results):
-        assert len(r) == 3 * len(PRODUCER_RECIPES), r
+        assert len(r) == golden_worlds.LAUNCHES * len(PRODUCER_RECIPES), r
         bad = [f"{label}: {problem or f'error {err:.3g}'}" for label, err, problem in r if problem or not err <= 1e-4]
         assert not bad, f"rank {rank}:\n" + "\n".join(bad)

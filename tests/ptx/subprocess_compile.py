@@ -6,8 +6,8 @@ A test file registers the compile modules it reads when pytest imports it (`regi
 call compiles every module that the selected test files registered in one process (an interpreter
 start and the imports of torch, triton and syncopy cost seconds a process), with a Triton cache of
 its own (cold, as on a fresh clone; kernels two modules share compile once). Such a module's
-`main(archs)` prints one JSON line per target. A module nobody registered (tests/pipeline reads
-compile_pipeline) runs alone: `python -m tests.ptx.<module> ARCH` prints its JSON line.
+`main(archs)` prints one JSON line per target (tests/pipeline registers compile_pipeline here too). A
+module nobody registered runs alone: `python -m tests.ptx.<module> ARCH` prints its JSON line.
 """
 from __future__ import annotations
 

@@ -16,8 +16,8 @@ from tests.world.cases import CHUNKS, DTYPES, KERNELS, ROWS, WORLDS, matrix_case
 
 world_ids = [f"world{w}" for w in WORLDS]
 TILE_ORDERS = {2: ["ring", "local_first"], 3: ["bidirectional_ring", [2, 1]]}
-# The tile jobs' shards: 7 rows in 3 chunks of 2, 2 and 3 rows under 4-row tiles, so every tile spans
-# several chunks, some the rank boundary, and the last one is partial.
+# The tile jobs' shards: 7 rows in 3 chunks of 2, 2 and 3 rows under 4-row tiles (8-row ones on the
+# 3-D grid), so every tile spans several chunks, some the rank boundary, and the last one is partial.
 TILE_ROWS = 7
 OVERLAP_WORLD = 3
 # Ragged shards: 509 rows per rank (prime) in 3 chunks of 169, 170 and 170 rows, 64-row tiles. The
@@ -91,7 +91,8 @@ def test_matrix_covers_the_space():
             assert all(sum(c == n for _, c in pairs) == 2 for n in CHUNKS), pairs
         for kernel in ("grouped", "gemm2d"):
             ragged = ROWS[kernel][0]
-            assert ragged % workers.GEMM_TILE and any(ragged % c for c in CHUNKS)
+            assert ragged % workers.GEMM_TILE and all(ragged % c for c in CHUNKS if c > 1)
+            assert all(w * ragged % workers.GEMM_TILE for w in WORLDS)  # the gathered tensor's last tile is partial
             assert ROWS[kernel][1] % workers.GEMM_TILE == 0
     # Worlds 3 and 4 together: orders by their index in order_names (the explicit order differs by world).
     halves = [(c, [order_id(o) for o in order_names(w)].index(order_id(c["order"]))) for w in (3, 4) for c in matrix_cases(w)]

@@ -2,7 +2,7 @@
 the user's C (all_reduce) or as zeros (reduce_scatter), so split-K atomics, grids that leave elements
 unwritten, `C += A @ B` epilogues, tiles that return before their store and stores (or atomics) whose
 rows come from loaded data all give what `fused.reference` gives, and what a torch model of the kernel gives.
-Worlds 2-4, three launches each with new data, a slow jittery link, NaN-poisoned outputs: every
+Worlds 2-4, two launches each with new data (producer_workers._variant: every kernel meets each data layout), a slow jittery link, NaN-poisoned outputs: every
 kernel with both patterns at world 2, and at one of worlds 3 and 4 with one pattern, the patterns
 alternating over each world's kernels (a world-3 launch costs about 1.5 world-2 ones on two cores,
 a world-4 one twice): every (kernel, pattern), (kernel, world) and (pattern, world) pair runs."""
@@ -40,6 +40,11 @@ def test_every_kernel_runs_beyond_world_2():
     assert set(world_cases(2)) == {(k, p) for k in ALL for p in PATTERNS}
     for world in (3, 4):
         assert {p for _, p in world_cases(world)} == set(PATTERNS), world
+    # Two launches a case: every kernel still meets each data layout, and each layout both patterns.
+    layouts = {(k, p, producer_workers._variant(w, p, launch)) for w in KERNELS for k, p in world_cases(w)
+               for launch in range(producer_workers.LAUNCHES)}
+    assert {(k, v) for k, _, v in layouts} == {(k, v) for k in ALL for v in range(producer_workers.VARIANTS)}
+    assert {(p, v) for _, p, v in layouts} == {(p, v) for p in PATTERNS for v in range(producer_workers.VARIANTS)}
 
 
 @pytest.mark.world

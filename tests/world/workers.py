@@ -335,13 +335,14 @@ def run_tile_tags(rank: int, world: int, rows: int, chunks: int, orders: list) -
     from syncopy.api import slot_tiles
 
     nc, br, bc = 16, 4, 8
+    br3 = 2 * br  # the 3-D grid's row tiles: its programs, 3 a tile, are most of this job's time
     m = world * rows
     results = []
     for order in orders:
-        for name, grid in (("tag1d", (triton.cdiv(m, br),)), ("tag2d", (triton.cdiv(m, br), nc // bc)),
-                           ("tag3d", (triton.cdiv(m, br), nc // bc, 3))):
+        for name, grid, rows_of_tile in (("tag1d", (triton.cdiv(m, br),), br), ("tag2d", (triton.cdiv(m, br), nc // bc), br),
+                                         ("tag3d", (triton.cdiv(m, br3), nc // bc, 3), br3)):
             kernel = _kernel(name)
-            meta = {"NC": nc, "BR": br} if name == "tag1d" else {"NC": nc, "BR": br, "BC": bc}
+            meta = {"NC": nc, "BR": rows_of_tile} if name == "tag1d" else {"NC": nc, "BR": rows_of_tile, "BC": bc}
             fused = syncopy.overlap({"pattern": "all_gather", "tensor": "X", "dim": 0, "chunks_per_rank": chunks,
                                      "order": order}, trace=True, poison_receive=True)(kernel)
             n = 1
