@@ -637,16 +637,16 @@ class LoopbackWorld:
         ops.record(loop.side_mark, hs)
         ops.wait_event(hc, loop.side_mark)
         ctx.epoch = epoch = ctx.epoch + 1
-        ops.write32(loop.epoch_word, epoch, hc)
-        ops.zero32(loop.errors.words, 4, hc)
         tiles = ctx.tiles_per_chunk[fk._shape_key(grid, call)]
         ctx.targets = [wrap32(t + k) for t, k in zip(ctx.targets, tiles)]
-        for addr, target in zip(wire.targets, ctx.targets):
-            ops.write32(addr, target, hc)
+        # One driver call: the epoch, the error words cleared, this launch's targets and the flag of
+        # every chunk no tile writes (final at once). The send and receive streams start after the
+        # mark below, so the order of these writes and the partial's initialisation is theirs alone.
+        start = wire.start_writes(tuple(tiles), ops)
+        for i, target in zip(wire.target_writes, ctx.targets):
+            start.assign(i, target)
+        ops.write_batch(start, epoch, hc)
         fk._init_partial(ctx, out)  # what the partial holds before the kernel's stores, as in the reference
-        for g, count in enumerate(tiles):
-            if count == 0:  # no tile writes it: final at once
-                ops.write32(wire.flags[g], epoch, hc)
         # Both streams start after this launch's targets are written (flags of earlier epochs are
         # below `epoch`: the waits cannot pass early).
         ops.record(loop.compute_mark, hc)
@@ -805,6 +805,9 @@ class _Wire:
         n = ctx.n_chunks
         flag = self.flags = [ctx.flag_address(g) for g in range(n)]
         self.targets = [ctx.word_address(dev.SIG_HEADER + 2 * n + 2 + g) for g in range(n)]  # layout: context.py
+        self.epoch_word, self.error_words = loop.epoch_word, loop.errors.words
+        self.target_writes = [1 + 4 + g for g in range(n)]  # their places in `start_writes`' batch
+        self._starts: dict[tuple, object] = {}  # tiles per chunk -> the launch's start writes
         self.outbox = eng.pin(torch.empty_like(ctx.buffer, device="cpu"))
         self.inbox = {p: torch.empty_like(out) for p in range(plan.world) if p != rank}
         self.sends = {}
@@ -829,6 +832,18 @@ class _Wire:
                 k = min(k, len(mine) - 1)
                 due.append((k, p, (flag[mine[k]], ptr(dst), ptr(src), dst.nbytes)))
         self.receives = [entry for _, _, entry in sorted(due, key=lambda d: d[:2])]
+
+    def start_writes(self, tiles: tuple, ops):
+        """The batch a producer launch starts with (made once per tiles per chunk): the epoch word,
+        the four error words cleared, the targets (assigned per launch) and the flags of the chunks
+        no tile writes (the epoch)."""
+        batch = self._starts.get(tiles)
+        if batch is None:
+            writes = [(self.epoch_word, None)] + [(self.error_words + 4 * i, 0) for i in range(4)]
+            writes += [(addr, 0) for addr in self.targets]
+            writes += [(self.flags[g], None) for g, count in enumerate(tiles) if count == 0]
+            batch = self._starts[tiles] = ops.batch(writes)
+        return batch
 
 
 class _Timeline:

@@ -165,6 +165,14 @@ class WriteBatch:
             for op, (addr, v) in zip(self.params, self.writes):
                 op.operation, op.address, op.value = CU_STREAM_MEM_OP_WRITE_VALUE_32, addr, (v or 0) & 0xFFFFFFFF
 
+    def assign(self, index: int, value: int) -> None:
+        """Write `index` writes `value` from the next `write_batch` on (a value of this launch that is
+        not the batch's one, e.g. a producer's per-chunk targets)."""
+        addr, _ = self.writes[index]
+        self.writes[index] = (addr, value)
+        if self.params is not None:
+            self.params[index].value = value & 0xFFFFFFFF
+
 
 def _bind(lib, names: tuple[str, ...], argtypes: tuple, required: bool = True):
     for name in names:

@@ -309,3 +309,30 @@ def test_launches_under_inference_mode_then_outside_it():
         with torch.inference_mode(mode):
             out, want, _, _ = _launch_rs(rs, seed, 1)
         assert torch.allclose(out, want, atol=1e-4)
+
+
+def test_a_warm_gemm_rs_launch_starts_with_one_batch_of_writes():
+    # The epoch, the error words, the targets and the flags of unwritten chunks go as one stream
+    # operation (cuStreamBatchMemOp on a GPU): no write-value or memset of its own before the kernel.
+    lw = LoopbackWorld(_gemm_rs(), WORLD, 1, device="cpu")
+    out, want, _, _ = _launch_rs(lw, 0, 1)
+    assert torch.allclose(out, want, atol=1e-4)
+    calls, depth = [], [0]
+
+    def counted(name, real):
+        def call(*args):
+            if depth[0] == 0:  # the CPU engine's batch writes each word itself: count the launch's calls only
+                calls.append(name)
+            depth[0] += 1
+            try:
+                return real(*args)
+            finally:
+                depth[0] -= 1
+        return call
+
+    for name in ("write32", "zero32", "write_batch"):
+        setattr(lw.ops, name, counted(name, getattr(lw.ops, name)))
+    for seed in (1, 2):  # the targets differ per launch: they are assigned into the batch each time
+        out, want, _, ctx = _launch_rs(lw, seed, 1)
+        assert torch.allclose(out, want, atol=1e-4)
+    assert calls == ["write_batch", "write_batch"] and ctx.epoch == 3
