@@ -642,10 +642,7 @@ class LoopbackWorld:
         # One driver call: the epoch, the error words cleared, this launch's targets and the flag of
         # every chunk no tile writes (final at once). The send and receive streams start after the
         # mark below, so the order of these writes and the partial's initialisation is theirs alone.
-        start = wire.start_writes(tuple(tiles), ops)
-        for i, target in zip(wire.target_writes, ctx.targets):
-            start.assign(i, target)
-        ops.write_batch(start, epoch, hc)
+        start_producer(ops, wire.starts, (loop.epoch_word, loop.errors.words, wire.targets, wire.flags), tiles, ctx.targets, epoch, hc)
         fk._init_partial(ctx, out)  # what the partial holds before the kernel's stores, as in the reference
         # Both streams start after this launch's targets are written (flags of earlier epochs are
         # below `epoch`: the waits cannot pass early).
@@ -768,6 +765,23 @@ class LoopbackWorld:
 
 
 
+def start_producer(ops, starts: dict, words: tuple, tiles, targets: list[int], epoch: int, stream) -> None:
+    """A producer launch's first stream operation, one driver call (cuStreamBatchMemOp): the epoch
+    word, the four error words cleared, this launch's targets and the flag of every chunk no tile
+    writes (final at once). `words`: (epoch word, error words, target addresses, flag addresses);
+    the batch is made once per tiles per chunk (kept in `starts`), the targets assigned each launch."""
+    epoch_word, error_words, target_addrs, flag_addrs = words
+    tiles = tuple(tiles)
+    batch = starts.get(tiles)
+    if batch is None:
+        writes = [(epoch_word, None)] + [(error_words + 4 * i, 0) for i in range(4)] + [(addr, 0) for addr in target_addrs]
+        writes += [(flag_addrs[g], None) for g, count in enumerate(tiles) if count == 0]
+        batch = starts[tiles] = ops.batch(writes)
+    for i, target in enumerate(targets):
+        batch.assign(5 + i, target)
+    ops.write_batch(batch, epoch, stream)
+
+
 def launch_args(fk: FusedKernel, loop: _Loop, grid, call: dict) -> tuple[torch.Tensor, dict]:
     """The tile order (FusedKernel._order) and the kernel's extra arguments of this launch shape,
     kept per loop: the order depends on the grid and the scalar arguments (what _shape_key holds:
@@ -805,9 +819,7 @@ class _Wire:
         n = ctx.n_chunks
         flag = self.flags = [ctx.flag_address(g) for g in range(n)]
         self.targets = [ctx.word_address(dev.SIG_HEADER + 2 * n + 2 + g) for g in range(n)]  # layout: context.py
-        self.epoch_word, self.error_words = loop.epoch_word, loop.errors.words
-        self.target_writes = [1 + 4 + g for g in range(n)]  # their places in `start_writes`' batch
-        self._starts: dict[tuple, object] = {}  # tiles per chunk -> the launch's start writes
+        self.starts: dict[tuple, object] = {}  # tiles per chunk -> a launch's start writes (start_producer)
         self.outbox = eng.pin(torch.empty_like(ctx.buffer, device="cpu"))
         self.inbox = {p: torch.empty_like(out) for p in range(plan.world) if p != rank}
         self.sends = {}
@@ -832,18 +844,6 @@ class _Wire:
                 k = min(k, len(mine) - 1)
                 due.append((k, p, (flag[mine[k]], ptr(dst), ptr(src), dst.nbytes)))
         self.receives = [entry for _, _, entry in sorted(due, key=lambda d: d[:2])]
-
-    def start_writes(self, tiles: tuple, ops):
-        """The batch a producer launch starts with (made once per tiles per chunk): the epoch word,
-        the four error words cleared, the targets (assigned per launch) and the flags of the chunks
-        no tile writes (the epoch)."""
-        batch = self._starts.get(tiles)
-        if batch is None:
-            writes = [(self.epoch_word, None)] + [(self.error_words + 4 * i, 0) for i in range(4)]
-            writes += [(addr, 0) for addr in self.targets]
-            writes += [(self.flags[g], None) for g, count in enumerate(tiles) if count == 0]
-            batch = self._starts[tiles] = ops.batch(writes)
-        return batch
 
 
 class _Timeline:

@@ -71,7 +71,7 @@ from syncopy.errors import LaunchError
 from syncopy.runtime import streamops
 from syncopy.runtime.context import Context
 from syncopy.runtime.reduction import reduce_into
-from syncopy.runtime.loopback import _Cuda, _Host, _Loop, _Timeline, launch_args
+from syncopy.runtime.loopback import _Cuda, _Host, _Loop, _Timeline, launch_args, start_producer
 from syncopy.runtime.streamops import ptr, wrap32
 
 if TYPE_CHECKING:  # the runtime never imports the user-facing layer (syncopy.api)
@@ -180,6 +180,7 @@ class _Rank(_Loop):
         self.moves: dict[int, list[tuple]] = {}
         self.inbox: dict[int, torch.Tensor] = {}  # producer: peer -> its partial of this rank's rows
         self.sends: dict[int, list[tuple]] = {}  # producer: p -> [(chunk, flag address, dst, src, bytes)] in finish order
+        self.starts: dict[tuple, object] = {}  # producer: tiles per chunk -> a launch's start writes (loopback.start_producer)
 
 
 class ThreadWorld:
@@ -400,19 +401,15 @@ class ThreadWorld:
         for rk, (grid, call, _, _) in zip(ranks, calls):
             ctx, hc = rk.ctx, ops.handle(rk.stream)
             ops.wait_event(hc, start)
-            ops.write32(rk.epoch_word, epoch, hc)
-            ops.zero32(rk.errors.words, 4, hc)
             self.timelines[rk.rank].mark("start", rk.stream)
             tiles = ctx.tiles_per_chunk[fk._shape_key(grid, call)]
             ctx.targets = [wrap32(t + k) for t, k in zip(ctx.targets, tiles)]
             n = ctx.n_chunks
-            for g, target in enumerate(ctx.targets):
-                ops.write32(ctx.word_address(dev.SIG_HEADER + 2 * n + 2 + g), target, hc)  # layout: context.py
+            words = (rk.epoch_word, rk.errors.words, [ctx.word_address(dev.SIG_HEADER + 2 * n + 2 + g) for g in range(n)],  # layout: context.py
+                     [ctx.flag_address(g) for g in range(n)])
+            start_producer(ops, rk.starts, words, tiles, ctx.targets, epoch, hc)  # one driver call
             with self._using(rk.stream):
                 fk._init_partial(ctx, outs[rk.rank])
-            for g, count in enumerate(tiles):
-                if count == 0:  # no tile writes it: final at once
-                    ops.write32(ctx.flag_address(g), epoch, hc)
             ops.record(rk.fork, hc)
 
         def sends():
