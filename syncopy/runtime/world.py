@@ -36,6 +36,14 @@ def _entry(rank: int, fn, world: int, port: int, out_dir: str, args: tuple, inte
     except BaseException as exc:  # reported by the parent with the rank
         result = ("error", f"{type(exc).__name__}: {exc}", traceback.format_exc())
     Path(out_dir, f"{rank}.pkl").write_bytes(pickle.dumps(result))
+    # Rank 0 hosts the group's store: a rank that left as soon as it had reported would take it away
+    # from peers still waiting on it (their error would then be the store's, not their own). Every
+    # rank stays until the parent has seen each rank report or exit (bounded).
+    import time
+
+    deadline = time.monotonic() + 60.0
+    while not Path(out_dir, "release").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
     try:
         dist.destroy_process_group()
     except Exception:
@@ -64,13 +72,20 @@ def spawn(fn, world: int, *args, timeout_s: float = 600.0, interpret: bool = Tru
         # one exits badly: a rank that has written its result and then dies in interpreter teardown
         # (a C++ thread of torch's process group still joinable at exit aborts the process) has done
         # its work, and its peers must be allowed to finish theirs.
+        release = Path(out, "release")
+
+        def release_when_all_reported() -> None:
+            if not release.exists() and all(Path(out, f"{r}.pkl").exists() or not p.is_alive() for r, p in enumerate(ctx.processes)):
+                release.touch()  # every rank reported (or is gone): they may leave (see _entry)
+
         while any(p.is_alive() for p in ctx.processes):
             if time.monotonic() > deadline:
                 for p in ctx.processes:
                     p.kill()
                 raise TimeoutError(f"world of {world} ranks did not finish in {timeout_s:g}s")
             for r, p in enumerate(ctx.processes):
-                p.join(timeout=0.2)
+                release_when_all_reported()
+                p.join(timeout=0.05 if release.exists() else 0.02)
                 if p.exitcode not in (None, 0) and r not in may_die and not Path(out, f"{r}.pkl").exists():
                     # Died before reporting (a crash, not an exception): its peers would only hang.
                     for q in ctx.processes:
