@@ -337,13 +337,19 @@ class Plan:
 
     def link_args(self, index: int) -> dict:
         """The context and signal pad of every link of launch `index` (its syncopy_in_* / syncopy_out_*)."""
-        out = {}
-        for e, link in self.links.items():
-            if e.src == index:
-                out.update(link.args("out"))
-            if e.dst == index:
-                out.update(link.args("in"))
-        return out
+        return link_args(self.links, index)
+
+
+def link_args(links: dict, index: int) -> dict:
+    """The kernel arguments of launch `index` for `links` (Edge -> LinkSignals): the context and signal
+    pad of each link it writes (syncopy_out_*) and reads (syncopy_in_*)."""
+    out = {}
+    for e, link in links.items():
+        if e.src == index:
+            out.update(link.args("out"))
+        if e.dst == index:
+            out.update(link.args("in"))
+    return out
 
 
 @dataclass(frozen=True)
@@ -370,17 +376,14 @@ def place(*, cuda: bool, interpreted: bool, warm: bool, chain: bool, reader_ctas
     """The rule of the module doc: the reader beside the writer only where its waiting tiles can never
     hold every SM the writer's tiles (or an SM transport's kernels) still need; on CPU ranks, beside it
     on a side thread where the interpreter can run two kernels at once (`threads`)."""
-    if not cuda and interpreted and warm and chain and threads:
-        return Placement(True, True, SIDE_THREAD)
-    if not cuda or interpreted:
-        why = ("the first launch of these shapes compiles, probes and meets the peers" if not warm else
-               "only a pipeline of two linked operators runs them side by side so far" if not chain else
-               "the interpreter runs one kernel at a time per process")
-        return Placement(False, False, f"{IN_ORDER}: {why}")
     if not warm:
         return Placement(False, False, f"{IN_ORDER}: the first launch of these shapes compiles, probes and meets the peers")
     if not chain:
         return Placement(False, False, f"{IN_ORDER}: only a pipeline of two linked operators runs them side by side so far")
+    if not cuda and interpreted and threads:
+        return Placement(True, True, SIDE_THREAD)
+    if not cuda or interpreted:
+        return Placement(False, False, f"{IN_ORDER}: the interpreter runs one kernel at a time per process")
     limit = reader_side_limit(sms, reserved, writer_ctas)
     if reader_ctas > limit:
         # Fallback: the reader's spinning tiles could fill the GPU before the writer's last tiles start.
@@ -532,8 +535,8 @@ class Pipeline:
         chunks as they would on the device), the writer's on this thread, in the group's turn this
         thread holds for both (FusedKernel._serialised_launch); then the side thread is joined and its
         error, if any, raised (the writer's first: a reader starves of a writer that failed). Both
-        contexts are made (`_contexts_made`): neither launch talks to the peers but by its tagged
-        transfers. A writer that fails before its kernel raises once the reader's waits ran out."""
+        contexts are made (`_side_thread_refused`): neither launch talks to the peers but by its
+        tagged transfers. A writer that fails before its kernel raises once the reader's waits ran out."""
         from syncopy.runtime.backends import control
         from syncopy.runtime.contexts import checked_group
 
@@ -591,10 +594,14 @@ class Pipeline:
         warm = key in plan.placements
         if device is None or _interpreting() or not warm or not chain:
             plan.placements.setdefault(key, None)
-            refused = self._side_thread_refused(plan, launches) if device is None and _interpreting() and warm and chain else ""
-            placement = place(cuda=device is not None, interpreted=_interpreting(), warm=warm, chain=chain,
-                              reader_ctas=0, writer_ctas=0, sms=0, reserved=0, reader_first_ok=False, threads=refused is None)
-            return Placement(False, False, f"{IN_ORDER}: {refused}") if refused else placement
+            threads = False
+            if device is None and _interpreting() and warm and chain:
+                refused = self._side_thread_refused(plan, launches)
+                if refused is not None:
+                    return Placement(False, False, f"{IN_ORDER}: {refused}")
+                threads = True
+            return place(cuda=device is not None, interpreted=_interpreting(), warm=warm, chain=chain,
+                         reader_ctas=0, writer_ctas=0, sms=0, reserved=0, reader_first_ok=False, threads=threads)
         placement = plan.placements[key]
         if placement is None:
             from syncopy.runtime import occupancy
@@ -710,16 +717,9 @@ class Pipeline:
         """What a plan depends on: the operators, every tensor argument's shape, dtype and device, which
         arguments are the same tensor, and the group (its token: ids of destroyed groups come back)."""
         from syncopy.runtime.backends import control
-
-        seen: dict[tuple, int] = {}
-        parts = []
-        for x in launches:
-            for name, t in sorted(x.tensors().items()):
-                ident = (t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.dtype, str(t.device))
-                parts.append((id(x.op), name, ident[1:], seen.setdefault(ident, len(seen))))
         from syncopy.runtime.contexts import checked_group
 
-        return tuple(parts), control.group_token(checked_group(launches[0].group))
+        return structure(launches), control.group_token(checked_group(launches[0].group))
 
     def _variant(self, op, index: int, edges: list[Edge]):
         wait = next((e.dst_arg for e in edges if e.dst == index), None)
@@ -757,9 +757,7 @@ class Pipeline:
 
         from syncopy.runtime.contexts import checked_group
 
-        s = launches[e.src].op.schedule
-        per_rank = s.chunks_per_rank if isinstance(s.chunks_per_rank, int) else 1
-        return per_rank * dist.get_world_size(checked_group(launches[e.src].group))
+        return writer_chunks(launches[e.src], dist.get_world_size(checked_group(launches[e.src].group)))
 
     def _tiles_per_chunk(self, variant, writer: Launch, link: LinkSignals) -> list[int]:
         """How many of the writer's tiles store into each chunk of the link, from its probe (once per
@@ -824,6 +822,24 @@ def _probe_writes(variant, writer: Launch, link: LinkSignals) -> list[int]:
         for g in range(max(lo, 0), hi + 1):
             need[g] += 1
     return need
+
+
+def writer_chunks(writer: Launch, world: int) -> int:
+    """A link's chunks by default: its writer's, world x chunks_per_rank (1 a rank where the planner picks)."""
+    s = writer.op.schedule
+    return (s.chunks_per_rank if isinstance(s.chunks_per_rank, int) else 1) * world
+
+
+def structure(launches: list[Launch]) -> tuple:
+    """The launches' operators, every tensor argument's shape, strides, dtype and device, and which
+    arguments are the same tensor (not which tensors: a plan serves new data of the same layout)."""
+    seen: dict[tuple, int] = {}
+    parts = []
+    for x in launches:
+        for name, t in sorted(x.tensors().items()):
+            ident = (t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.dtype, str(t.device))
+            parts.append((id(x.op), name, ident[1:], seen.setdefault(ident, len(seen))))
+    return tuple(parts)
 
 
 def _interpreter_threads() -> bool:

@@ -8,7 +8,7 @@ import time
 import torch
 
 from syncopy.errors import LaunchError, SyncopyTimeout
-from syncopy.runtime import splits, streamops, warmup
+from syncopy.runtime import pipeline, splits, streamops, warmup
 from syncopy.runtime.backends import control
 from syncopy.runtime.context import Context
 from syncopy.runtime.contexts import checked_group
@@ -50,8 +50,6 @@ class LaunchSequence:
         self._refuse_grad(args, kwargs)
         group = checked_group(group)
         device = _cuda_device(args, kwargs)
-        from syncopy.runtime import pipeline
-
         # A pipeline's reader on its side thread (CPU ranks) launches in the turn its writer's thread holds.
         turn = contextlib.nullcontext() if pipeline.turn_held() else control.group_lock(group)
         with _profiled(self.local.fn.__name__), turn, torch.inference_mode(), _on_device(device):

@@ -28,7 +28,7 @@ import torch
 
 from syncopy.errors import LaunchError, SyncopyError
 from syncopy.runtime import pipeline as pipelines
-from syncopy.runtime.launch import _spin_limit
+from syncopy.runtime.launch import _on_device, _spin_limit
 
 
 RING_DRAIN = 64  # errors read and dropped per ring at most, after a failure (ErrorRing.RING launches)
@@ -53,13 +53,7 @@ class Plan:
         self.need: dict[tuple, list[int]] = {}  # per edge and writer launch shape: its tiles per chunk of the link
 
     def link_args(self, rank: int, index: int) -> dict:
-        out = {}
-        for e, link in self.links[rank].items():
-            if e.src == index:
-                out.update(link.args("out"))
-            if e.dst == index:
-                out.update(link.args("in"))
-        return out
+        return pipelines.link_args(self.links[rank], index)
 
 
 class ThreadPipeline:
@@ -76,13 +70,13 @@ class ThreadPipeline:
         self.max_plans = max_plans  # launch structures kept (their links); the least recently used goes first
         self.plans: dict[tuple, Plan] = {}
         self.worlds: dict[int, object] = {}  # id(variant) -> its ThreadWorld
-        self._variants: dict[tuple, object] = {}
         self.launches = 0
 
     # -- recording ----------------------------------------------------------------------------------
-    def run(self, body) -> list:
+    def run(self, body, delay_s: float = 0.0) -> list:
         """Call `body(view, group, rank)` for every rank, then launch what they recorded; returns each
-        rank's return value (its output, filled in stream order)."""
+        rank's return value (its output, filled in stream order). `delay_s`: each operator's paced
+        link (ThreadWorld.launch; CPU engine)."""
         from syncopy.runtime.threads import RankGroup
 
         outs, recorded = [], []
@@ -94,17 +88,17 @@ class ThreadPipeline:
                 raise LaunchError(f"rank {r}'s launch recorded no operator in its pipeline; launch the operators inside "
                                   "`with op.pipeline:`")
             recorded.append(view.pipeline.launches)
-        self._launch(recorded)
+        self._launch(recorded, delay_s)
         return outs
 
-    def _launch(self, recorded: list[list[pipelines.Launch]]) -> None:
+    def _launch(self, recorded: list[list[pipelines.Launch]], delay_s: float = 0.0) -> None:
         self._check()
         key = self._key(recorded)
         plan = self._plan(key, recorded)
         first = recorded[0]
         device = next((t.device for t in first[0].tensors().values()), torch.device("cpu"))
         cuda = device.type == "cuda"
-        with torch.cuda.device(device) if cuda else _nothing():
+        with _on_device(device if cuda else None):
             caller = torch.cuda.current_stream(device) if cuda else None
             epochs = []
             try:
@@ -116,7 +110,8 @@ class ThreadPipeline:
                 for index, variant in enumerate(plan.variants):
                     launches = [rank_launches[index] for rank_launches in recorded]
                     self._world(variant).launch([x.grid for x in launches], [x.args for x in launches],
-                                                [x.kwargs for x in launches], links=[plan.link_args(r, index) for r in range(self.world)])
+                                                [x.kwargs for x in launches], links=[plan.link_args(r, index) for r in range(self.world)],
+                                                delay_s=delay_s)
             except BaseException:
                 # Links stepped to an epoch whose operators did not all run: the next launch of this
                 # structure starts from new links (Pipeline.run does the same).
@@ -140,7 +135,7 @@ class ThreadPipeline:
     def _key(self, recorded: list[list[pipelines.Launch]]) -> tuple:
         """The launch structure (operators, each tensor's shape, dtype and device, which arguments are the
         same tensor): the same on every rank, or a LaunchError naming the first rank that differs."""
-        keys = [_structure(launches) for launches in recorded]
+        keys = [pipelines.structure(launches) for launches in recorded]
         for r, k in enumerate(keys):
             if k != keys[0]:
                 raise LaunchError(f"rank {r}'s pipeline launched {_describe(recorded[r])} but rank 0 {_describe(recorded[0])}; "
@@ -157,7 +152,7 @@ class ThreadPipeline:
                         link.errors.check(wait=True)
             first = recorded[0]
             edges = pipelines.infer_edges(first)
-            variants = [self._variant(x.op, i, edges) for i, x in enumerate(first)]
+            variants = [self.op.pipeline._variant(x.op, i, edges) for i, x in enumerate(first)]  # the template's own
             links = []
             for r, launches in enumerate(recorded):
                 mine = {}
@@ -170,23 +165,9 @@ class ThreadPipeline:
         self.plans[key] = plan  # the most recently used last
         return plan
 
-    def _variant(self, op, index: int, edges):
-        wait = next((e.dst_arg for e in edges if e.dst == index), None)
-        notify = next((e.src_arg for e in edges if e.src == index), None)
-        if wait is None and notify is None:
-            return op
-        key = (id(op), wait, notify)
-        if key not in self._variants:
-            variant = self._variants[key] = op.linked(wait=wait, notify=notify)
-            variant._pipeline_op = op  # keeps the user's operator (and so its id) alive with the variant
-        return self._variants[key]
-
     def _chunks(self, launches: list[pipelines.Launch], e) -> int:
         pipe = self.op.pipeline
-        if getattr(pipe, "link_chunks", None) is not None:
-            return pipe.link_chunks
-        s = launches[e.src].op.schedule
-        return (s.chunks_per_rank if isinstance(s.chunks_per_rank, int) else 1) * self.world
+        return pipe.link_chunks if pipe.link_chunks is not None else pipelines.writer_chunks(launches[e.src], self.world)
 
     def _world(self, variant):
         from syncopy.runtime.threads import ThreadWorld
@@ -234,23 +215,5 @@ class ThreadPipeline:
         self._check(wait=True)
 
 
-def _structure(launches: list[pipelines.Launch]) -> tuple:
-    seen: dict[int, int] = {}
-    parts = []
-    for x in launches:
-        for name, t in sorted(x.tensors().items()):
-            parts.append((id(x.op), name, tuple(t.shape), tuple(t.stride()), t.dtype, str(t.device),
-                          seen.setdefault(t.data_ptr(), len(seen))))
-    return tuple(parts)
-
-
 def _describe(launches: list[pipelines.Launch]) -> str:
     return ", ".join(f"{x.name}({', '.join(f'{n}={list(t.shape)}' for n, t in sorted(x.tensors().items()))})" for x in launches)
-
-
-class _nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False

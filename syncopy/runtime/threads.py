@@ -181,6 +181,9 @@ class _Rank(_Loop):
         self.inbox: dict[int, torch.Tensor] = {}  # producer: peer -> its partial of this rank's rows
         self.sends: dict[int, list[tuple]] = {}  # producer: p -> [(chunk, flag address, dst, src, bytes)] in finish order
         self.starts: dict[tuple, object] = {}  # producer: tiles per chunk -> a launch's start writes (loopback.start_producer)
+        n = ctx.n_chunks  # producer: the words those writes go to (epoch, error words, targets, flags; layout: context.py)
+        self.start_words = (self.epoch_word, self.errors.words, [ctx.word_address(dev.SIG_HEADER + 2 * n + 2 + g) for g in range(n)],
+                            [ctx.flag_address(g) for g in range(n)])
 
 
 class ThreadWorld:
@@ -227,12 +230,12 @@ class ThreadWorld:
         return self.worlds[(tuple(shard_shape), dtype)][rank].stream
 
     # -- launches ---------------------------------------------------------------------------------
-    def run(self, body) -> list:
+    def run(self, body, delay_s: float = 0.0) -> list:
         """Call `body(fused, group, rank)` for every rank (a template's `launch(fused, ..., group=group)`),
         then launch what they called, all ranks at once; returns each rank's return value (its
-        output, filled in stream order)."""
+        output, filled in stream order). `delay_s`: as for `launch` (CPU engine: a slower link)."""
         if self.pipeline is not None:
-            return self.pipeline.run(body)
+            return self.pipeline.run(body, delay_s)
         outs, calls = [], []
         for r in range(self.world):
             stand_in = _RankKernel(self.fk)
@@ -240,7 +243,7 @@ class ThreadWorld:
             if len(stand_in.calls) != 1:
                 raise LaunchError(f"rank {r}'s launch called the fused kernel {len(stand_in.calls)} times; the thread world runs one call per rank")
             calls.append(stand_in.calls[0])
-        self.launch([c[0] for c in calls], [c[1] for c in calls], [c[2] for c in calls])
+        self.launch([c[0] for c in calls], [c[1] for c in calls], [c[2] for c in calls], delay_s=delay_s)
         return outs
 
     def launch(self, grid, args: list[tuple], kwargs: list[dict] | dict | None = None, *, join: bool = True, sync: bool = False,
@@ -404,10 +407,7 @@ class ThreadWorld:
             self.timelines[rk.rank].mark("start", rk.stream)
             tiles = ctx.tiles_per_chunk[fk._shape_key(grid, call)]
             ctx.targets = [wrap32(t + k) for t, k in zip(ctx.targets, tiles)]
-            n = ctx.n_chunks
-            words = (rk.epoch_word, rk.errors.words, [ctx.word_address(dev.SIG_HEADER + 2 * n + 2 + g) for g in range(n)],  # layout: context.py
-                     [ctx.flag_address(g) for g in range(n)])
-            start_producer(ops, rk.starts, words, tiles, ctx.targets, epoch, hc)  # one driver call
+            start_producer(ops, rk.starts, rk.start_words, tiles, ctx.targets, epoch, hc)  # one driver call
             with self._using(rk.stream):
                 fk._init_partial(ctx, outs[rk.rank])
             ops.record(rk.fork, hc)
