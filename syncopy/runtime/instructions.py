@@ -155,10 +155,15 @@ def link(g: Graph, tensor: str, chunks: int) -> list[int]:
     return _alloc(g, f"link {tensor}", [f"link context and signal pad ({chunks} flags, counters, targets)"])
 
 
+def _lowering(plan):
+    """The function that writes an operator's nodes from its plan: `reduce` for a ReducePlan, else `all_gather`."""
+    return reduce if hasattr(plan, "steps") else all_gather
+
+
 def operator(plan, op: str, tensor: str) -> Graph:
     """One operator's graph on its rank, from its plan (a RankPlan or a ReducePlan)."""
     g = Graph(plan.rank, plan.world)
-    (reduce if hasattr(plan, "steps") else all_gather)(g, op, plan, tensor)
+    _lowering(plan)(g, op, plan, tensor)
     return g
 
 
@@ -179,8 +184,7 @@ def pipeline(g: Graph, stages: list[Stage], links: list[tuple[int, int, str, int
     for i, st in enumerate(stages):
         waits_on = next((raised[src] for src, dst, _, _ in links if dst == i), None)
         announces = next(((label, chunks) for src, _, label, chunks in links if src == i), None)
-        lower = reduce if hasattr(st.plan, "steps") else all_gather
-        raised[i] = lower(g, st.op, st.plan, st.tensor, waits_on=waits_on, announces=announces)
+        raised[i] = _lowering(st.plan)(g, st.op, st.plan, st.tensor, waits_on=waits_on, announces=announces)
     for label, pad in pads.items():
         _free(g, f"link {label}", pad)
     return g
