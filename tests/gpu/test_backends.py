@@ -146,6 +146,20 @@ def test_nccl_refuses_a_grid_that_could_starve_it(gpus):
         assert "launches 4096 programs" in rec["str"] and "persistent kernel" in rec["str"], rec["str"]
 
 
+@two_gpus
+def test_nccl_warm_launches_do_not_sync_and_a_late_peer_is_named(gpus):
+    # Warm launches ran under set_sync_debug_mode("error"); a peer 3 s late past a 1 s timeout
+    # makes rank 0's launch 2 fail at synchronize(), naming epoch 2, and nobody hangs.
+    for rank, rec in _records(gpus, "async nccl"):
+        assert rec["worst"] < TOL, (rank, rec)
+        first, second = rec["late"]
+        assert first["raised"] is None, (rank, rec)
+        if rank == 0:
+            assert second["raised"] == "SyncopyTimeout" and second["epoch"] == 2, (rank, rec)
+            assert second["str"].startswith("rank 0 waited 1s for chunk 0 of rank 1 (epoch 2)"), second
+        assert second["seconds"] < 30, (rank, rec)
+
+
 def test_occupancy_on_this_gpu(monkeypatch):
     from syncopy.runtime import occupancy
 

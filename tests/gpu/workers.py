@@ -189,6 +189,49 @@ def withheld(rank: int, world: int, backend: str) -> dict:
     return out
 
 
+def nccl_async(rank: int, world: int) -> dict:
+    """ag_gemm on nccl: after a first launch, warm launches of new data under
+    torch.cuda.set_sync_debug_mode("error") (no host sync on the launch path), checked after
+    synchronize(); then a late peer: rank 1 starts launch 2 of a 1 s operator 3 s late, and rank 0's
+    timeout surfaces at synchronize() naming epoch 2, with no rank left hanging."""
+    import torch
+
+    import syncopy
+    from syncopy import templates
+
+    t = templates.get("ag_gemm")
+    dev = torch.device("cuda", torch.cuda.current_device())
+    fused = t.fused(chunks_per_rank=2, order="ring", backend="nccl", poison_receive=True, timeout_s=30.0)
+    rows, n, k = 256, 128, 64
+    data = [_gathered(world, rows, k, n, seed=20 + it) for it in range(4)]
+    inputs = [(full[rank * rows:(rank + 1) * rows].contiguous().to(dev), b.to(dev)) for full, b in data]
+    outs = [t.module.launch(fused, *inputs[0], **META, GROUP_M=4)]
+    fused.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        outs += [t.module.launch(fused, *inputs[it], **META, GROUP_M=4) for it in range(1, 4)]
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    fused.synchronize()
+    worst = max(_rel_err(c, full.to(dev).float() @ b.to(dev).float()) for c, (full, b) in zip(outs, data))
+    late = t.fused(chunks_per_rank=1, order="ring", backend="nccl", timeout_s=1.0)
+    said = []
+    for it in range(2):
+        full, b = data[it]
+        a = full[rank * rows:(rank + 1) * rows].contiguous().to(dev)
+        if it == 1 and rank == 1:
+            time.sleep(3)
+        t0 = time.perf_counter()
+        try:
+            t.module.launch(late, a, b.to(dev), **META, GROUP_M=4)
+            late.synchronize()
+            said.append({"raised": None})
+        except syncopy.SyncopyError as exc:
+            said.append({"raised": type(exc).__name__, "epoch": getattr(exc, "epoch", None), "str": str(exc)})
+        said[-1]["seconds"] = time.perf_counter() - t0
+    return {"worst": worst, "late": said}
+
+
 def nccl_refuses_big_grid(rank: int, world: int) -> dict:
     """A non-persistent grid larger than the SMs nccl leaves to the kernel is refused before anything moves."""
     import torch
@@ -254,6 +297,7 @@ def two_gpus(rank: int, world: int) -> dict:
         "ag_gemm_persistent nccl": _check("ag_gemm_persistent nccl", lambda: ag_gemm(
             rank, world, "nccl", template="ag_gemm_persistent", launches=2, shapes=((200, 128, 96),))),
         "big grid nccl": _check("big grid nccl", lambda: nccl_refuses_big_grid(rank, world)),
+        "async nccl": _check("async nccl", lambda: nccl_async(rank, world)),
         "gemm_rs nccl": _check("gemm_rs nccl", lambda: reduce(rank, world, "nccl", "gemm_rs")),
         "gemm_ar nccl": _check("gemm_ar nccl", lambda: reduce(rank, world, "nccl", "gemm_ar")),
         "gemm_rs p2p": _check("gemm_rs p2p", lambda: reduce(rank, world, "p2p", "gemm_rs")),

@@ -183,6 +183,58 @@ def run_consumer_traced(rank: int, world: int) -> dict:
     return out
 
 
+def run_nccl_rounds_beside_the_kernel(rank: int, world: int) -> dict:
+    """ag_gemm on nccl, traced, each round paced 40 ms late (a slow link), three launches of new data,
+    NaN-poisoned: per launch the error against torch, the chunks landed when each tile started, and
+    the threads the rounds ran on; then a late peer: rank world-1 starts launch 2 of a second
+    operator 3 s late, past the others' 1 s timeout, and the others try a third."""
+    import threading
+    import time
+
+    import torch
+
+    from syncopy import templates
+    from syncopy.runtime.backends import nccl
+
+    _use_host_backends()
+    t = templates.get("ag_gemm")
+    real_run, threads = nccl._run, set()
+
+    def paced(p2p):
+        threads.add(threading.current_thread().name)
+        time.sleep(0.04)
+        return real_run(p2p)
+
+    nccl._run = paced
+    out = {"runs": []}
+    try:
+        fused = t.fused(chunks_per_rank=2, order="ring", backend="nccl", poison_receive=True, timeout_s=60, trace=True)
+        for it in range(3):
+            inp = t.module.inputs(rank, world, (32, 16, 16), torch.float32, seed=it)
+            got = t.module.launch(fused, **inp)
+            worst = float(torch.nan_to_num((got - t.module.reference(**inp)).abs(), nan=float("inf")).max())
+            tr = fused.last_trace
+            out["runs"].append({"worst": worst, "total": tr.total_chunks, "landed": sorted(a for _, _, a in tr.tile_starts)})
+        fused.synchronize()
+    finally:
+        nccl._run = real_run
+    out["threads"] = sorted(threads)
+    out["asynchronous"] = [b.asynchronous for _, b in fused._contexts.values()]
+    late = t.fused(chunks_per_rank=1, order="ring", backend="nccl", poison_receive=True, timeout_s=1)
+    out["late"] = []
+    for it in range(2 if rank == world - 1 else 3):  # the others' third launch is refused before any transfer
+        inp = t.module.inputs(rank, world, (8, 16, 16), torch.float32, seed=it)
+        want = t.module.reference(**inp) if it < 2 else None  # a collective: every rank, before anyone may raise
+        if it == 1 and rank == world - 1:
+            time.sleep(3)
+        try:
+            got = t.module.launch(late, **inp)
+            out["late"].append({"type": None, "worst": float(torch.nan_to_num((got - want).abs(), nan=float("inf")).max())})
+        except Exception as exc:
+            out["late"].append(_exc_info(exc))
+    return out
+
+
 def run_traced(rank: int, world: int) -> dict:
     """The traced runs of one world: gemm_rs on p2p, then ag_gemm on p2p and nccl."""
     return {"gemm_rs": run_p2p_reduce_scatter_traced(rank, world), "ag_gemm": run_consumer_traced(rank, world)}

@@ -44,7 +44,8 @@ def _world() -> list[dict]:
     chunk last: its timeout breaks the group's transport."""
     jobs = {name: (f"{workers.__name__}:{fn}", args) for name, fn, args in [
         ("templates", "run_templates", (CASES,)), ("traced", "run_traced", ()),
-        ("nccl big grid", "run_nccl_big_grid", ()), ("p2p drop", "run_drop", (DROP, 2.0))]}
+        ("nccl big grid", "run_nccl_big_grid", ()), ("nccl async", "run_nccl_rounds_beside_the_kernel", ()),
+        ("p2p drop", "run_drop", (DROP, 2.0))]}
     return spawn(run_jobs, WORLD, jobs, timeout_s=600)
 
 
@@ -130,3 +131,30 @@ def test_traces_on_the_gpu_backends_count_the_chunks_landed_when_each_tile_start
                 for arrived, reads in run["tiles"]:
                     assert reads <= arrived <= run["total"], (rank, backend, run["epoch"], arrived, reads)
 
+
+
+@pytest.mark.world
+def test_nccl_rounds_run_beside_the_kernel_and_a_late_peer_is_a_timeout():
+    # The rounds run on the syncopy stream (a worker thread standing in for the GPU stream), so on a
+    # slow link tiles start while later chunks are still on the wire, launch after launch; the
+    # kernel's error words are read through the deferred path (the error ring), as on a GPU.
+    results = job(_world(), "nccl async")
+    for rank, r in enumerate(results):
+        assert r["threads"] == ["syncopy-nccl-rounds"], (rank, r["threads"])
+        assert r["asynchronous"] == [True], (rank, r)
+        for launch, run in enumerate(r["runs"]):
+            assert run["worst"] < 1e-4, (rank, launch, run)
+            assert run["landed"][0] < run["total"], f"rank {rank} launch {launch}: every tile waited for every chunk: {run}"
+        # A peer 3 s late for launch 2 with a 1 s timeout: the others' kernels time out naming
+        # this rank, a chunk of the late rank's (it sends its own first) and epoch 2; the context
+        # then takes no more launches. The late rank finds every chunk waiting for it.
+        late = r["late"]
+        if rank == WORLD - 1:
+            assert [x["type"] for x in late] == [None, None] and max(x["worst"] for x in late) < 1e-4, late
+        else:
+            assert late[0]["type"] is None and late[0]["worst"] < 1e-4, late
+            assert late[1]["type"] == "SyncopyTimeout", late
+            assert late[1]["rank"] == rank and late[1]["epoch"] == 2, late
+            assert late[1]["str"].startswith(f"rank {rank} waited 1s for chunk 0 of rank "), late
+            assert late[2]["type"] == "LaunchError", late
+            assert "broke in an earlier launch" in late[2]["str"], late

@@ -18,6 +18,12 @@ so no round waits for a later one and nothing deadlocks.
                              [flag r-1 = e]       [flag r-2 = e]           [flag r-3 = e]
       compute stream        [=== fused kernel (<= SMs - R programs): tiles spin on flags ===]
 
+A launch enqueues and returns, like any CUDA op (`Rounds`): behind the kernel, its error words are
+copied into a pinned ring (runtime/pending.py) and the compute stream waits for the rounds; `check`
+reads the ring and the rounds' events at the next launch or `synchronize()`. After a failure the
+operator takes no more launches, and a communicator whose rounds are still stuck a bound later is
+aborted (NCCL then ends them), so no stream waits forever.
+
 The fused kernel must leave SMs to NCCL's kernels (see occupancy.py): `check_grid` refuses grids
 that could occupy them all.
 
@@ -36,8 +42,10 @@ in-kernel overlap).
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
+import threading
 import time
 import warnings
 import weakref
@@ -45,7 +53,7 @@ import weakref
 import torch
 import torch.distributed as dist
 
-from syncopy.errors import LaunchError
+from syncopy.errors import LaunchError, SyncopyTimeout
 from syncopy.runtime import occupancy
 from syncopy.runtime import plan as planning
 from syncopy.runtime import streamops
@@ -53,6 +61,7 @@ from syncopy.runtime.backends.control import control_group, group_lock, member_g
 from syncopy.runtime.backends.p2p import Inline, Reduction, put_own_shard, refuse_emulation
 from syncopy.runtime.context import Context
 from syncopy.runtime.link import Faults, Link
+from syncopy.runtime.pending import LaunchErrors
 from syncopy.runtime.reduction import reduce_into
 
 _groups: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # user group -> its NCCL group
@@ -146,7 +155,10 @@ def rounds(plans: list) -> list[list[tuple[int, int, int]]]:
 
 
 class CudaStreams:
-    """How nccl orders its work on the GPU: NCCL's communicator, one high-priority stream, events."""
+    """How nccl orders its work on the GPU: NCCL's communicator, one high-priority stream, events.
+
+    `submit(stream, body, event)` enqueues `body(handle)` on `stream` (NCCL ops issued under it wait
+    for the stream, stream ops go on it by `handle`), then records `event` behind it."""
 
     has_reduce_scatter = True
 
@@ -159,8 +171,12 @@ class CudaStreams:
     def after_compute(self, stream, device) -> None:
         stream.wait_stream(torch.cuda.current_stream(device))
 
-    def using(self, stream):
-        return torch.cuda.stream(stream)
+    def submit(self, stream, body, ops, event=None) -> None:
+        handle = ops.handle(stream)
+        with torch.cuda.stream(stream):
+            body(handle)
+        if event is not None:
+            ops.record(event, handle)
 
     def mark(self, stream):
         event = torch.cuda.Event()
@@ -169,6 +185,9 @@ class CudaStreams:
 
     def make_ops(self):
         return streamops.cuda_ops()
+
+    def pin(self, t: torch.Tensor) -> torch.Tensor:
+        return t.pin_memory()
 
     def sm_count(self, device) -> int:
         return occupancy.sm_count(device)
@@ -179,9 +198,23 @@ class CudaStreams:
     def wait_mark(self, stream, mark) -> None:
         stream.wait_event(mark)
 
-    def join_compute(self, stream, device) -> None:
-        """The compute stream's next work follows everything enqueued on `stream`."""
+    def join_compute(self, stream, device, bound_s: float) -> None:
+        """The compute stream's next work follows everything enqueued on `stream` (on the device: the
+        host goes on at once)."""
         torch.cuda.current_stream(device).wait_stream(stream)
+
+    def failures(self, stream) -> list[BaseException]:
+        """What failed on `stream` that the host can know of without waiting (NCCL reports its own
+        failures through its watchdog)."""
+        return []
+
+    def abort(self, pg) -> None:
+        """Abort the communicator `pg`: NCCL ends its operations that never completed, so that the
+        streams waiting for them (ours, then the compute stream) go on instead of hanging."""
+        abort = getattr(pg, "abort", None)
+        if abort is not None:
+            with contextlib.suppress(Exception):  # already aborted or torn down: nothing is left waiting
+                abort()
 
 
 class _Done:
@@ -190,9 +223,12 @@ class _Done:
 
 
 class HostStreams(CudaStreams):
-    """The same rounds between CPU processes over gloo (whose waits block the host: each round ends
-    before the next starts, as NCCL groups do on the stream), with the SM count of an H100. It lets
-    CPU tests run the round lowering, relays, flags and the grid check end to end under the
+    """The same rounds between CPU processes over gloo, with the SM count of an H100. The syncopy
+    stream is a worker thread (streamops.HostStream) that runs each round's gloo sends and receives,
+    its landings and its flags in order while the interpreted kernel runs on the launching thread,
+    as the rounds run beside the kernel on a GPU; the compute "stream" is the launching thread
+    itself, so `join_compute` waits there for the rounds (bounded). It lets CPU tests run the round
+    lowering, relays, flags, the deferred error check and the grid check end to end under the
     interpreter; `select` never picks it (nccl takes CUDA tensors)."""
 
     has_reduce_scatter = False  # gloo has none
@@ -202,19 +238,31 @@ class HostStreams(CudaStreams):
         return control_group(group)
 
     def stream(self):
-        return Inline()
+        return streamops.HostStream(name="syncopy-nccl-rounds")
 
     def after_compute(self, stream, device) -> None:
-        pass
+        pass  # the compute "stream" is this thread: what it wrote is in place
 
-    def using(self, stream):
-        return contextlib.nullcontext()
+    def submit(self, stream, body, ops, event=None) -> None:
+        if event is not None:
+            event.clear()
+
+        def run():
+            with torch.inference_mode():  # the buffers are inference tensors (LaunchSequence), and modes are per thread
+                body(None)  # stream ops done at once, on this worker: in order with the round
+            if event is not None:
+                event.set()  # only when the round completed: a failed stream skips the rest
+
+        stream.put(run)
 
     def mark(self, stream):
         return _Done()
 
     def make_ops(self):
-        return streamops.HostOps()  # on Inline streams: done when enqueued
+        return streamops.HostOps()
+
+    def pin(self, t: torch.Tensor) -> torch.Tensor:
+        return t
 
     def sm_count(self, device) -> int:
         return self.SMS
@@ -225,8 +273,16 @@ class HostStreams(CudaStreams):
     def wait_mark(self, stream, mark) -> None:
         pass
 
-    def join_compute(self, stream, device) -> None:
-        pass
+    def join_compute(self, stream, device, bound_s: float) -> None:
+        drained = threading.Event()
+        stream.put(drained.set, always=True)
+        drained.wait(bound_s)
+
+    def failures(self, stream) -> list[BaseException]:
+        return list(stream.errors)
+
+    def abort(self, pg) -> None:
+        pass  # gloo's own timeout ends a stuck receive (and closes that pair's connection)
 
 
 class NcclBackend:
@@ -238,12 +294,18 @@ class NcclBackend:
         refuse_emulation(self.name, link, faults)
         self.group = control_group(group, timeout_s)
         self.nccl = self.engine.transport(group)
+        self.owns_nccl = self.nccl is not group  # a communicator of our own (nccl_group), which a failure may abort
         self.global_ranks = dist.get_process_group_ranks(group)
         self.timeout_s = timeout_s
         self.stream = self.engine.stream()
         self.rounds: list[list[tuple[str, int, int]]] | None = None  # this rank's ops per round
         self.inbox: torch.Tensor | None = None  # producers (FlagRounds): each peer's partial of our rows
         self.ops = self.engine.make_ops()
+        # Consumer contexts (made at the first launch): the kernels' error words, read off the launch
+        # path, and the launches whose rounds may still run, oldest first.
+        self.errors: LaunchErrors | None = None
+        self.pending: collections.deque[Rounds] = collections.deque()
+        self.events: list[list] = []  # per ring slot: an event per round, and one for the kernel (made once)
 
     def check_grid(self, programs: int, persistent: bool, kernel: str, device, ctas_per_program: int = 1) -> None:
         occupancy.check_grid(programs, self.engine.sm_count(device), self.name, persistent, kernel, ctas_per_program)
@@ -261,10 +323,68 @@ class NcclBackend:
     def local(self, ctx: Context, shard: torch.Tensor) -> None:
         put_own_shard(ctx, shard)
 
+    @property
+    def asynchronous(self) -> bool:
+        """Consumer launches enqueue and return (module doc); their errors are read by `check`."""
+        return self.errors is not None
+
     def start(self, ctx: Context, epoch: int) -> "Rounds":
         if self.rounds is None:
             self._lower(ctx)
-        return Rounds(self, ctx, epoch).start()
+        if self.errors is None:
+            self.errors = LaunchErrors(ctx, self.ops, self.engine.pin, self.timeout_s)
+            self.events = [[self.ops.event() for _ in range(len(self.rounds) + 1)] for _ in range(LaunchErrors.RING)]
+        if len(self.pending) >= LaunchErrors.RING:  # the host ran a ring's worth of launches ahead of the device
+            self.check(wait=True, upto=1)
+        return Rounds(self, ctx, epoch, self.events[epoch % LaunchErrors.RING]).start()
+
+    def finish(self, ctx: Context, epoch: int) -> None:
+        """Nothing left: `Rounds.join` enqueued the error words' copy and the compute stream's wait."""
+
+    def check(self, wait: bool = False, upto: int | None = None) -> None:
+        """Raise the first error of the launches that are done (all of them, with `wait`): a kernel
+        whose wait ran out (SyncopyTimeout naming rank, chunk and epoch), else rounds that never
+        completed. Either way the operator takes no more launches (`_abandon`)."""
+        try:
+            if self.errors is not None:
+                self.errors.check(wait=wait, upto=upto)
+            self._check_rounds(wait, upto)
+        except (SyncopyTimeout, LaunchError) as exc:
+            self._abandon(exc)
+            raise
+
+    def _check_rounds(self, wait: bool, upto: int | None = None) -> None:
+        """Drop the launches whose rounds completed, oldest first. A launch whose kernel is done but
+        whose rounds are not, a `wait_bound` after the host first saw the kernel done, failed (a
+        kernel that is done has every chunk it read: what is left are sends a peer never received,
+        or receives of chunks it does not read)."""
+        bound = wait_bound(self.timeout_s)
+        checked = 0
+        while self.pending and (upto is None or checked < upto):
+            r = self.pending[0]
+            while not r.finished():
+                if r.since is None and self.ops.done(r.kernel):
+                    r.since = time.monotonic()
+                if r.since is not None and time.monotonic() > r.since + bound:
+                    raise r.failure(bound, self.engine.failures(self.stream))
+                if not wait:
+                    return
+                time.sleep(Rounds.POLL_S)
+            self.pending.popleft()
+            checked += 1
+
+    def _abandon(self, exc: BaseException) -> None:
+        """After a failed launch: the operator takes no more launches. Rounds still running get a
+        `wait_bound` to complete (a late peer then finishes its launch); past it the communicator
+        is aborted, so that no stream waits for them forever."""
+        ctx = self.errors.ctx
+        ctx.broken = ctx.broken or f"{type(exc).__name__}: {exc}"
+        end = time.monotonic() + wait_bound(self.timeout_s)
+        while self.pending and not all(r.finished() for r in self.pending) and time.monotonic() < end:
+            time.sleep(Rounds.POLL_S)
+        if any(not r.finished() for r in self.pending) and self.owns_nccl:
+            self.engine.abort(self.nccl)
+        self.pending.clear()
 
     def start_reduce(self, ctx: Context, out: torch.Tensor, epoch: int) -> "Collective | FlagRounds":
         if FlagRounds.fits(ctx):
@@ -273,68 +393,86 @@ class NcclBackend:
 
 
 class Rounds:
-    """One launch's rounds, enqueued on the backend's stream; `join()` waits for them (bounded)."""
+    """One launch's rounds, enqueued on the backend's stream after the compute stream's work so far;
+    `join()`, once the kernel is enqueued, copies the kernel's error words behind it and makes the
+    compute stream wait for the rounds. Nothing waits on the host on a GPU: the backend's `check`
+    reads the outcome later (pending.py)."""
 
     POLL_S = 1e-4
+    deferred = True  # the launch returns before its kernel and rounds ran
 
-    def __init__(self, backend: NcclBackend, ctx: Context, epoch: int):
+    def __init__(self, backend: NcclBackend, ctx: Context, epoch: int, events: list):
         self.backend, self.ctx, self.epoch = backend, ctx, epoch
         self.errors: list[BaseException] = []
         self.lost: list[int] = []
-        self.done: list[tuple[object, list[int]]] = []  # per round: an event recorded after its flags, its chunks
-        self.keep: list[torch.Tensor] = []
+        self.rounds = [(ops, ev) for ops, ev in zip(backend.rounds, events)]  # per round: its ops, an event recorded after its flags
+        self.kernel = events[-1]  # recorded behind the kernel
+        self.since: float | None = None  # when the host first saw the kernel done (check)
+        self.keep: list[torch.Tensor] = []  # what the rounds read and write, alive until they are done
 
     def start(self) -> "Rounds":
-        be, ctx, plan = self.backend, self.ctx, self.ctx.plan
-        s = be.stream
+        be, ctx = self.backend, self.ctx
         # Our own slot (and any poisoning) was written on the compute stream: the first sends wait for it.
-        be.engine.after_compute(s, ctx.buffer.device)
-        # NCCL ignores tags; the gloo transport that emulates it on CPU matches by them (context id:
-        # ranks that launch different shapes never match each other's messages, see gloo.py).
-
-        def tag(g: int) -> int:
-            return (ctx.uid % (1 << 14)) << 16 | g
-
-        hs = be.ops.handle(s)
-        with be.engine.using(s):
-            for ops in be.rounds:
-                p2p, landing = [], []
-                for kind, g, peer in ops:
-                    if kind == "send":
-                        view = ctx.send_view(g, peer)
-                        data = view if view.is_contiguous() else view.contiguous()
-                        p2p.append(dist.P2POp(dist.isend, data, be.global_ranks[peer], group=be.nccl, tag=tag(g)))
-                    else:
-                        view = ctx.chunk_view(g)
-                        data = view if view.is_contiguous() else torch.empty_like(view, memory_format=torch.contiguous_format)
-                        p2p.append(dist.P2POp(dist.irecv, data, be.global_ranks[peer], group=be.nccl, tag=tag(g)))
-                        landing.append((g, view, data))
-                    self.keep.append(data)
-                for work in dist.batch_isend_irecv(p2p):
-                    work.wait()  # stream s waits for NCCL's stream; the host does not block
-                for g, view, data in landing:
-                    if data is not view:
-                        view.copy_(data)
-                    for f in plan.flags(g):  # a stream write-value: a memory barrier, then the flag
-                        be.ops.write32(ctx.flag_address(f), self.epoch, hs)
-                self.done.append((be.engine.mark(s), [g for g, _, _ in landing]))
+        be.engine.after_compute(be.stream, ctx.buffer.device)
+        for ops, event in self.rounds:
+            be.engine.submit(be.stream, lambda hs, ops=ops: self._round(ops, hs), be.ops, event)
         return self
 
+    def _round(self, ops: list[tuple[str, int, int]], hs) -> None:
+        """One round on the stream: its sends and receives as one NCCL group, then each landed chunk
+        into place and its flags raised (a stream write-value: a memory barrier, then the flag)."""
+        be, ctx, plan = self.backend, self.ctx, self.ctx.plan
+        # NCCL ignores tags; the gloo transport that emulates it on CPU matches by them (context id:
+        # ranks that launch different shapes never match each other's messages, see gloo.py).
+        p2p, landing = [], []
+        for kind, g, peer in ops:
+            tag = (ctx.uid % (1 << 14)) << 16 | g
+            if kind == "send":
+                view = ctx.send_view(g, peer)
+                data = view if view.is_contiguous() else view.contiguous()
+                p2p.append(dist.P2POp(dist.isend, data, be.global_ranks[peer], group=be.nccl, tag=tag))
+            else:
+                view = ctx.chunk_view(g)
+                data = view if view.is_contiguous() else torch.empty_like(view, memory_format=torch.contiguous_format)
+                p2p.append(dist.P2POp(dist.irecv, data, be.global_ranks[peer], group=be.nccl, tag=tag))
+                landing.append((g, view, data))
+            self.keep.append(data)
+        _run(p2p)
+        for g, view, data in landing:
+            if data is not view:
+                view.copy_(data)
+            for f in plan.flags(g):
+                be.ops.write32(ctx.flag_address(f), self.epoch, hs)
+
     def join(self) -> None:
-        """Wait for the last round, at most about as long as the kernel's waits. Rounds that never
-        complete (a peer that never sent or never received) make their chunks `lost`, or, when only
-        our sends are stuck, an error, instead of blocking forever."""
-        bound = wait_bound(self.backend.timeout_s)
-        deadline = time.monotonic() + bound
-        while self.done and not self.done[-1][0].query():
-            if time.monotonic() > deadline:
-                stuck = [chunks for event, chunks in self.done if not event.query()]
-                self.lost = [g for chunks in stuck for g in chunks]
-                if not self.lost:
-                    self.errors.append(RuntimeError(f"NCCL sends of rank {self.ctx.plan.rank} did not complete in "
-                                                    f"{bound:g}s (a peer never received them)"))
-                return
-            time.sleep(self.POLL_S)
+        """Behind the kernel on the compute stream: its error words to the ring (before the wait for
+        the rounds, so that they are read even if a round never completes), an event, then the wait
+        for the rounds, so that what the caller enqueues next (and the next launch's own slot)
+        follows them. Called whether or not the kernel launched."""
+        be, device = self.backend, self.ctx.buffer.device
+        hc = be.ops.handle(be.engine.compute_stream(device))
+        be.errors.record(self.epoch, hc)
+        be.ops.record(self.kernel, hc)
+        be.engine.join_compute(be.stream, device, wait_bound(be.timeout_s))
+        be.pending.append(self)
+
+    def finished(self) -> bool:
+        return all(self.backend.ops.done(ev) for _, ev in self.rounds)
+
+    def failure(self, bound: float, failures: list[BaseException]) -> BaseException:
+        """What a launch whose rounds never completed reports: the first chunk it never received
+        (SyncopyTimeout), else its sends."""
+        plan, ops = self.ctx.plan, self.backend.ops
+        stuck = [o for o, ev in self.rounds if not ops.done(ev)]
+        lost = [g for o in stuck for kind, g, _ in o if kind == "recv"]
+        why = f" ({failures[0]})" if failures else ""
+        if lost:
+            return SyncopyTimeout(plan.rank, divmod(lost[0], plan.chunks_per_rank), self.epoch, self.backend.timeout_s,
+                                  f"its NCCL receive never completed within {bound:g}s{why}")
+        peers = sorted({peer for o in stuck for kind, _, peer in o if kind == "send"})
+        return LaunchError(f"rank {plan.rank}: NCCL sends of launch {self.epoch} to rank(s) {', '.join(map(str, peers))} did not "
+                           f"complete within {bound:g}s{why} (a peer never received them); check that every rank launched the "
+                           "kernel with the same shapes, or raise timeout_s")
 
 
 class Collective(Reduction):
@@ -390,50 +528,55 @@ class FlagRounds(Reduction):
         return [(((r + d) % w) * c + i, (r + d) % w, r * c + i, (r - d) % w) for d in range(1, w) for i in range(c)]
 
     def join(self) -> None:
+        be, ctx, engine = self.backend, self.ctx, self.backend.engine
+        engine.wait_mark(be.stream, self.start_mark)  # the partial is initialised; not the kernel (its flags say which chunk is done)
+        engine.submit(be.stream, self._rounds, be.ops)
+        engine.join_compute(be.stream, ctx.buffer.device, wait_bound(be.timeout_s))  # what the caller enqueues next (and the next launch) follows
+        self.errors.extend(engine.failures(be.stream))
+        if not self.errors:
+            for g in ctx.plan.owned:
+                self.final[g].set()
+
+    def _rounds(self, hs) -> None:
+        """On the syncopy stream: per round, wait for the chunk's flag, send it and receive a peer's
+        partial of ours; then reduce our rows (all_reduce: and gather everyone's)."""
         be, ctx, out, e = self.backend, self.ctx, self.out, self.epoch
         plan, ops = ctx.plan, be.ops
-        s = be.stream
-        hs = ops.handle(s)
         rows = plan.rows_per_rank
-        engine = be.engine
-        engine.wait_mark(s, self.start_mark)  # the partial is initialised; not the kernel (its flags say which chunk is done)
 
         def tag(g: int) -> int:
             return (ctx.uid % (1 << 14)) << 16 | (1 << 15) | g
 
-        with engine.using(s):
-            for send, to, recv, source in self.rounds():
+        for send, to, recv, source in self.rounds():
+            round_ops = []
+            if not plan.empty(send):  # chunks past a short last part move nothing (on both ends)
+                ops.wait32(ctx.flag_address(send), e, hs)  # every tile of the chunk stored
+                lo, hi = plan.bounds(send)
+                round_ops.append(dist.P2POp(dist.isend, ctx.buffer.narrow(0, lo, hi - lo), be.global_ranks[to], group=be.nccl, tag=tag(send)))
+            if not plan.empty(recv):
+                lo, hi = plan.bounds(recv)
+                slot = self.inbox[source].narrow(0, lo - plan.rank * rows, hi - lo)
+                round_ops.append(dist.P2POp(dist.irecv, slot, be.global_ranks[source], group=be.nccl, tag=tag(recv)))
+            _run(round_ops)
+        lo, hi = plan.part(plan.rank)
+        parts = [ctx.buffer.narrow(0, lo, hi - lo) if p == plan.rank else self.inbox[p].narrow(0, 0, hi - lo)
+                 for p in range(plan.world)]
+        if plan.pattern == "all_reduce":
+            # The gather half: our reduced rows to every peer, theirs into our buffer, one round
+            # per peer offset (every rank the same), then the buffer is the result.
+            reduce_into(ctx.buffer.narrow(0, lo, hi - lo), parts)
+            for d in range(1, plan.world):
+                to, source = (plan.rank + d) % plan.world, (plan.rank - d) % plan.world
+                t_lo, t_hi = plan.part(source)
                 round_ops = []
-                if not plan.empty(send):  # chunks past a short last part move nothing (on both ends)
-                    ops.wait32(ctx.flag_address(send), e, hs)  # every tile of the chunk stored
-                    lo, hi = plan.bounds(send)
-                    round_ops.append(dist.P2POp(dist.isend, ctx.buffer.narrow(0, lo, hi - lo), be.global_ranks[to], group=be.nccl, tag=tag(send)))
-                if not plan.empty(recv):
-                    lo, hi = plan.bounds(recv)
-                    slot = self.inbox[source].narrow(0, lo - plan.rank * rows, hi - lo)
-                    round_ops.append(dist.P2POp(dist.irecv, slot, be.global_ranks[source], group=be.nccl, tag=tag(recv)))
+                if hi > lo:  # a short last part may be empty
+                    round_ops.append(dist.P2POp(dist.isend, ctx.buffer.narrow(0, lo, hi - lo), be.global_ranks[to], group=be.nccl,
+                                                tag=tag((1 << 14) | plan.rank)))
+                if t_hi > t_lo:
+                    round_ops.append(dist.P2POp(dist.irecv, ctx.buffer.narrow(0, t_lo, t_hi - t_lo), be.global_ranks[source],
+                                                group=be.nccl, tag=tag((1 << 14) | source)))
                 _run(round_ops)
-            lo, hi = plan.part(plan.rank)
-            parts = [ctx.buffer.narrow(0, lo, hi - lo) if p == plan.rank else self.inbox[p].narrow(0, 0, hi - lo)
-                     for p in range(plan.world)]
-            if plan.pattern == "all_reduce":
-                # The gather half: our reduced rows to every peer, theirs into our buffer, one round
-                # per peer offset (every rank the same), then the buffer is the result.
-                reduce_into(ctx.buffer.narrow(0, lo, hi - lo), parts)
-                for d in range(1, plan.world):
-                    to, source = (plan.rank + d) % plan.world, (plan.rank - d) % plan.world
-                    t_lo, t_hi = plan.part(source)
-                    round_ops = []
-                    if hi > lo:  # a short last part may be empty
-                        round_ops.append(dist.P2POp(dist.isend, ctx.buffer.narrow(0, lo, hi - lo), be.global_ranks[to], group=be.nccl,
-                                                    tag=tag((1 << 14) | plan.rank)))
-                    if t_hi > t_lo:
-                        round_ops.append(dist.P2POp(dist.irecv, ctx.buffer.narrow(0, t_lo, t_hi - t_lo), be.global_ranks[source],
-                                                    group=be.nccl, tag=tag((1 << 14) | source)))
-                    _run(round_ops)
-                out.copy_(ctx.buffer)
-            else:
-                reduce_into(out, parts)
-        engine.join_compute(s, ctx.buffer.device)  # what the caller enqueues next (and the next launch) follows
-        for g in plan.owned:
-            self.final[g].set()
+            out.copy_(ctx.buffer)
+        else:
+            reduce_into(out, parts)
+
