@@ -52,7 +52,7 @@ def run_nccl_producers(rank: int, world: int) -> dict:
 
     def batch(ops):
         posted.append([(op.op.__name__, dist.get_global_rank(op.group, op.group_peer) if hasattr(op, "group_peer") else op.peer,
-                        op.tensor.shape[0]) for op in ops])
+                        op.tensor.shape[0], tuple(op.tensor.shape)) for op in ops])
         return real_batch(ops)
 
     def join(self):
@@ -73,9 +73,39 @@ def run_nccl_producers(rank: int, world: int) -> dict:
                 got = t.module.launch(fused, **inp)
                 worst.append(float(torch.nan_to_num((got - t.module.reference(**inp)).abs(), nan=float("inf")).max()))
             out[name] = {"worst": worst, "used": list(used), "posted": list(posted), "same_bits": got.view(torch.int32).sum().item()}
+        out["gemm_rs_columns"] = _columns(rank, world, used, posted)
     finally:
         dist.batch_isend_irecv, nccl.FlagRounds.join = real_batch, real_join
     return out
+
+
+def _columns(rank: int, world: int, used: list, posted: list) -> dict:
+    """gemm_rs's kernel with C reduce-scattered along dim 1 (each rank keeps a block of columns):
+    strided chunks, sent and received through contiguous copies; two launches of new data."""
+    import torch
+    import torch.distributed as dist
+    import triton
+
+    import syncopy
+    from syncopy.templates.gemm_rs.kernel import gemm_rs_kernel
+
+    fused = syncopy.overlap(dict(pattern="reduce_scatter", tensor="C", dim=1, chunks_per_rank=2, order="ring"),
+                            backend="nccl", poison_receive=True, timeout_s=60)(gemm_rs_kernel)
+    m, n, k = 32, 24 * world, 16
+    worst = []
+    posted.clear()
+    used.clear()
+    for it in range(2):
+        g = torch.Generator().manual_seed(it * 10 + rank)
+        a, b = torch.randn(m, k, generator=g), torch.randn(k, n, generator=g)
+        c = torch.empty(m, n // world)
+        grid = (triton.cdiv(m, 16), triton.cdiv(n, 16))
+        fused[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), n, 1, BLOCK_M=16, BLOCK_N=16, BLOCK_K=16)
+        full = a @ b
+        dist.all_reduce(full)
+        want = full[:, rank * (n // world):(rank + 1) * (n // world)]
+        worst.append(float(torch.nan_to_num((c - want).abs(), nan=float("inf")).max()))
+    return {"worst": worst, "used": list(used), "shapes": sorted({tuple(s) for r in posted for *_, s in r})}
 
 
 def run_producers(rank: int, world: int) -> dict:

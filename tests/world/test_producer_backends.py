@@ -5,7 +5,7 @@ all_reduce on p2p: the reduce-scatter half overlaps the kernel (each chunk leave
 its flag rises) and the gather half runs on the device (each owner pushes its reduced rows into
 every peer's buffer): no host sync or barrier per launch, every rank the same bits, equal to torch.
 reduce_scatter on nccl: rounds triggered by the kernel's flags (runtime/backends/nccl.py,
-FlagRounds), the same (offset, chunk) sequence on every rank."""
+FlagRounds), the same (offset, chunk) sequence on every rank, along dim 0 and along dim 1."""
 from __future__ import annotations
 
 import pytest
@@ -45,7 +45,7 @@ def test_nccl_producers_run_rounds_behind_the_kernels_flags():
         assert max(rs["worst"]) < 1e-3 and max(ar["worst"]) < 1e-3, f"rank {rank}: {rs['worst']} {ar['worst']}"
         # Per launch, one round per (peer offset, chunk): a send to rank+d and a receive from rank-d.
         want = [[("isend", (rank + d) % WORLD, 12), ("irecv", (rank - d) % WORLD, 12)] for d in range(1, WORLD) for _ in range(2)]
-        assert rs["posted"] == want * 3, (rank, rs["posted"])
+        assert [[op[:3] for op in r] for r in rs["posted"]] == want * 3, (rank, rs["posted"])
         # all_reduce of 22 rows (parts of 8, 8, 6; chunks of 4, 4 / 4, 4 / 4, 2): the same rounds, then
         # one round per offset with the reduced rows; rank 2's part is the short one.
         rows = [8, 8, 6]
@@ -54,5 +54,9 @@ def test_nccl_producers_run_rounds_behind_the_kernels_flags():
                          for d in range(1, WORLD) for i in range(2)]
         gather_rounds = [[("isend", (rank + d) % WORLD, rows[rank]), ("irecv", (rank - d) % WORLD, rows[(rank - d) % WORLD])]
                          for d in range(1, WORLD)]
-        assert ar["posted"] == (reduce_rounds + gather_rounds) * 3, (rank, ar["posted"])
+        assert [[op[:3] for op in r] for r in ar["posted"]] == (reduce_rounds + gather_rounds) * 3, (rank, ar["posted"])
+        # Along dim 1 (blocks of columns): the same rounds, each chunk 32 rows of 12 columns.
+        cols = r["gemm_rs_columns"]
+        assert cols["used"] == ["FlagRounds"] * 2 and max(cols["worst"]) < 1e-3, (rank, cols)
+        assert cols["shapes"] == [(32, 12)], (rank, cols)
     assert len({r["gemm_ar"]["same_bits"] for r in results}) == 1

@@ -27,7 +27,7 @@ aborted (NCCL then ends them), so no stream waits forever.
 The fused kernel must leave SMs to NCCL's kernels (see occupancy.py): `check_grid` refuses grids
 that could occupy them all.
 
-reduce_scatter and all_reduce along dim 0 are triggered by the kernel's flags (`FlagRounds`): rounds (d, i) for each
+reduce_scatter and all_reduce are triggered by the kernel's flags (`FlagRounds`): rounds (d, i) for each
 peer offset d and chunk index i, the same on every rank: send our partial of chunk i of rank r+d's
 rows once its flag is up (`cuStreamWaitValue32` on the syncopy stream, enqueued after the kernel),
 receive rank r-d's partial of our chunk i into an inbox slot; then our rows are reduced in rank
@@ -37,8 +37,8 @@ rows to every peer and receives theirs, one round per offset, and the result is 
     syncopy stream s   [wait flag (r+1, 0)][send/recv][wait flag (r+1, 1)][send/recv] ... [our rows = own + inbox]
     compute stream     [partial = 0][=== fused kernel: tiles in send order, flags rise ===]        [wait s]
 
-Producers along another dim run NCCL's own collective after the kernel (`Collective`: correct, no
-in-kernel overlap).
+Chunks along another dim than 0 are strided: each travels through a contiguous copy made on the
+stream after its flag, and lands through one.
 """
 from __future__ import annotations
 
@@ -160,8 +160,6 @@ class CudaStreams:
     `submit(stream, body, event)` enqueues `body(handle)` on `stream` (NCCL ops issued under it wait
     for the stream, stream ops go on it by `handle`), then records `event` behind it."""
 
-    has_reduce_scatter = True
-
     def transport(self, group):
         return nccl_group(group)
 
@@ -231,7 +229,6 @@ class HostStreams(CudaStreams):
     lowering, relays, flags, the deferred error check and the grid check end to end under the
     interpreter; `select` never picks it (nccl takes CUDA tensors)."""
 
-    has_reduce_scatter = False  # gloo has none
     SMS = 132
 
     def transport(self, group):
@@ -386,10 +383,8 @@ class NcclBackend:
             self.engine.abort(self.nccl)
         self.pending.clear()
 
-    def start_reduce(self, ctx: Context, out: torch.Tensor, epoch: int) -> "Collective | FlagRounds":
-        if FlagRounds.fits(ctx):
-            return FlagRounds(self, ctx, out, epoch)
-        return Collective(self, ctx, out)
+    def start_reduce(self, ctx: Context, out: torch.Tensor, epoch: int) -> "FlagRounds":
+        return FlagRounds(self, ctx, out, epoch)
 
 
 class Rounds:
@@ -475,25 +470,6 @@ class Rounds:
                            "kernel with the same shapes, or raise timeout_s")
 
 
-class Collective(Reduction):
-    """reduce_scatter / all_reduce on nccl: NCCL's own collective on the kernel's partial, after it."""
-
-    def join(self) -> None:
-        ctx, out, pg = self.ctx, self.out, self.backend.nccl
-        dim, rank = ctx.dim, ctx.plan.rank
-        if ctx.plan.pattern == "reduce_scatter" and dim == 0 and self.backend.engine.has_reduce_scatter:
-            dist.reduce_scatter_tensor(out, ctx.buffer, group=pg)
-        elif ctx.plan.pattern == "reduce_scatter":
-            full = ctx.buffer.clone()
-            dist.all_reduce(full, group=pg)
-            out.copy_(full.narrow(dim, rank * out.shape[dim], out.shape[dim]))
-        else:
-            out.copy_(ctx.buffer)
-            dist.all_reduce(out, group=pg)
-        for g in ctx.plan.owned:
-            self.final[g].set()
-
-
 def _run(p2p: list) -> None:
     """One round: its sends and receives as one NCCL group; the current stream waits for it."""
     if p2p:
@@ -502,23 +478,23 @@ def _run(p2p: list) -> None:
 
 
 class FlagRounds(Reduction):
-    """reduce_scatter / all_reduce along dim 0 on nccl, triggered by the kernel's flags (module doc). Built at
-    the launch's start (a mark on the compute stream: the partial is initialised); `join()`, called
-    once the kernel is enqueued, enqueues the rounds and the reduction on the syncopy stream and
-    makes the compute stream wait for them: nothing waits on the host on a GPU."""
+    """reduce_scatter / all_reduce on nccl, triggered by the kernel's flags (module doc). Built at the
+    launch's start (a mark on the compute stream: the partial is initialised); `join()`, called once
+    the kernel is enqueued, enqueues the rounds and the reduction on the syncopy stream and makes the
+    compute stream wait for them: nothing waits on the host on a GPU. Chunks along any dim: one
+    that is not contiguous (dim > 0) travels through a contiguous copy made on the stream, after its
+    flag, and lands through one."""
 
     def __init__(self, backend: NcclBackend, ctx: Context, out: torch.Tensor, epoch: int):
         super().__init__(backend, ctx, out)
         self.epoch = epoch
         plan = ctx.plan
-        if backend.inbox is None:  # [p]: peer p's partial of our rows; made at the first launch, then reused (a backend per context)
-            backend.inbox = torch.empty((plan.world, plan.rows_per_rank, *out.shape[1:]), dtype=out.dtype, device=out.device)
+        if backend.inbox is None:  # [p]: peer p's partial of our part; made at the first launch, then reused (a backend per context)
+            shape = list(ctx.buffer.shape)
+            shape[ctx.dim] = plan.rows_per_rank
+            backend.inbox = torch.empty((plan.world, *shape), dtype=out.dtype, device=out.device)
         self.inbox = backend.inbox
         self.start_mark = backend.engine.mark(backend.engine.compute_stream(ctx.buffer.device))
-
-    @staticmethod
-    def fits(ctx: Context) -> bool:
-        return ctx.plan.pattern in ("reduce_scatter", "all_reduce") and ctx.dim == 0 and ctx.plan.world > 1
 
     def rounds(self) -> list[tuple[int, int, int, int]]:
         """(send chunk, to, receive chunk, from) per round: every rank runs the same (offset, index)
@@ -539,44 +515,56 @@ class FlagRounds(Reduction):
 
     def _rounds(self, hs) -> None:
         """On the syncopy stream: per round, wait for the chunk's flag, send it and receive a peer's
-        partial of ours; then reduce our rows (all_reduce: and gather everyone's)."""
+        partial of ours; then reduce our part (all_reduce: and gather everyone's)."""
         be, ctx, out, e = self.backend, self.ctx, self.out, self.epoch
-        plan, ops = ctx.plan, be.ops
+        plan, ops, dim = ctx.plan, be.ops, ctx.dim
         rows = plan.rows_per_rank
+        landing: list[tuple[torch.Tensor, torch.Tensor]] = []  # (where a receive belongs, the contiguous tensor it lands in)
 
         def tag(g: int) -> int:
             return (ctx.uid % (1 << 14)) << 16 | (1 << 15) | g
 
-        for send, to, recv, source in self.rounds():
-            round_ops = []
-            if not plan.empty(send):  # chunks past a short last part move nothing (on both ends)
-                ops.wait32(ctx.flag_address(send), e, hs)  # every tile of the chunk stored
-                lo, hi = plan.bounds(send)
-                round_ops.append(dist.P2POp(dist.isend, ctx.buffer.narrow(0, lo, hi - lo), be.global_ranks[to], group=be.nccl, tag=tag(send)))
-            if not plan.empty(recv):
-                lo, hi = plan.bounds(recv)
-                slot = self.inbox[source].narrow(0, lo - plan.rank * rows, hi - lo)
-                round_ops.append(dist.P2POp(dist.irecv, slot, be.global_ranks[source], group=be.nccl, tag=tag(recv)))
+        def send(view: torch.Tensor, to: int, t: int) -> dist.P2POp:
+            return dist.P2POp(dist.isend, view if view.is_contiguous() else view.contiguous(), be.global_ranks[to], group=be.nccl, tag=t)
+
+        def recv(view: torch.Tensor, source: int, t: int) -> dist.P2POp:
+            data = view if view.is_contiguous() else torch.empty_like(view, memory_format=torch.contiguous_format)
+            if data is not view:
+                landing.append((view, data))
+            return dist.P2POp(dist.irecv, data, be.global_ranks[source], group=be.nccl, tag=t)
+
+        def run(round_ops: list) -> None:
             _run(round_ops)
+            for view, data in landing:
+                view.copy_(data)
+            landing.clear()
+
+        for g_send, to, g_recv, source in self.rounds():
+            round_ops = []
+            if not plan.empty(g_send):  # chunks past a short last part move nothing (on both ends)
+                ops.wait32(ctx.flag_address(g_send), e, hs)  # every tile of the chunk stored
+                lo, hi = plan.bounds(g_send)
+                round_ops.append(send(ctx.buffer.narrow(dim, lo, hi - lo), to, tag(g_send)))
+            if not plan.empty(g_recv):
+                lo, hi = plan.bounds(g_recv)
+                round_ops.append(recv(self.inbox[source].narrow(dim, lo - plan.rank * rows, hi - lo), source, tag(g_recv)))
+            run(round_ops)
         lo, hi = plan.part(plan.rank)
-        parts = [ctx.buffer.narrow(0, lo, hi - lo) if p == plan.rank else self.inbox[p].narrow(0, 0, hi - lo)
+        parts = [ctx.buffer.narrow(dim, lo, hi - lo) if p == plan.rank else self.inbox[p].narrow(dim, 0, hi - lo)
                  for p in range(plan.world)]
         if plan.pattern == "all_reduce":
-            # The gather half: our reduced rows to every peer, theirs into our buffer, one round
+            # The gather half: our reduced part to every peer, theirs into our buffer, one round
             # per peer offset (every rank the same), then the buffer is the result.
-            reduce_into(ctx.buffer.narrow(0, lo, hi - lo), parts)
+            reduce_into(ctx.buffer.narrow(dim, lo, hi - lo), parts)
             for d in range(1, plan.world):
                 to, source = (plan.rank + d) % plan.world, (plan.rank - d) % plan.world
                 t_lo, t_hi = plan.part(source)
                 round_ops = []
                 if hi > lo:  # a short last part may be empty
-                    round_ops.append(dist.P2POp(dist.isend, ctx.buffer.narrow(0, lo, hi - lo), be.global_ranks[to], group=be.nccl,
-                                                tag=tag((1 << 14) | plan.rank)))
+                    round_ops.append(send(ctx.buffer.narrow(dim, lo, hi - lo), to, tag((1 << 14) | plan.rank)))
                 if t_hi > t_lo:
-                    round_ops.append(dist.P2POp(dist.irecv, ctx.buffer.narrow(0, t_lo, t_hi - t_lo), be.global_ranks[source],
-                                                group=be.nccl, tag=tag((1 << 14) | source)))
-                _run(round_ops)
+                    round_ops.append(recv(ctx.buffer.narrow(dim, t_lo, t_hi - t_lo), source, tag((1 << 14) | source)))
+                run(round_ops)
             out.copy_(ctx.buffer)
         else:
             reduce_into(out, parts)
-
