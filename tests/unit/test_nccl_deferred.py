@@ -33,7 +33,7 @@ def backend(monkeypatch):
     ctx.schedule = schedule
     be = object.__new__(NcclBackend)
     be.engine, be.timeout_s, be.owns_nccl = HostStreams(), 0.1, True
-    be.stream, be.ops = be.engine.stream(), be.engine.make_ops()
+    be.stream, be.ops = be.engine.stream(), be.engine.make_ops(BOUND_S)
     be.rounds, be.errors, be.pending, be.events = None, None, collections.deque(), []
     be._lower(ctx)
     be.errors = LaunchErrors(ctx, be.ops, be.engine.pin, be.timeout_s)

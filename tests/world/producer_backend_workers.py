@@ -38,8 +38,8 @@ def run_all_reduce(rank: int, world: int) -> dict:
 
 def run_nccl_producers(rank: int, world: int) -> dict:
     """gemm_rs and gemm_ar (a short last part) on nccl, three launches each with fresh inputs,
-    NaN-poisoned: the errors against torch, which reduction ran, and each round's sends and receives
-    in the order this rank posted them."""
+    NaN-poisoned, traced: the errors against torch, which reduction ran, each round's sends and
+    receives in the order this rank posted them, and which chunks left before the kernel ended."""
     import torch
     import torch.distributed as dist
 
@@ -62,17 +62,20 @@ def run_nccl_producers(rank: int, world: int) -> dict:
     dist.batch_isend_irecv, nccl.FlagRounds.join = batch, join
     out = {}
     try:
-        for name, shape in (("gemm_rs", (24 * world, 16, 16)), ("gemm_ar", (22, 16, 16))):
+        # gemm_rs in 16 x 16 tiles (10 at world 3), so that later tiles still compute while the first chunks leave.
+        for name, shape, meta in (("gemm_rs", (24 * world, 32, 16), dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16)), ("gemm_ar", (22, 16, 16), {})):
             t = templates.get(name)
-            fused = t.fused(chunks_per_rank=2, order="local_first", backend="nccl", poison_receive=True, timeout_s=60)
-            worst = []
+            fused = t.fused(chunks_per_rank=2, order="local_first", backend="nccl", poison_receive=True, timeout_s=60, trace=True)
+            worst, early = [], []
             posted.clear()
             used.clear()
             for it in range(3):
                 inp = t.module.inputs(rank, world, shape, torch.float32, seed=it)
-                got = t.module.launch(fused, **inp)
+                got = t.module.launch(fused, **inp, **meta)
                 worst.append(float(torch.nan_to_num((got - t.module.reference(**inp)).abs(), nan=float("inf")).max()))
-            out[name] = {"worst": worst, "used": list(used), "posted": list(posted), "same_bits": got.view(torch.int32).sum().item()}
+                early.append(fused.last_trace.sent_before_end())
+            out[name] = {"worst": worst, "used": list(used), "posted": list(posted), "same_bits": got.view(torch.int32).sum().item(),
+                         "sent_before_end": early}
         out["gemm_rs_columns"] = _columns(rank, world, used, posted)
     finally:
         dist.batch_isend_irecv, nccl.FlagRounds.join = real_batch, real_join

@@ -42,6 +42,9 @@ def test_nccl_producers_run_rounds_behind_the_kernels_flags():
     for rank, r in enumerate(results):
         rs, ar = r["gemm_rs"], r["gemm_ar"]
         assert rs["used"] == ar["used"] == ["FlagRounds"] * 3, (rs["used"], ar["used"])
+        # The rounds wait for the flags beside the kernel (a worker thread on CPU ranks, the syncopy
+        # stream on a GPU): chunks leave while later tiles still compute, launch after launch.
+        assert all(rs["sent_before_end"]), (rank, rs["sent_before_end"])
         assert max(rs["worst"]) < 1e-3 and max(ar["worst"]) < 1e-3, f"rank {rank}: {rs['worst']} {ar['worst']}"
         # Per launch, one round per (peer offset, chunk): a send to rank+d and a receive from rank-d.
         want = [[("isend", (rank + d) % WORLD, 12), ("irecv", (rank - d) % WORLD, 12)] for d in range(1, WORLD) for _ in range(2)]

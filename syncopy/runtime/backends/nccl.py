@@ -34,7 +34,7 @@ receive rank r-d's partial of our chunk i into an inbox slot; then our rows are 
 order, all on the syncopy stream, while later tiles still compute (all_reduce then sends our reduced
 rows to every peer and receives theirs, one round per offset, and the result is the buffer):
 
-    syncopy stream s   [wait flag (r+1, 0)][send/recv][wait flag (r+1, 1)][send/recv] ... [our rows = own + inbox]
+    syncopy stream s   [wait flag (r+1, 0)][send/recv][wait flag (r+1, 1)][send/recv] ... [wait our flags][our rows = own + inbox]
     compute stream     [partial = 0][=== fused kernel: tiles in send order, flags rise ===]        [wait s]
 
 Chunks along another dim than 0 are strided: each travels through a contiguous copy made on the
@@ -181,8 +181,12 @@ class CudaStreams:
         event.record(stream)
         return event
 
-    def make_ops(self):
-        return streamops.cuda_ops()
+    #: A stream wait for a flag the kernel raises is enqueued after the kernel: streams share the
+    #: GPU's hardware queues, and a wait ahead of the kernel in one can block it for good.
+    sends_before_kernel = False
+
+    def make_ops(self, deadline_s: float):
+        return streamops.cuda_ops()  # a device wait has no deadline: a producer kernel raises every flag
 
     def pin(self, t: torch.Tensor) -> torch.Tensor:
         return t.pin_memory()
@@ -255,8 +259,11 @@ class HostStreams(CudaStreams):
     def mark(self, stream):
         return _Done()
 
-    def make_ops(self):
-        return streamops.HostOps()
+    #: An interpreted kernel returns when done: its flags' rounds must be waiting on the worker before.
+    sends_before_kernel = True
+
+    def make_ops(self, deadline_s: float):
+        return streamops.HostOps(deadline_s)
 
     def pin(self, t: torch.Tensor) -> torch.Tensor:
         return t
@@ -297,7 +304,7 @@ class NcclBackend:
         self.stream = self.engine.stream()
         self.rounds: list[list[tuple[str, int, int]]] | None = None  # this rank's ops per round
         self.inbox: torch.Tensor | None = None  # producers (FlagRounds): each peer's partial of our rows
-        self.ops = self.engine.make_ops()
+        self.ops = self.engine.make_ops(wait_bound(timeout_s))
         # Consumer contexts (made at the first launch): the kernels' error words, read off the launch
         # path, and the launches whose rounds may still run, oldest first.
         self.errors: LaunchErrors | None = None
@@ -495,6 +502,15 @@ class FlagRounds(Reduction):
             backend.inbox = torch.empty((plan.world, *shape), dtype=out.dtype, device=out.device)
         self.inbox = backend.inbox
         self.start_mark = backend.engine.mark(backend.engine.compute_stream(ctx.buffer.device))
+        self.enqueued = False
+        if backend.engine.sends_before_kernel:
+            self._enqueue()
+
+    def _enqueue(self) -> None:
+        be = self.backend
+        be.engine.wait_mark(be.stream, self.start_mark)  # the partial is initialised; not the kernel (its flags say which chunk is done)
+        be.engine.submit(be.stream, self._rounds, be.ops)
+        self.enqueued = True
 
     def rounds(self) -> list[tuple[int, int, int, int]]:
         """(send chunk, to, receive chunk, from) per round: every rank runs the same (offset, index)
@@ -505,8 +521,8 @@ class FlagRounds(Reduction):
 
     def join(self) -> None:
         be, ctx, engine = self.backend, self.ctx, self.backend.engine
-        engine.wait_mark(be.stream, self.start_mark)  # the partial is initialised; not the kernel (its flags say which chunk is done)
-        engine.submit(be.stream, self._rounds, be.ops)
+        if not self.enqueued:
+            self._enqueue()
         engine.join_compute(be.stream, ctx.buffer.device, wait_bound(be.timeout_s))  # what the caller enqueues next (and the next launch) follows
         self.errors.extend(engine.failures(be.stream))
         if not self.errors:
@@ -539,16 +555,22 @@ class FlagRounds(Reduction):
                 view.copy_(data)
             landing.clear()
 
+        on_host = hs is None  # the CPU engine: the rounds run here, and the trace takes the host's times
         for g_send, to, g_recv, source in self.rounds():
             round_ops = []
             if not plan.empty(g_send):  # chunks past a short last part move nothing (on both ends)
                 ops.wait32(ctx.flag_address(g_send), e, hs)  # every tile of the chunk stored
                 lo, hi = plan.bounds(g_send)
                 round_ops.append(send(ctx.buffer.narrow(dim, lo, hi - lo), to, tag(g_send)))
+                if on_host and ctx.trace is not None:  # when it left: handed to the transport
+                    ctx.trace.sent[g_send] = time.perf_counter() - ctx.t0
             if not plan.empty(g_recv):
                 lo, hi = plan.bounds(g_recv)
                 round_ops.append(recv(self.inbox[source].narrow(dim, lo - plan.rank * rows, hi - lo), source, tag(g_recv)))
             run(round_ops)
+        for g in range(plan.rank * plan.chunks_per_rank, (plan.rank + 1) * plan.chunks_per_rank):
+            if not plan.empty(g):  # our own part of our partial: every tile of it stored, as the peers' are
+                ops.wait32(ctx.flag_address(g), e, hs)
         lo, hi = plan.part(plan.rank)
         parts = [ctx.buffer.narrow(dim, lo, hi - lo) if p == plan.rank else self.inbox[p].narrow(dim, 0, hi - lo)
                  for p in range(plan.world)]
