@@ -38,9 +38,11 @@ def backend(monkeypatch):
     be._lower(ctx)
     be.errors = LaunchErrors(ctx, be.ops, be.engine.pin, be.timeout_s)
     be.events = [[be.ops.event() for _ in range(len(be.rounds) + 1)] for _ in range(LaunchErrors.RING)]
-    aborted = []
+    aborted = []  # what a failure did to the group: marked broken (its later launches refuse), communicator aborted
     be.engine.abort = lambda pg: aborted.append(pg)
-    be.nccl = "communicator"
+    monkeypatch.setattr(nccl, "mark_broken", lambda group, why: aborted.append(("broken", group)))
+    be.nccl, be.group, be.user_group = "communicator", "control group", "group"
+    monkeypatch.setattr(nccl, "control_group", lambda group, timeout_s=None: "control group")
     yield be, ctx, aborted
     be.stream.put(lambda: None, always=True)
 
@@ -84,7 +86,7 @@ def test_a_receive_that_never_completes_is_a_timeout_naming_its_chunk_once_the_b
     assert err.value.rank == 0 and err.value.epoch == 1 and err.value.chunk == divmod(recv, 2)
     assert f"its NCCL receive never completed within {BOUND_S:g}s" in str(err.value)
     # The operator is done for: its rounds got a bound more, then the communicator was aborted.
-    assert ctx.broken.startswith("SyncopyTimeout: rank 0 waited") and aborted == ["communicator"] and not be.pending
+    assert ctx.broken.startswith("SyncopyTimeout: rank 0 waited") and aborted == [("broken", "control group"), "communicator"] and not be.pending
     release.set()
 
 
@@ -101,7 +103,7 @@ def test_sends_a_peer_never_received_are_a_launch_error_naming_the_peer(backend)
     assert BOUND_S <= time.monotonic() - t0 < BOUND_S + 2
     peer = be.rounds[-1][0][2]
     assert str(err.value).startswith(f"rank 0: NCCL sends of launch 1 to rank(s) {peer} did not complete within {BOUND_S:g}s")
-    assert aborted == ["communicator"]
+    assert aborted == [("broken", "control group"), "communicator"]
     release.set()
 
 
@@ -116,3 +118,22 @@ def test_the_host_a_ring_of_launches_ahead_waits_for_the_oldest(backend, monkeyp
     monkeypatch.setattr(Rounds, "start", lambda self: self)  # no transport: only the wait for a slot is under test
     be.start(ctx, LaunchErrors.RING + 1)  # the oldest launch's events are about to be reused: it waits for them
     assert gate.is_set() and len(be.pending) < LaunchErrors.RING
+
+
+def test_synchronize_reads_a_launchs_rounds_before_the_next_kernels_words(backend):
+    # On a GPU the next launch's kernel, and the copy of its error words, sit on the compute stream
+    # behind this launch's wait for its rounds: with this launch's sends never received, that
+    # copy never completes. synchronize() must report the sends within the bound, not wait for it.
+    be, ctx, aborted = backend
+    release = threading.Event()
+    be.rounds[-1] = [op for op in be.rounds[-1] if op[0] == "send"]
+    _launch(be, ctx, 1, lambda ops: release.wait(10) if ops is be.rounds[-1] else None)
+    _launch(be, ctx, 2, lambda ops: None)
+    epoch, slot = be.errors.pending[-1]
+    assert epoch == 2
+    be.errors.done[slot].clear()  # launch 2's words: behind launch 1's rounds on the compute stream
+    t0 = time.monotonic()
+    with pytest.raises(LaunchError, match="^rank 0: NCCL sends of launch 1 to rank"):
+        be.check(wait=True)
+    assert time.monotonic() - t0 < BOUND_S + 2 and aborted == [("broken", "control group"), "communicator"]
+    release.set()

@@ -4,6 +4,7 @@ their "GPU"), gemm_rs on nccl (gloo standing in for NCCL)."""
 from __future__ import annotations
 
 from tests.world.host_backend_workers import _use_host_backends, count_host_handshakes
+from tests.world.workers import _exc_info
 
 
 def run_all_reduce(rank: int, world: int) -> dict:
@@ -111,6 +112,35 @@ def _columns(rank: int, world: int, used: list, posted: list) -> dict:
     return {"worst": worst, "used": list(used), "shapes": sorted({tuple(s) for r in posted for *_, s in r})}
 
 
+def run_nccl_late_peer(rank: int, world: int) -> dict:
+    """gemm_rs on nccl with a 0.5 s timeout: rank world-1 starts launch 2 a second past the bound the
+    others wait for their rounds (2 x 0.5 + 5 s); the others try a third launch."""
+    import time
+
+    import torch
+
+    from syncopy import templates
+
+    _use_host_backends()
+    t = templates.get("gemm_rs")
+    fused = t.fused(chunks_per_rank=2, order="ring", backend="nccl", poison_receive=True, timeout_s=0.5)
+    out = []
+    for it in range(2 if rank == world - 1 else 3):
+        inp = t.module.inputs(rank, world, (24 * world, 16, 16), torch.float32, seed=it)
+        want = t.module.reference(**inp) if it < 2 else None  # a collective: every rank, before anyone may raise
+        if it == 1 and rank == world - 1:
+            time.sleep(7)
+        t0 = time.perf_counter()
+        try:
+            got = t.module.launch(fused, **inp)
+            out.append({"type": None, "worst": float(torch.nan_to_num((got - want).abs(), nan=float("inf")).max())})
+        except Exception as exc:
+            out.append(_exc_info(exc))
+        out[-1]["seconds"] = time.perf_counter() - t0
+    return out
+
+
 def run_producers(rank: int, world: int) -> dict:
     """Both of this file's runs in one world (a spawn costs seconds a rank)."""
-    return {"p2p_all_reduce": run_all_reduce(rank, world), "nccl": run_nccl_producers(rank, world)}
+    return {"p2p_all_reduce": run_all_reduce(rank, world), "nccl": run_nccl_producers(rank, world),
+            "nccl_late": run_nccl_late_peer(rank, world)}

@@ -63,3 +63,20 @@ def test_nccl_producers_run_rounds_behind_the_kernels_flags():
         assert cols["used"] == ["FlagRounds"] * 2 and max(cols["worst"]) < 1e-3, (rank, cols)
         assert cols["shapes"] == [(32, 12)], (rank, cols)
     assert len({r["gemm_ar"]["same_bits"] for r in results}) == 1
+
+
+@pytest.mark.world
+def test_a_nccl_producer_whose_peer_is_late_past_the_bound_is_a_timeout():
+    # The rounds of launch 2 wait for rank 2, which comes a second after the others' bound (6 s):
+    # they raise SyncopyTimeout naming the partial sum that never came, and write nothing into
+    # `out` afterwards; their next launch is refused. Rank 2 finds every partial waiting for it.
+    for rank, r in enumerate(_results()):
+        late = r["nccl_late"]
+        assert late[0]["type"] is None and late[0]["worst"] < 1e-3, (rank, late)
+        if rank == WORLD - 1:
+            assert late[1]["type"] is None and late[1]["worst"] < 1e-3, (rank, late)
+            continue
+        assert late[1]["type"] == "SyncopyTimeout" and late[1]["epoch"] == 2, (rank, late)
+        assert "its partial sum from rank " in late[1]["str"] and "never came" in late[1]["str"], late[1]
+        assert 5 < late[1]["seconds"] < 20, late[1]
+        assert late[2]["type"] == "LaunchError" and "broke in an earlier launch" in late[2]["str"], late[2]

@@ -57,7 +57,7 @@ from syncopy.errors import LaunchError, SyncopyTimeout
 from syncopy.runtime import occupancy
 from syncopy.runtime import plan as planning
 from syncopy.runtime import streamops
-from syncopy.runtime.backends.control import control_group, group_lock, member_group, wait_bound
+from syncopy.runtime.backends.control import control_group, group_lock, mark_broken, member_group, wait_bound
 from syncopy.runtime.backends.p2p import Inline, Reduction, put_own_shard, refuse_emulation
 from syncopy.runtime.context import Context
 from syncopy.runtime.link import Faults, Link
@@ -200,10 +200,11 @@ class CudaStreams:
     def wait_mark(self, stream, mark) -> None:
         stream.wait_event(mark)
 
-    def join_compute(self, stream, device, bound_s: float) -> None:
+    def join_compute(self, stream, device, bound_s: float) -> bool:
         """The compute stream's next work follows everything enqueued on `stream` (on the device: the
-        host goes on at once)."""
+        host goes on at once). False where the host waited and `stream` did not drain in `bound_s`."""
         torch.cuda.current_stream(device).wait_stream(stream)
+        return True
 
     def failures(self, stream) -> list[BaseException]:
         """What failed on `stream` that the host can know of without waiting (NCCL reports its own
@@ -277,10 +278,10 @@ class HostStreams(CudaStreams):
     def wait_mark(self, stream, mark) -> None:
         pass
 
-    def join_compute(self, stream, device, bound_s: float) -> None:
+    def join_compute(self, stream, device, bound_s: float) -> bool:
         drained = threading.Event()
         stream.put(drained.set, always=True)
-        drained.wait(bound_s)
+        return drained.wait(bound_s)
 
     def failures(self, stream) -> list[BaseException]:
         return list(stream.errors)
@@ -296,6 +297,7 @@ class NcclBackend:
 
     def __init__(self, group, timeout_s: float, link: Link | None, faults: Faults | None):
         refuse_emulation(self.name, link, faults)
+        self.user_group = group
         self.group = control_group(group, timeout_s)
         self.nccl = self.engine.transport(group)
         self.owns_nccl = self.nccl is not group  # a communicator of our own (nccl_group), which a failure may abort
@@ -333,27 +335,54 @@ class NcclBackend:
         return self.errors is not None
 
     def start(self, ctx: Context, epoch: int) -> "Rounds":
+        control_group(self.user_group)  # refuses once another operator aborted the group's communicator
         if self.rounds is None:
             self._lower(ctx)
         if self.errors is None:
             self.errors = LaunchErrors(ctx, self.ops, self.engine.pin, self.timeout_s)
             self.events = [[self.ops.event() for _ in range(len(self.rounds) + 1)] for _ in range(LaunchErrors.RING)]
-        if len(self.pending) >= LaunchErrors.RING:  # the host ran a ring's worth of launches ahead of the device
-            self.check(wait=True, upto=1)
+        if len(self.pending) >= LaunchErrors.RING or len(self.errors.pending) >= LaunchErrors.RING:
+            self.check(room=True)  # the host ran a ring's worth of launches ahead of the device
         return Rounds(self, ctx, epoch, self.events[epoch % LaunchErrors.RING]).start()
 
     def finish(self, ctx: Context, epoch: int) -> None:
         """Nothing left: `Rounds.join` enqueued the error words' copy and the compute stream's wait."""
 
-    def check(self, wait: bool = False, upto: int | None = None) -> None:
-        """Raise the first error of the launches that are done (all of them, with `wait`): a kernel
-        whose wait ran out (SyncopyTimeout naming rank, chunk and epoch), else rounds that never
-        completed. Either way the operator takes no more launches (`_abandon`)."""
+    def check(self, wait: bool = False, room: bool = False) -> None:
+        """Raise the first error of the launches that are done (all of them, with `wait`), oldest
+        launch first: a kernel whose wait ran out (SyncopyTimeout naming rank, chunk and epoch), or
+        rounds that never completed. Either way the operator takes no more launches (`_abandon`).
+        With `room`: wait until one more launch fits in the ring (the host ran a ring ahead).
+
+        A launch's kernel (and its error words) sits on the compute stream behind the previous
+        launch's wait for its rounds, so a launch's rounds are read before the next kernel's words:
+        a wait for that kernel would otherwise outlast rounds that never complete."""
+        if self.errors is None:
+            return
+        ring = self.errors.pending
         try:
-            if self.errors is not None:
-                self.errors.check(wait=wait, upto=upto)
-            self._check_rounds(wait, upto)
-        except (SyncopyTimeout, LaunchError) as exc:
+            while ring or self.pending:
+                if room and len(ring) < LaunchErrors.RING and len(self.pending) < LaunchErrors.RING:
+                    return
+                if self.pending and (not ring or self.pending[0].epoch < ring[0][0]):
+                    before = len(self.pending)
+                    self._check_rounds(wait or room, upto=1)
+                    if len(self.pending) == before:
+                        return  # the oldest launch's rounds are still running
+                else:
+                    before = len(ring)
+                    self.errors.check(wait=wait or room, upto=1)
+                    if len(ring) == before:
+                        return  # the oldest launch's kernel is still running
+        except SyncopyTimeout as exc:
+            failures = self.engine.failures(self.stream)
+            if failures:  # CPU ranks: a gloo operation failed (the peer's connection): that is why the chunk never came
+                first = str(failures[0]).split(". This is typically")[0]
+                exc = SyncopyTimeout(exc.rank, exc.chunk, exc.epoch, exc.timeout_s, f"its round failed: {first}",
+                                     "look for the cause in the peers' own output, then restart the job")
+            self._abandon(exc)
+            raise exc from None
+        except LaunchError as exc:
             self._abandon(exc)
             raise
 
@@ -384,13 +413,23 @@ class NcclBackend:
         ctx = self.errors.ctx
         ctx.broken = ctx.broken or f"{type(exc).__name__}: {exc}"
         end = time.monotonic() + wait_bound(self.timeout_s)
-        while self.pending and not all(r.finished() for r in self.pending) and time.monotonic() < end:
+        while (self.pending and not all(r.finished() for r in self.pending) and time.monotonic() < end
+               and not self.engine.failures(self.stream)):  # a failed CPU stream runs no more rounds
             time.sleep(Rounds.POLL_S)
-        if any(not r.finished() for r in self.pending) and self.owns_nccl:
-            self.engine.abort(self.nccl)
+        if any(not r.finished() for r in self.pending):
+            if self.owns_nccl:
+                # The communicator is this group's (every operator on it shares it): the group's
+                # later launches refuse, saying why, instead of meeting an aborted communicator.
+                mark_broken(self.group, f"rank {ctx.plan.rank} aborted the group's NCCL communicator after {exc}")
+                self.engine.abort(self.nccl)
+            else:
+                warnings.warn(f"rank {ctx.plan.rank}: NCCL rounds of the user's process group are still stuck after {exc}; syncopy "
+                              "does not abort a communicator it does not own, so streams behind them wait for NCCL's own watchdog",
+                              stacklevel=2)
         self.pending.clear()
 
     def start_reduce(self, ctx: Context, out: torch.Tensor, epoch: int) -> "FlagRounds":
+        control_group(self.user_group)  # refuses once another operator aborted the group's communicator
         return FlagRounds(self, ctx, out, epoch)
 
 
@@ -503,6 +542,8 @@ class FlagRounds(Reduction):
         self.inbox = backend.inbox
         self.start_mark = backend.engine.mark(backend.engine.compute_stream(ctx.buffer.device))
         self.enqueued = False
+        self.done_rounds = 0  # how many of `rounds()` completed (CPU ranks: read if the rounds time out)
+        self.abandoned = False
         if backend.engine.sends_before_kernel:
             self._enqueue()
 
@@ -523,11 +564,22 @@ class FlagRounds(Reduction):
         be, ctx, engine = self.backend, self.ctx, self.backend.engine
         if not self.enqueued:
             self._enqueue()
-        engine.join_compute(be.stream, ctx.buffer.device, wait_bound(be.timeout_s))  # what the caller enqueues next (and the next launch) follows
-        self.errors.extend(engine.failures(be.stream))
-        if not self.errors:
-            for g in ctx.plan.owned:
-                self.final[g].set()
+        bound = wait_bound(be.timeout_s)
+        drained = engine.join_compute(be.stream, ctx.buffer.device, bound)  # what the caller enqueues next (and the next launch) follows
+        failures = engine.failures(be.stream)
+        if not drained or failures:  # CPU ranks only: the host waited for the rounds
+            self.abandoned = True  # a round that completes late must not write `out` any more
+            rounds = self.rounds()
+            if self.done_rounds < len(rounds):
+                _, _, g_recv, source = rounds[self.done_rounds]
+                self.lost.append((g_recv, source))  # SyncopyTimeout: its partial sum from `source` never came
+            elif failures:
+                self.errors.append(failures[0])
+            else:
+                self.errors.append(RuntimeError(f"the rounds of launch {self.epoch} did not complete within {bound:g}s"))
+            return
+        for g in ctx.plan.owned:
+            self.final[g].set()
 
     def _rounds(self, hs) -> None:
         """On the syncopy stream: per round, wait for the chunk's flag, send it and receive a peer's
@@ -568,9 +620,12 @@ class FlagRounds(Reduction):
                 lo, hi = plan.bounds(g_recv)
                 round_ops.append(recv(self.inbox[source].narrow(dim, lo - plan.rank * rows, hi - lo), source, tag(g_recv)))
             run(round_ops)
+            self.done_rounds += 1
         for g in range(plan.rank * plan.chunks_per_rank, (plan.rank + 1) * plan.chunks_per_rank):
             if not plan.empty(g):  # our own part of our partial: every tile of it stored, as the peers' are
                 ops.wait32(ctx.flag_address(g), e, hs)
+        if self.abandoned:
+            return
         lo, hi = plan.part(plan.rank)
         parts = [ctx.buffer.narrow(dim, lo, hi - lo) if p == plan.rank else self.inbox[p].narrow(dim, 0, hi - lo)
                  for p in range(plan.world)]
@@ -587,6 +642,7 @@ class FlagRounds(Reduction):
                 if t_hi > t_lo:
                     round_ops.append(recv(ctx.buffer.narrow(dim, t_lo, t_hi - t_lo), source, tag((1 << 14) | source)))
                 run(round_ops)
-            out.copy_(ctx.buffer)
+            if not self.abandoned:
+                out.copy_(ctx.buffer)
         else:
             reduce_into(out, parts)
