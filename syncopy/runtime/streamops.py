@@ -207,10 +207,11 @@ class HostStream:
         """Enqueue `op`; after a failure the stream runs only `always` operations (events: no hang)."""
         self._work.put((op, always))
 
-    def synchronize(self) -> None:
+    def synchronize(self, timeout_s: float | None = None) -> bool:
+        """Wait until everything enqueued so far ran (at most `timeout_s`); False if it did not."""
         done = threading.Event()
         self.put(done.set, always=True)
-        done.wait()
+        return done.wait(timeout_s)
 
     def _run(self) -> None:
         while True:

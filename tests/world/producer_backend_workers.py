@@ -39,8 +39,10 @@ def run_all_reduce(rank: int, world: int) -> dict:
 
 def run_nccl_producers(rank: int, world: int) -> dict:
     """gemm_rs and gemm_ar (a short last part) on nccl, three launches each with fresh inputs,
-    NaN-poisoned, traced: the errors against torch, which reduction ran, each round's sends and
+    NaN-poisoned, traced, each round 20 ms late: the errors against torch, which reduction ran, each round's sends and
     receives in the order this rank posted them, and which chunks left before the kernel ended."""
+    import time
+
     import torch
     import torch.distributed as dist
 
@@ -54,6 +56,7 @@ def run_nccl_producers(rank: int, world: int) -> dict:
     def batch(ops):
         posted.append([(op.op.__name__, dist.get_global_rank(op.group, op.group_peer) if hasattr(op, "group_peer") else op.peer,
                         op.tensor.shape[0], tuple(op.tensor.shape)) for op in ops])
+        time.sleep(0.02)  # a slow link: every round goes 20 ms late
         return real_batch(ops)
 
     def join(self):

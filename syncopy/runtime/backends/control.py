@@ -173,10 +173,21 @@ def control_group(group, timeout_s: float | None = None) -> object:
         if group not in _groups:
             _groups[group] = member_group(group, "control", "gloo", timedelta(seconds=wait_bound(timeout_s)))
         control = _groups[group]
+    refuse_broken(control)
+    return control
+
+
+def refuse_broken(control) -> None:
+    """A LaunchError, saying why, if `control`'s group was marked broken (`mark_broken`)."""
     if id(control) in _broken:
         raise LaunchError(f"the transport of this process group broke in an earlier launch ({_broken[id(control)][1]}); "
                           "create a new process group (dist.new_group) and launch on it")
-    return control
+
+
+def transport_text(exc: BaseException) -> str:
+    """A transport error's own text (gloo's), without its source path and its advice."""
+    text = str(exc).split(". This is typically")[0]
+    return re.sub(r"^\[[^\]]*\] ", "", text).strip() or type(exc).__name__
 
 
 def mark_broken(control, why: str) -> None:

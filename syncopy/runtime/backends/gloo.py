@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import queue
 import random
-import re
 import sys
 import threading
 import time
@@ -22,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 from syncopy.runtime.backends import checksum, control
-from syncopy.runtime.backends.control import control_group, mark_broken, wait_bound
+from syncopy.runtime.backends.control import control_group, mark_broken, transport_text, wait_bound
 from syncopy.runtime.context import Context, sum_in_rank_order
 from syncopy.runtime import link as links
 from syncopy.runtime.link import Faults, Link
@@ -55,8 +54,7 @@ class _Threads:
         path and advice. A timeout is no lost peer: it is raised again, for join() to report."""
         if "imeout" in str(exc) or "imed out" in str(exc):
             raise exc
-        text = str(exc).split(". This is typically")[0]
-        self.gone.setdefault(peer, re.sub(r"^\[[^\]]*\] ", "", text).strip() or type(exc).__name__)
+        self.gone.setdefault(peer, transport_text(exc))
         mark_broken(self.group, f"rank {peer}'s connection closed")
 
     def _complete(self, works: list) -> None:

@@ -45,7 +45,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import os
-import threading
 import time
 import warnings
 import weakref
@@ -57,7 +56,8 @@ from syncopy.errors import LaunchError, SyncopyTimeout
 from syncopy.runtime import occupancy
 from syncopy.runtime import plan as planning
 from syncopy.runtime import streamops
-from syncopy.runtime.backends.control import control_group, group_lock, mark_broken, member_group, wait_bound
+from syncopy.runtime.backends.control import (control_group, group_lock, mark_broken, member_group, refuse_broken, transport_text,
+                                              wait_bound)
 from syncopy.runtime.backends.p2p import Inline, Reduction, put_own_shard, refuse_emulation
 from syncopy.runtime.context import Context
 from syncopy.runtime.link import Faults, Link
@@ -279,9 +279,7 @@ class HostStreams(CudaStreams):
         pass
 
     def join_compute(self, stream, device, bound_s: float) -> bool:
-        drained = threading.Event()
-        stream.put(drained.set, always=True)
-        return drained.wait(bound_s)
+        return stream.synchronize(bound_s)
 
     def failures(self, stream) -> list[BaseException]:
         return list(stream.errors)
@@ -297,7 +295,6 @@ class NcclBackend:
 
     def __init__(self, group, timeout_s: float, link: Link | None, faults: Faults | None):
         refuse_emulation(self.name, link, faults)
-        self.user_group = group
         self.group = control_group(group, timeout_s)
         self.nccl = self.engine.transport(group)
         self.owns_nccl = self.nccl is not group  # a communicator of our own (nccl_group), which a failure may abort
@@ -335,7 +332,7 @@ class NcclBackend:
         return self.errors is not None
 
     def start(self, ctx: Context, epoch: int) -> "Rounds":
-        control_group(self.user_group)  # refuses once another operator aborted the group's communicator
+        refuse_broken(self.group)  # once another operator aborted the group's communicator
         if self.rounds is None:
             self._lower(ctx)
         if self.errors is None:
@@ -377,8 +374,7 @@ class NcclBackend:
         except SyncopyTimeout as exc:
             failures = self.engine.failures(self.stream)
             if failures:  # CPU ranks: a gloo operation failed (the peer's connection): that is why the chunk never came
-                first = str(failures[0]).split(". This is typically")[0]
-                exc = SyncopyTimeout(exc.rank, exc.chunk, exc.epoch, exc.timeout_s, f"its round failed: {first}",
+                exc = SyncopyTimeout(exc.rank, exc.chunk, exc.epoch, exc.timeout_s, f"its round failed: {transport_text(failures[0])}",
                                      "look for the cause in the peers' own output, then restart the job")
             self._abandon(exc)
             raise exc from None
@@ -429,7 +425,7 @@ class NcclBackend:
         self.pending.clear()
 
     def start_reduce(self, ctx: Context, out: torch.Tensor, epoch: int) -> "FlagRounds":
-        control_group(self.user_group)  # refuses once another operator aborted the group's communicator
+        refuse_broken(self.group)  # once another operator aborted the group's communicator
         return FlagRounds(self, ctx, out, epoch)
 
 
@@ -444,12 +440,10 @@ class Rounds:
 
     def __init__(self, backend: NcclBackend, ctx: Context, epoch: int, events: list):
         self.backend, self.ctx, self.epoch = backend, ctx, epoch
-        self.errors: list[BaseException] = []
-        self.lost: list[int] = []
-        self.rounds = [(ops, ev) for ops, ev in zip(backend.rounds, events)]  # per round: its ops, an event recorded after its flags
+        self.rounds = list(zip(backend.rounds, events))  # per round: its ops, an event recorded after its flags
         self.kernel = events[-1]  # recorded behind the kernel
         self.since: float | None = None  # when the host first saw the kernel done (check)
-        self.keep: list[torch.Tensor] = []  # what the rounds read and write, alive until they are done
+        self.keep: list[_Round] = []  # what the rounds read and write, alive until they are done
 
     def start(self) -> "Rounds":
         be, ctx = self.backend, self.ctx
@@ -465,25 +459,19 @@ class Rounds:
         be, ctx, plan = self.backend, self.ctx, self.ctx.plan
         # NCCL ignores tags; the gloo transport that emulates it on CPU matches by them (context id:
         # ranks that launch different shapes never match each other's messages, see gloo.py).
-        p2p, landing = [], []
+        rnd = _Round(be)
         for kind, g, peer in ops:
             tag = (ctx.uid % (1 << 14)) << 16 | g
             if kind == "send":
-                view = ctx.send_view(g, peer)
-                data = view if view.is_contiguous() else view.contiguous()
-                p2p.append(dist.P2POp(dist.isend, data, be.global_ranks[peer], group=be.nccl, tag=tag))
+                rnd.send(ctx.send_view(g, peer), peer, tag)
             else:
-                view = ctx.chunk_view(g)
-                data = view if view.is_contiguous() else torch.empty_like(view, memory_format=torch.contiguous_format)
-                p2p.append(dist.P2POp(dist.irecv, data, be.global_ranks[peer], group=be.nccl, tag=tag))
-                landing.append((g, view, data))
-            self.keep.append(data)
-        _run(p2p)
-        for g, view, data in landing:
-            if data is not view:
-                view.copy_(data)
-            for f in plan.flags(g):
-                be.ops.write32(ctx.flag_address(f), self.epoch, hs)
+                rnd.recv(ctx.chunk_view(g), peer, tag)
+        self.keep.append(rnd)
+        rnd.run()
+        for kind, g, _ in ops:
+            if kind == "recv":
+                for f in plan.flags(g):
+                    be.ops.write32(ctx.flag_address(f), self.epoch, hs)
 
     def join(self) -> None:
         """Behind the kernel on the compute stream: its error words to the ring (before the wait for
@@ -506,7 +494,7 @@ class Rounds:
         plan, ops = self.ctx.plan, self.backend.ops
         stuck = [o for o, ev in self.rounds if not ops.done(ev)]
         lost = [g for o in stuck for kind, g, _ in o if kind == "recv"]
-        why = f" ({failures[0]})" if failures else ""
+        why = f" ({transport_text(failures[0])})" if failures else ""
         if lost:
             return SyncopyTimeout(plan.rank, divmod(lost[0], plan.chunks_per_rank), self.epoch, self.backend.timeout_s,
                                   f"its NCCL receive never completed within {bound:g}s{why}")
@@ -521,6 +509,31 @@ def _run(p2p: list) -> None:
     if p2p:
         for work in dist.batch_isend_irecv(p2p):
             work.wait()  # the stream waits for NCCL's stream; the host does not block
+
+
+class _Round:
+    """One round's sends and receives (`_run`), on the current stream. A strided view is sent
+    through a contiguous copy, and received into a contiguous tensor copied into place after."""
+
+    def __init__(self, backend: NcclBackend):
+        self.group, self.global_ranks = backend.nccl, backend.global_ranks
+        self.ops: list[dist.P2POp] = []
+        self.landing: list[tuple[torch.Tensor, torch.Tensor]] = []  # (where a receive belongs, the tensor it lands in)
+
+    def send(self, view: torch.Tensor, peer: int, tag: int) -> None:
+        data = view if view.is_contiguous() else view.contiguous()
+        self.ops.append(dist.P2POp(dist.isend, data, self.global_ranks[peer], group=self.group, tag=tag))
+
+    def recv(self, view: torch.Tensor, peer: int, tag: int) -> None:
+        data = view if view.is_contiguous() else torch.empty_like(view, memory_format=torch.contiguous_format)
+        if data is not view:
+            self.landing.append((view, data))
+        self.ops.append(dist.P2POp(dist.irecv, data, self.global_ranks[peer], group=self.group, tag=tag))
+
+    def run(self) -> None:
+        _run(self.ops)
+        for view, data in self.landing:
+            view.copy_(data)
 
 
 class FlagRounds(Reduction):
@@ -587,39 +600,23 @@ class FlagRounds(Reduction):
         be, ctx, out, e = self.backend, self.ctx, self.out, self.epoch
         plan, ops, dim = ctx.plan, be.ops, ctx.dim
         rows = plan.rows_per_rank
-        landing: list[tuple[torch.Tensor, torch.Tensor]] = []  # (where a receive belongs, the contiguous tensor it lands in)
 
         def tag(g: int) -> int:
             return (ctx.uid % (1 << 14)) << 16 | (1 << 15) | g
 
-        def send(view: torch.Tensor, to: int, t: int) -> dist.P2POp:
-            return dist.P2POp(dist.isend, view if view.is_contiguous() else view.contiguous(), be.global_ranks[to], group=be.nccl, tag=t)
-
-        def recv(view: torch.Tensor, source: int, t: int) -> dist.P2POp:
-            data = view if view.is_contiguous() else torch.empty_like(view, memory_format=torch.contiguous_format)
-            if data is not view:
-                landing.append((view, data))
-            return dist.P2POp(dist.irecv, data, be.global_ranks[source], group=be.nccl, tag=t)
-
-        def run(round_ops: list) -> None:
-            _run(round_ops)
-            for view, data in landing:
-                view.copy_(data)
-            landing.clear()
-
         on_host = hs is None  # the CPU engine: the rounds run here, and the trace takes the host's times
         for g_send, to, g_recv, source in self.rounds():
-            round_ops = []
+            rnd = _Round(be)
             if not plan.empty(g_send):  # chunks past a short last part move nothing (on both ends)
                 ops.wait32(ctx.flag_address(g_send), e, hs)  # every tile of the chunk stored
                 lo, hi = plan.bounds(g_send)
-                round_ops.append(send(ctx.buffer.narrow(dim, lo, hi - lo), to, tag(g_send)))
+                rnd.send(ctx.buffer.narrow(dim, lo, hi - lo), to, tag(g_send))
                 if on_host and ctx.trace is not None:  # when it left: handed to the transport
                     ctx.trace.sent[g_send] = time.perf_counter() - ctx.t0
             if not plan.empty(g_recv):
                 lo, hi = plan.bounds(g_recv)
-                round_ops.append(recv(self.inbox[source].narrow(dim, lo - plan.rank * rows, hi - lo), source, tag(g_recv)))
-            run(round_ops)
+                rnd.recv(self.inbox[source].narrow(dim, lo - plan.rank * rows, hi - lo), source, tag(g_recv))
+            rnd.run()
             self.done_rounds += 1
         for g in range(plan.rank * plan.chunks_per_rank, (plan.rank + 1) * plan.chunks_per_rank):
             if not plan.empty(g):  # our own part of our partial: every tile of it stored, as the peers' are
@@ -636,12 +633,12 @@ class FlagRounds(Reduction):
             for d in range(1, plan.world):
                 to, source = (plan.rank + d) % plan.world, (plan.rank - d) % plan.world
                 t_lo, t_hi = plan.part(source)
-                round_ops = []
+                rnd = _Round(be)
                 if hi > lo:  # a short last part may be empty
-                    round_ops.append(send(ctx.buffer.narrow(dim, lo, hi - lo), to, tag((1 << 14) | plan.rank)))
+                    rnd.send(ctx.buffer.narrow(dim, lo, hi - lo), to, tag((1 << 14) | plan.rank))
                 if t_hi > t_lo:
-                    round_ops.append(recv(ctx.buffer.narrow(dim, t_lo, t_hi - t_lo), source, tag((1 << 14) | source)))
-                run(round_ops)
+                    rnd.recv(ctx.buffer.narrow(dim, t_lo, t_hi - t_lo), source, tag((1 << 14) | source))
+                rnd.run()
             if not self.abandoned:
                 out.copy_(ctx.buffer)
         else:
