@@ -166,6 +166,7 @@ def gemm_rs_threads_case(bench, m, n, k, world=4, chunks=2, reps=5):
     res = dict(pattern="gemm_rs", world_kind="threads", world=world, m=m, n=n, k=k, chunks=chunks)
     res["comm_ms"] = bench._pipelined(lambda: _fork_join(streams, exchange))
     res["compute_ms"] = bench._pipelined(lambda: _fork_join(streams, lambda r: gemm(r, 0, m)))
+    res["reduce_ms"] = bench._pipelined(lambda: _fork_join(streams, reduce))  # the reduction alone: what follows the last receive
     print(f"    comm {res['comm_ms']:.3f} ms, compute {res['compute_ms']:.3f} ms (all {world} ranks at once)", flush=True)
     for name, fn in (("sequential", sequential), ("stream_overlap", stream_level), ("fused", fused)):
         bench._record(res, name, fn, reps)
