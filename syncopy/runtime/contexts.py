@@ -102,12 +102,27 @@ def _can_share(backend) -> bool:
 
 
 def _retire(ctx: Context, backend) -> None:
-    """Let a context go: a GPU backend's launches that may still use its buffers finish first."""
-    if _deferred(backend):
-        backend.check(wait=True)
+    """Let a context go: a GPU backend's launches that may still use its buffers finish first (an
+    error among them is raised here), then the backend frees what it made (events, worker threads);
+    a world of one's error ring likewise (its copies land in pinned memory the ring frees)."""
+    own = getattr(ctx, "own_errors", None)  # a world of one's (FusedKernel._own_errors)
+    try:
+        if _deferred(backend):
+            backend.check(wait=True)
+        elif own is not None:
+            own.check(wait=True)
+    finally:
+        _close(ctx, backend)
+
+
+def _close(ctx: Context, backend) -> None:
+    """Free what a context's backend made (events, worker threads), and a world of one's error ring."""
     close = getattr(backend, "close", None)
     if close is not None:
         close()
+    own = getattr(ctx, "own_errors", None)
+    if own is not None:
+        own.close()
 
 
 class Contexts:
@@ -196,10 +211,7 @@ class Contexts:
             for k in [k for k in self._last_stream if k[0] not in alive]:
                 del self._last_stream[k]
         for ctx, backend in dropped:
-            # Their group is gone: nothing of theirs can still be waited for.
-            close = getattr(backend, "close", None)
-            if close is not None:
-                close()
+            _close(ctx, backend)  # their group is gone: nothing of theirs can still be waited for
 
     def _listed_shapes(self, args: dict) -> tuple:
         """(shape, dtype) of each other listed tensor (`tensor: [K, V]`): part of a context's key."""

@@ -25,6 +25,7 @@ import torch
 
 from syncopy import device as dev
 from syncopy.errors import SyncopyTimeout
+from syncopy.runtime import streamops
 from syncopy.runtime.streamops import ptr
 
 
@@ -42,11 +43,22 @@ class ErrorRing:
         self.slots = [ptr(self.ring[i]) for i in range(self.RING)]
         self.rows = self.ring.numpy()
         self.done = [ops.event() for _ in range(self.RING)]  # per slot: the launch and its error copy are done
+        self._free = streamops.free_with(self, ops, self.done)
         self.pending: collections.deque[tuple[int, int]] = collections.deque()  # (epoch, slot), oldest first
         self.lock = threading.Lock()  # `pending`, between the launching thread and the watchdog's
         from syncopy.runtime import watchdog
 
         watchdog.watch(self)
+
+    def close(self) -> None:
+        """Let the ring go (its context is evicted or released, its launches read): the watchdog stops
+        looking at it and its events are freed. Launches still unread are dropped unread."""
+        from syncopy.runtime import watchdog
+
+        watchdog.unwatch(self)
+        with self.lock:
+            self.pending.clear()
+        self._free()  # empties self.done
 
     def record(self, epoch: int, stream) -> None:
         """Behind the launch's kernel on `stream` (a handle of `ops`): its error words to the ring."""

@@ -27,6 +27,7 @@ import ctypes
 import queue
 import threading
 import time
+import weakref
 
 import torch
 
@@ -76,6 +77,7 @@ class CudaOps:
         self._event_create = _bind(lib, ("cuEventCreate",), (ctypes.POINTER(vp), ctypes.c_uint))
         self._event_record = _bind(lib, ("cuEventRecord",), (vp, vp))
         self._event_query = _bind(lib, ("cuEventQuery",), (vp,))
+        self._event_destroy = _bind(lib, ("cuEventDestroy_v2", "cuEventDestroy"), (vp,))
         self._stream_wait_event = _bind(lib, ("cuStreamWaitEvent",), (vp, vp, ctypes.c_uint))
         self._error_string = lib.cuGetErrorString
         self._error_string.argtypes = (ctypes.c_int, ctypes.POINTER(ctypes.c_char_p))
@@ -130,6 +132,11 @@ class CudaOps:
         ev = ctypes.c_void_p()
         self._check(self._event_create(ctypes.byref(ev), CU_EVENT_DISABLE_TIMING), "cuEventCreate")
         return ev.value
+
+    def destroy(self, event: int) -> None:
+        """Free an event made by `event()`. One still pending is freed once it completes (the
+        driver's rule), so a context can let its events go while its last launch still runs."""
+        self._check(self._event_destroy(event), "cuEventDestroy")
 
     def record(self, event: int, stream: int) -> None:
         self._check(self._event_record(event, stream), "cuEventRecord")
@@ -196,16 +203,29 @@ class StreamTimeout(RuntimeError):
 class HostStream:
     """A CPU stand-in for a CUDA stream: a worker thread runs the enqueued operations in order."""
 
+    _STOP = object()
+
     def __init__(self, deadline_s: float = 60.0, name: str = "syncopy-stream"):
         self.deadline_s = deadline_s
         self.errors: list[BaseException] = []
         self._work: queue.SimpleQueue = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._closed = False
+        # The worker holds the queue and the error list, not the stream: a stream nobody holds any
+        # more (an operator let go without release()) is collected, and its thread ends then too.
+        self._thread = threading.Thread(target=HostStream._run, args=(self._work, self.errors), name=name, daemon=True)
         self._thread.start()
+        self._stop = weakref.finalize(self, self._work.put, (HostStream._STOP, True))
 
     def put(self, op, always: bool = False) -> None:
         """Enqueue `op`; after a failure the stream runs only `always` operations (events: no hang)."""
+        if self._closed:
+            raise RuntimeError(f"{self._thread.name}: the stream was closed")
         self._work.put((op, always))
+
+    def close(self) -> None:
+        """The worker thread ends once what was enqueued before has run (its owner let it go)."""
+        self._closed = True
+        self._stop()  # once: a finalizer runs at most once
 
     def synchronize(self, timeout_s: float | None = None) -> bool:
         """Wait until everything enqueued so far ran (at most `timeout_s`); False if it did not."""
@@ -213,15 +233,19 @@ class HostStream:
         self.put(done.set, always=True)
         return done.wait(timeout_s)
 
-    def _run(self) -> None:
+    @staticmethod
+    def _run(work: queue.SimpleQueue, errors: list) -> None:
         while True:
-            op, always = self._work.get()
-            if self.errors and not always:
+            op, always = work.get()
+            if op is HostStream._STOP:
+                return
+            if errors and not always:
                 continue
             try:
                 op()
             except BaseException as exc:  # surfaced by whoever checks the stream
-                self.errors.append(exc)
+                errors.append(exc)
+            del op  # nothing of the last operation stays referenced while the worker waits
 
 
 class HostOps:
@@ -280,6 +304,9 @@ class HostOps:
     def event(self) -> threading.Event:
         return threading.Event()
 
+    def destroy(self, event: threading.Event) -> None:
+        pass  # garbage-collected
+
     def record(self, event: threading.Event, stream) -> None:
         event.clear()
         self._on(stream, event.set, always=True)
@@ -292,6 +319,21 @@ class HostOps:
             event.wait()
         else:
             stream.put(event.wait, always=True)
+
+
+def free_with(owner, ops, events: list) -> weakref.finalize:
+    """Free `events` (made by `ops.event()`) once `owner` is collected, or at once by calling what
+    this returns (at most once either way): a context's events go with it, released or not. Not at
+    interpreter exit, where the driver may already be gone."""
+    free = weakref.finalize(owner, _destroy_events, ops, events)
+    free.atexit = False
+    return free
+
+
+def _destroy_events(ops, events: list) -> None:
+    for event in events:
+        ops.destroy(event)
+    events.clear()
 
 
 def wrap32(x: int) -> int:

@@ -73,6 +73,14 @@ def configure(mode: str | None = None, interval_s: float | None = None) -> None:
         _start()
 
 
+def unwatch(ring) -> None:
+    """Stop looking at `ring` (its context was let go: runtime/contexts.py)."""
+    with _lock:
+        _rings.discard(ring)
+        _seen.pop(ring, None)
+        _reported.pop(ring, None)
+
+
 def watch(ring) -> None:
     """Look at `ring` (an ErrorRing) from now on, for as long as it lives. The settings are read here,
     on the launching thread, so that a bad one is this launch's one-line error, not a dead watchdog."""

@@ -52,3 +52,33 @@ def test_producer_flags_and_counters_reach_their_targets_every_launch(world_of_o
         assert flags == [ctx.epoch] * n, f"launch {it}: flags {flags}, epoch {ctx.epoch}"
         assert counters == ctx.targets, f"launch {it}: counters {counters}, targets {ctx.targets}"
     assert worst < 2e-2
+
+
+def test_evicted_world_of_one_contexts_free_their_error_rings(world_of_one):
+    """An AG-GEMM kept to one context, launched on three shapes in turn: each launch evicts the last
+    shape's context, whose error ring is read and its CUDA events destroyed (cuEventDestroy) while
+    nothing of it may still run; every launch stays right, as does one after release()."""
+    from syncopy import templates
+
+    t = templates.get("ag_gemm")
+    fused = t.fused(chunks_per_rank=2)
+    fused.max_contexts = 1
+    rings = []
+    worst = 0.0
+    for it in range(9):
+        m = [96, 160, 250][it % 3]
+        a = torch.randn(m, 64, device="cuda", dtype=torch.float16)
+        b = torch.randn(64, 96, device="cuda", dtype=torch.float16)
+        c = t.module.launch(fused, a, b, BLOCK_M=64, BLOCK_N=64, BLOCK_K=32)
+        ref = a.float() @ b.float()
+        worst = max(worst, (c.float() - ref).abs().max().item() / max(1.0, ref.abs().max().item()))
+        (ctx, _), = fused._contexts.values()
+        rings.append(ctx.own_errors)
+    assert worst < 2e-2
+    assert all(not r.done for r in rings[:-1]) and len(rings[-1].done) == rings[-1].RING  # the evicted ones were freed
+    fused.release()
+    assert not rings[-1].done
+    a = torch.randn(96, 64, device="cuda", dtype=torch.float16)
+    b = torch.randn(64, 96, device="cuda", dtype=torch.float16)
+    c = t.module.launch(fused, a, b, BLOCK_M=64, BLOCK_N=64, BLOCK_K=32)
+    assert (c.float() - a.float() @ b.float()).abs().max().item() < 2e-2 * max(1.0, (a.float() @ b.float()).abs().max().item())

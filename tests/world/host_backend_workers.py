@@ -97,6 +97,55 @@ def run_templates(rank: int, world: int, cases: list[dict]) -> list[dict]:
     return out
 
 
+def _live_threads(name: str, at_most: int, settle_s: float = 5.0) -> int:
+    """Live threads called `name`, once at most `at_most` are left or `settle_s` passed (a closed
+    stream's thread ends after the work it had; one nobody holds, once collected)."""
+    import gc
+    import threading
+    import time
+
+    end = time.monotonic() + settle_s
+    while True:
+        gc.collect()
+        n = sum(t.name == name and t.is_alive() for t in threading.enumerate())
+        if n <= at_most or time.monotonic() > end:
+            return n
+        time.sleep(0.02)
+
+
+def run_evicted_contexts_let_go(rank: int, world: int) -> dict:
+    """Operators kept to one context (max_contexts=1) launched on three shapes in turn, twice, with
+    NaN-poisoned buffers and new data each launch: nccl's ag_gemm (its rounds' worker thread, error
+    ring and events per context) and p2p's gemm_rs (SendReduce: a send thread per peer). Per launch
+    the error against torch and the live worker threads, then those left after release(). The
+    operators of this rank's earlier jobs are collected first: their threads end with them."""
+    import torch
+
+    from syncopy import templates
+
+    _use_host_backends()
+    out = {}
+    cases = [("nccl", "ag_gemm", "syncopy-nccl-rounds", 1, [(7, 16, 16), (10, 16, 16), (13, 16, 16)]),
+             ("p2p", "gemm_rs", "syncopy-p2p-send", world - 1, [(24, 16, 16), (18, 16, 16), (30, 16, 16)])]
+    for backend, template, thread, per_context, shapes in cases:
+        t = templates.get(template)
+        fused = t.fused(chunks_per_rank=2, order="ring", backend=backend, poison_receive=True, timeout_s=60)
+        fused.max_contexts = 1
+        before = _live_threads(thread, 0)
+        worst, alive = 0.0, []
+        for it in range(2):
+            for i, shape in enumerate(shapes):
+                inp = t.module.inputs(rank, world, shape, torch.float32, seed=10 * it + i)
+                got = t.module.launch(fused, **inp)
+                ref = t.module.reference(**inp)
+                worst = max(worst, float(torch.nan_to_num((got - ref).abs(), nan=float("inf")).max()))
+                alive.append(_live_threads(thread, per_context))
+        fused.release()
+        out[backend] = {"worst": worst, "before": before, "alive": alive, "per_context": per_context,
+                        "after_release": _live_threads(thread, 0)}
+    return out
+
+
 def run_drop(rank: int, world: int, drop: tuple[int, int], timeout_s: float) -> dict:
     """Rank drop[0] never pushes its chunk drop[1]: every other rank times out naming it."""
     from syncopy import templates

@@ -45,6 +45,7 @@ def _world() -> list[dict]:
     jobs = {name: (f"{workers.__name__}:{fn}", args) for name, fn, args in [
         ("templates", "run_templates", (CASES,)), ("traced", "run_traced", ()),
         ("nccl big grid", "run_nccl_big_grid", ()), ("nccl async", "run_nccl_rounds_beside_the_kernel", ()),
+        ("letting go", "run_evicted_contexts_let_go", ()),
         ("p2p drop", "run_drop", (DROP, 2.0))]}
     return spawn(run_jobs, WORLD, jobs, timeout_s=600)
 
@@ -75,6 +76,21 @@ def test_backend_protocol_gives_the_reference_result(case):
             # words in the peers' pads), no host sync or barrier; ranks sharing a GPU still meet on
             # the host every launch.
             assert (r["warm_host_handshakes"] == 0) != bool(CASES[case].get("shared")), r
+
+
+@pytest.mark.world
+def test_an_evicted_context_lets_its_worker_threads_go():
+    # Shapes beyond an operator's context budget evict its oldest context, and its backend's
+    # worker threads end with it: nccl's rounds thread, p2p's send threads (they piled up, one
+    # set per shape ever launched, each thread holding its stream). Launches stay right, and
+    # release() leaves none; the operators of the rank's earlier jobs, dropped without
+    # release(), left none either. (tests/unit/test_letting_go.py: close() itself.)
+    for rank, r in enumerate(job(_world(), "letting go")):
+        for backend, got in r.items():
+            assert got["worst"] < 1e-3, (rank, backend, got)
+            assert got["before"] == 0, (rank, backend, got)
+            assert got["alive"] == [got["per_context"]] * 6, (rank, backend, got)
+            assert got["after_release"] == 0, (rank, backend, got)
 
 
 @pytest.mark.world

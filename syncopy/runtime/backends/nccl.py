@@ -219,6 +219,9 @@ class CudaStreams:
             with contextlib.suppress(Exception):  # already aborted or torn down: nothing is left waiting
                 abort()
 
+    def close(self, stream) -> None:
+        """The backend lets `stream` go: a torch stream returns to torch's pool when collected."""
+
 
 class _Done:
     def query(self) -> bool:
@@ -287,6 +290,9 @@ class HostStreams(CudaStreams):
     def abort(self, pg) -> None:
         pass  # gloo's own timeout ends a stuck receive (and closes that pair's connection)
 
+    def close(self, stream) -> None:
+        stream.close()  # its worker thread ends after the rounds still enqueued
+
 
 class NcclBackend:
     name = "nccl"
@@ -309,6 +315,7 @@ class NcclBackend:
         self.errors: LaunchErrors | None = None
         self.pending: collections.deque[Rounds] = collections.deque()
         self.events: list[list] = []  # per ring slot: an event per round, and one for the kernel (made once)
+        self.free_events = None  # frees them (at close(), or when the backend is collected)
 
     def check_grid(self, programs: int, persistent: bool, kernel: str, device, ctas_per_program: int = 1) -> None:
         occupancy.check_grid(programs, self.engine.sm_count(device), self.name, persistent, kernel, ctas_per_program)
@@ -338,6 +345,7 @@ class NcclBackend:
         if self.errors is None:
             self.errors = LaunchErrors(ctx, self.ops, self.engine.pin, self.timeout_s)
             self.events = [[self.ops.event() for _ in range(len(self.rounds) + 1)] for _ in range(LaunchErrors.RING)]
+            self.free_events = streamops.free_with(self, self.ops, [event for slot in self.events for event in slot])
         if len(self.pending) >= LaunchErrors.RING or len(self.errors.pending) >= LaunchErrors.RING:
             self.check(room=True)  # the host ran a ring's worth of launches ahead of the device
         return Rounds(self, ctx, epoch, self.events[epoch % LaunchErrors.RING]).start()
@@ -423,6 +431,18 @@ class NcclBackend:
                               "does not abort a communicator it does not own, so streams behind them wait for NCCL's own watchdog",
                               stacklevel=2)
         self.pending.clear()
+
+    def close(self) -> None:
+        """Let this context's backend go (evicted or released, its launches read first:
+        contexts._retire): its events and error ring are freed, and on CPU ranks its stream's
+        worker thread ends. An operator launched with more shapes than it keeps contexts for
+        would otherwise hold them for every shape it ever saw."""
+        if self.free_events is not None:
+            self.free_events()
+        self.events = []
+        if self.errors is not None:
+            self.errors.close()
+        self.engine.close(self.stream)
 
     def start_reduce(self, ctx: Context, out: torch.Tensor, epoch: int) -> "FlagRounds":
         refuse_broken(self.group)  # once another operator aborted the group's communicator

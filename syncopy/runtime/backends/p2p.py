@@ -253,6 +253,15 @@ class P2PBackend:
     def check_grid(self, programs: int, persistent: bool, kernel: str, device, ctas_per_program: int = 1) -> None:
         """Every grid is safe: the copy engines need no SM."""
 
+    def close(self) -> None:
+        """Let this context's backend go (evicted or released, its launches read first:
+        contexts._retire): its error ring's and reducer's events are freed and, on CPU ranks, the
+        reducer's send threads end. The peers' mappings go with their tensors."""
+        if self.errors is not None:
+            self.errors.close()
+        if self.reducer is not None:
+            self.reducer.close()
+
     # -- setup (once per context, collectively) -------------------------------------------------
     def _connect(self, ctx: Context) -> None:
         """Exchange IPC handles of every rank's buffer and signal pad; map the peers' here."""
@@ -517,6 +526,7 @@ class SendReduce:
         self.gathers: dict[int, tuple[int, int, int]] = {}
         self.gathered: dict[int, int] = {}
         self.reduced = self.ops.event()
+        self.free_events = streamops.free_with(self, self.ops, [*self.sent.values(), self.before, self.reduced])
         if self.all_reduce:
             lo, hi = self.own
             mine = ctx.buffer.narrow(dim, lo, hi - lo)
@@ -524,6 +534,12 @@ class SendReduce:
                 if hi > lo:
                     self.gathers[p] = (streamops.ptr(backend.peers[p][0].narrow(dim, lo, hi - lo)), streamops.ptr(mine), mine.nbytes)
                 self.gathered[p] = ctx.word_address(ctx.gathered_word(rank), backend.peers[p][1])  # ours, in p's pad
+
+    def close(self) -> None:
+        self.free_events()
+        for stream in self.streams.values():
+            if isinstance(stream, streamops.HostStream):
+                stream.close()
 
     @staticmethod
     def fits(ctx: Context) -> bool:
