@@ -734,7 +734,9 @@ def _verdicts(out: dict) -> dict:
             ratio = ag["fused_ms"] / ag["stream_overlap_graph_ms"]
             v["ag fused / stream-level as a graph <= 0.95"] = (round(ratio, 3), ratio <= 0.95)
     if ag:  # what no schedule can beat on this world: the targets below it are out of reach here
-        v["ag floor / stream-level: the least any overlap could reach (info)"] = (round(ag["floor_ms"] / ag["stream_overlap_ms"], 3), None)
+        # Against the faster stream-level baseline: the Python one is host-bound on some runs.
+        best = min(ag["stream_overlap_ms"], ag.get("stream_overlap_graph_ms", float("inf")))
+        v["ag floor / faster stream-level: the least any overlap could reach (info)"] = (round(ag["floor_ms"] / best, 3), None)
         v["ag fused / floor (info)"] = (round(ag["fused_over_floor"], 3), None)
     if rs:
         v[f"rs floor / sequential: the least any overlap could reach (info, c{rs['chunks']})"] = (
