@@ -239,12 +239,11 @@ class HostStream:
             op, always = work.get()
             if op is HostStream._STOP:
                 return
-            if errors and not always:
-                continue
-            try:
-                op()
-            except BaseException as exc:  # surfaced by whoever checks the stream
-                errors.append(exc)
+            if always or not errors:
+                try:
+                    op()
+                except BaseException as exc:  # surfaced by whoever checks the stream
+                    errors.append(exc)
             del op  # nothing of the last operation stays referenced while the worker waits
 
 
