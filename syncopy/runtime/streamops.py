@@ -23,6 +23,7 @@ on the stream instead of hanging.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import queue
 import threading
@@ -331,7 +332,10 @@ def free_with(owner, ops, events: list) -> weakref.finalize:
 
 def _destroy_events(ops, events: list) -> None:
     for event in events:
-        ops.destroy(event)
+        # A driver that refuses (no context current on a collecting thread, or the context torn
+        # down) leaves the event to the context's own teardown: nothing else can be done here.
+        with contextlib.suppress(LaunchError):
+            ops.destroy(event)
     events.clear()
 
 

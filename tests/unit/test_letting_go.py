@@ -107,3 +107,17 @@ def test_a_world_of_ones_ring_is_read_before_it_is_freed():
     own.check = lambda wait=False, upto=None: (read.append(wait), real(wait=wait, upto=upto))
     contexts._retire(types.SimpleNamespace(own_errors=own), None)
     assert read == [True] and len(ops.destroyed) == ErrorRing.RING and not own.pending
+
+
+def test_an_event_the_driver_refuses_to_free_does_not_stop_the_others():
+    class Refusing(CountingOps):
+        def destroy(self, event) -> None:
+            if not self.destroyed:
+                self.destroyed.append(None)
+                raise LaunchError("cuEventDestroy failed: invalid context")
+            self.destroyed.append(event)
+
+    ops = Refusing()
+    ring = _ring(ops)
+    ring.close()  # on a thread with no context current, say: the rest still go, nothing raises
+    assert len(ops.destroyed) == ErrorRing.RING and not ring.done
