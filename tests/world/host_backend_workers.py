@@ -115,15 +115,40 @@ def _live_threads(name: str, at_most: int, settle_s: float = 5.0) -> int:
 
 def run_evicted_contexts_let_go(rank: int, world: int) -> dict:
     """Operators kept to one context (max_contexts=1) launched on three shapes in turn, twice, with
-    NaN-poisoned buffers and new data each launch: nccl's ag_gemm (its rounds' worker thread, error
-    ring and events per context) and p2p's gemm_rs (SendReduce: a send thread per peer). Per launch
-    the error against torch and the live worker threads, then those left after release(). The
-    operators of this rank's earlier jobs are collected first: their threads end with them."""
+    NaN-poisoned buffers, new data each launch and a slow link (each nccl round and each p2p send
+    20 ms late): nccl's ag_gemm (its rounds' worker thread, error ring and events per context) and
+    p2p's gemm_rs (SendReduce: a send thread per peer). Per launch the error against torch and the
+    live worker threads, then those left after release(). The operators of this rank's earlier jobs
+    are collected first: their threads end with them."""
+    import time
+
+    from syncopy.runtime import streamops
+    from syncopy.runtime.backends import nccl
+
+    _use_host_backends()
+    real_run, real_copy = nccl._run, streamops.HostOps.copy
+
+    def paced_run(p2p):
+        time.sleep(0.02)
+        return real_run(p2p)
+
+    def paced_copy(self, dst, src, n, stream):
+        if stream is not None:  # a send stream's copy (p2p's pushes on CPU are done at once, stream None)
+            self.delay(0.02, stream)
+        real_copy(self, dst, src, n, stream)
+
+    nccl._run, streamops.HostOps.copy = paced_run, paced_copy
+    try:
+        return _evictions(rank, world)
+    finally:
+        nccl._run, streamops.HostOps.copy = real_run, real_copy
+
+
+def _evictions(rank: int, world: int) -> dict:
     import torch
 
     from syncopy import templates
 
-    _use_host_backends()
     out = {}
     cases = [("nccl", "ag_gemm", "syncopy-nccl-rounds", 1, [(7, 16, 16), (10, 16, 16), (13, 16, 16)]),
              ("p2p", "gemm_rs", "syncopy-p2p-send", world - 1, [(24, 16, 16), (18, 16, 16), (30, 16, 16)])]
