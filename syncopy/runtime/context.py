@@ -302,6 +302,11 @@ class Context:
         """The address of flag `flag` (a unit's, see RankPlan.flags) in a signal pad."""
         return self.word_address(dev.SIG_HEADER + flag, pad)
 
+    def target_word(self, chunk: int) -> int:
+        """Producer: index in the signal pad of the word holding how many tile stores complete
+        `chunk` in the coming launch (its counter's target, `set_targets`)."""
+        return dev.SIG_HEADER + 2 * self.n_chunks + 2 + chunk
+
     def ready_word(self, rank: int) -> int:
         """Index in the signal pad of the word `rank` raises when this rank's buffer may take its
         next launch's chunks (runtime/backends/p2p.py)."""
@@ -418,18 +423,17 @@ class Context:
         """Producer: the counts that complete each chunk in the coming launch (counters never reset).
         On GPUs by stream write-values on the current stream: a host list copied into device words
         would be a blocking copy."""
-        n = self.n_chunks
         self.targets = [wrap32(t + k) for t, k in zip(self.targets, tiles_per_chunk)]
-        at = dev.SIG_HEADER + n + 2 + n
         if not self.signals.is_cuda:
-            self.signals[at : at + n] = torch.tensor(self.targets, dtype=torch.int32)
+            at = self.target_word(0)
+            self.signals[at : at + self.n_chunks] = torch.tensor(self.targets, dtype=torch.int32)
             return
         from syncopy.runtime import streamops
 
         ops = streamops.cuda_ops()
         stream = ops.handle(torch.cuda.current_stream(self.signals.device))
         for g, target in enumerate(self.targets):
-            ops.write32(self.word_address(at + g), target, stream)
+            ops.write32(self.word_address(self.target_word(g)), target, stream)
 
     def ready(self, chunk: int) -> bool:
         """Producer: has the kernel finished every tile that writes `chunk` in this launch?"""

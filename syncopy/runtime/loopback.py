@@ -818,7 +818,7 @@ class _Wire:
         self.received = eng.ops.event()
         n = ctx.n_chunks
         flag = self.flags = [ctx.flag_address(g) for g in range(n)]
-        self.targets = [ctx.word_address(dev.SIG_HEADER + 2 * n + 2 + g) for g in range(n)]  # layout: context.py
+        self.targets = [ctx.word_address(ctx.target_word(g)) for g in range(n)]
         self.starts: dict[tuple, object] = {}  # tiles per chunk -> a launch's start writes (start_producer)
         self.outbox = eng.pin(torch.empty_like(ctx.buffer, device="cpu"))
         self.inbox = {p: torch.empty_like(out) for p in range(plan.world) if p != rank}

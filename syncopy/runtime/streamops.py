@@ -210,7 +210,6 @@ class HostStream:
         self.deadline_s = deadline_s
         self.errors: list[BaseException] = []
         self._work: queue.SimpleQueue = queue.SimpleQueue()
-        self._closed = False
         # The worker holds the queue and the error list, not the stream: a stream nobody holds any
         # more (an operator let go without release()) is collected, and its thread ends then too.
         self._thread = threading.Thread(target=HostStream._run, args=(self._work, self.errors), name=name, daemon=True)
@@ -219,14 +218,13 @@ class HostStream:
 
     def put(self, op, always: bool = False) -> None:
         """Enqueue `op`; after a failure the stream runs only `always` operations (events: no hang)."""
-        if self._closed:
+        if not self._stop.alive:  # closed (a finalizer runs once)
             raise RuntimeError(f"{self._thread.name}: the stream was closed")
         self._work.put((op, always))
 
     def close(self) -> None:
         """The worker thread ends once what was enqueued before has run (its owner let it go)."""
-        self._closed = True
-        self._stop()  # once: a finalizer runs at most once
+        self._stop()
 
     def synchronize(self, timeout_s: float | None = None) -> bool:
         """Wait until everything enqueued so far ran (at most `timeout_s`); False if it did not."""

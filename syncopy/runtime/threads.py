@@ -181,8 +181,8 @@ class _Rank(_Loop):
         self.inbox: dict[int, torch.Tensor] = {}  # producer: peer -> its partial of this rank's rows
         self.sends: dict[int, list[tuple]] = {}  # producer: p -> [(chunk, flag address, dst, src, bytes)] in finish order
         self.starts: dict[tuple, object] = {}  # producer: tiles per chunk -> a launch's start writes (loopback.start_producer)
-        n = ctx.n_chunks  # producer: the words those writes go to (epoch, error words, targets, flags; layout: context.py)
-        self.start_words = (self.epoch_word, self.errors.words, [ctx.word_address(dev.SIG_HEADER + 2 * n + 2 + g) for g in range(n)],
+        n = ctx.n_chunks  # producer: the words those writes go to (epoch, error words, targets, flags)
+        self.start_words = (self.epoch_word, self.errors.words, [ctx.word_address(ctx.target_word(g)) for g in range(n)],
                             [ctx.flag_address(g) for g in range(n)])
 
 
