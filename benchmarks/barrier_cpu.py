@@ -19,7 +19,7 @@ import time
 def _measure(rank: int, world: int, rounds: int) -> dict:
     import torch.distributed as dist
 
-    from syncopy.runtime.backends.control import control_group, node_barrier
+    from syncopy.runtime.transport.backends.control import control_group, node_barrier
 
     group = dist.group.WORLD
     control = control_group(group)
@@ -41,7 +41,7 @@ def main(argv=None) -> int:
     p.add_argument("--worlds", default="2,4", help="world sizes, comma-separated (default: 2,4)")
     p.add_argument("--rounds", type=int, default=300, help="timed barriers per kind (default: 300)")
     a = p.parse_args(argv)
-    from syncopy.runtime.world import spawn
+    from syncopy.runtime.worlds.processes import spawn
 
     rows = []
     print(f"barrier latency, {os.cpu_count()} CPUs, {a.rounds} rounds (slowest rank's mean):")

@@ -34,10 +34,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # gpu_threads.py
 
 import syncopy
 from syncopy import device as dev
-from syncopy.runtime.launch import _spin_limit
-from syncopy.runtime.order import slot_records, slot_tiles
-from syncopy.runtime.loopback import LoopbackWorld
-from syncopy.runtime.reduction import reduce_into
+from syncopy.runtime.where import spin_limit
+from syncopy.runtime.launch.order import slot_records, slot_tiles
+from syncopy.runtime.worlds.loopback import LoopbackWorld
+from syncopy.runtime.transport.reduction import reduce_into
 from syncopy.templates.ag_gemm.kernel import ag_gemm_kernel
 
 META = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3)
@@ -610,7 +610,7 @@ def flag_cost(chunks: int = 12, chunk_mb: int = 4) -> dict:
     event behind each, or an event and a write-value on a second stream that waits for it (the
     loopback default, flags="own-stream").
     ms per batch, back to back."""
-    from syncopy.runtime import streamops
+    from syncopy.runtime.streams import streamops
 
     ops = streamops.cuda_ops()
     n = chunk_mb << 20
@@ -706,7 +706,7 @@ def poll_cost(polls: int = 20000, bound_s: float = 1e-3) -> dict:
             rows.append(dict(form=form, programs=programs, polls=polls, ns_per_poll=ms * 1e6 / polls))
     ctx = torch.zeros(dev.CTX_LEN, dtype=torch.int64, device="cuda")
     ctx[dev.CTX_EPOCH.value] = 1
-    ctx[dev.CTX_SPIN_LIMIT.value] = _spin_limit(bound_s, "cuda")
+    ctx[dev.CTX_SPIN_LIMIT.value] = spin_limit(bound_s, "cuda")
     signals = torch.zeros(dev.SIG_HEADER + 1, dtype=torch.int32, device="cuda")
 
     def wait():

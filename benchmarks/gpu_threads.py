@@ -1,5 +1,5 @@
 """Thread-world cases of the GPU benchmark (imported by gpu_bench.py): W ranks on one GPU in one
-process (syncopy.runtime.threads), every rank computing its own operator at once on its own streams,
+process (syncopy.runtime.worlds.threads), every rank computing its own operator at once on its own streams,
 chunks moved between the ranks' buffers by device-to-device copies.
 
 Baselines in the same run, each rank on its own stream, all ranks at once (a fork from the caller's
@@ -14,8 +14,8 @@ import torch
 import triton
 
 import syncopy
-from syncopy.runtime.reduction import reduce_into
-from syncopy.runtime.threads import ThreadWorld
+from syncopy.runtime.transport.reduction import reduce_into
+from syncopy.runtime.worlds.threads import ThreadWorld
 from syncopy.templates.ag_gemm.kernel import ag_gemm_kernel
 
 

@@ -17,7 +17,7 @@ import torch
 import triton
 
 import syncopy
-from syncopy.runtime.loopback import LoopbackWorld
+from syncopy.runtime.worlds.loopback import LoopbackWorld
 from syncopy.templates.ag_gemm.kernel import ag_gemm_kernel
 
 WORLD, ROWS, N, K, CHUNKS = 4, 16, 16, 16, 4

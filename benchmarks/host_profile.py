@@ -32,7 +32,7 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 
 from gpu_bench import warm_launch_case  # noqa: E402
-from syncopy.runtime import streamops  # noqa: E402
+from syncopy.runtime.streams import streamops  # noqa: E402
 
 
 def timed(fn, calls: int = 200, burst: int = 20, idle: bool = False) -> float:

@@ -9,7 +9,7 @@ is done when every rank is), the ratios to sequential, and the planner's predict
 setting (`cpu-gloo` seen through the emulated link) with its error.
 
 1. sequential: the all-gather first, then one launch of the local kernel on the gathered A. The
-   gather is the fused operator's own transport (`syncopy.runtime.backends.gloo`: gloo
+   gather is the fused operator's own transport (`syncopy.runtime.transport.backends.gloo`: gloo
    point-to-point on syncopy's communication group, the same emulated link, the same threads),
    with one message per peer (`chunks_per_rank: 1`, as a collective sends it, and as the planner
    models a sequential gather), and it is complete (every receive landed, every send done) before
@@ -130,15 +130,15 @@ def _median_times(fns, reps: int) -> list[float]:
 
 
 def _rank(rank: int, world: int, cfg: dict) -> dict:
-    """One rank of the benchmark (run by syncopy.runtime.world.spawn)."""
+    """One rank of the benchmark (run by syncopy.runtime.worlds.processes.spawn)."""
     import torch
     import torch.distributed as dist
 
     import syncopy
-    from syncopy.runtime import plan as planning
-    from syncopy.runtime.backends.gloo import GlooBackend
-    from syncopy.runtime.context import Context
-    from syncopy.runtime.link import Link
+    from syncopy.runtime.state import plan as planning
+    from syncopy.runtime.transport.backends.gloo import GlooBackend
+    from syncopy.runtime.state.context import Context
+    from syncopy.runtime.transport.link import Link
     from syncopy.schedule import load_schedule
     from syncopy.templates.ag_gemm.kernel import ag_gemm_kernel
 
@@ -338,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from syncopy.planner.calibrate import EmulatedLink, Measurement, fit
     from syncopy.planner.hardware import load_profile
-    from syncopy.runtime.world import spawn
+    from syncopy.runtime.worlds.processes import spawn
 
     cfg = dict(m=m, n=n, k=k, chunks=args.chunks, order=args.order, reps=args.reps, balance=balance,
                calib_reps=args.calib_reps, timeout_s=60.0)
@@ -396,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
     worst = max(abs(e) for e in errors.values())
     # What `chunks_per_rank: auto` would run with here (the same resolution the fused operator does).
     from syncopy.planner.auto import resolve
-    from syncopy.runtime.link import Link
+    from syncopy.runtime.transport.link import Link
 
     auto = resolve("all_gather", "auto", "auto", world=args.world, shard_shape=(m // args.world, k), dim=0, dtype="float32",
                    others=[(k, n), (m, n)], hardware=profile, link=Link(**res["link"]))

@@ -1,7 +1,7 @@
 """tp_mlp on one GPU, a world of one rank: when each tile of op 1 (all-gather + GEMM, the up projection,
 which produces H) and of op 2 (GEMM + reduce-scatter, the down projection, which waits for H's chunks)
 started, read from the device's %globaltimer by the traced kernels. From its second launch op 2 runs
-on the pipeline's side stream beside op 1 (runtime/pipeline.py, "Streams"), so its first tiles start
+on the pipeline's side stream beside op 1 (runtime/pipeline/__init__.py, "Streams"), so its first tiles start
 on op 1's first finished chunks of H, long before op 1's last tile.
 
     python benchmarks/pipeline_gpu.py --json OUT.json [--png OUT.png]   # on a CUDA machine
@@ -28,8 +28,8 @@ def run(m: int = 1024, f: int = 4096, chunks: int = 4, launches: int = 3) -> dic
     import triton
 
     from syncopy import templates
-    from syncopy.runtime.occupancy import sm_count
-    from syncopy.runtime.world import free_port
+    from syncopy.runtime.streams.occupancy import sm_count
+    from syncopy.runtime.worlds.processes import free_port
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
     device = torch.device("cuda", 0)

@@ -42,7 +42,7 @@ def checksum_throughput(mib: int = 16, reps: int = 5) -> dict:
     """Seconds per MiB of the sender's crc + pack and the receiver's check + unpack (one core)."""
     import torch
 
-    from syncopy.runtime.backends import checksum
+    from syncopy.runtime.transport.backends import checksum
 
     data = torch.randn(mib * (1 << 20) // 4)
     send, recv = [], []
@@ -66,7 +66,7 @@ def main(argv=None) -> int:
     p.add_argument("--shape", default="256,32,64", help="M,N,K as `syncopy run --shape` takes them")
     p.add_argument("--reps", type=int, default=10)
     args = p.parse_args(argv)
-    from syncopy.runtime.world import spawn
+    from syncopy.runtime.worlds.processes import spawn
 
     shape = tuple(int(x) for x in args.shape.split(","))
     results = spawn(_rank, args.world, args.template, shape, args.reps, timeout_s=900)

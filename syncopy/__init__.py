@@ -14,7 +14,7 @@ from syncopy.errors import (
 )
 from syncopy.schedule import Schedule, load_schedule
 
-__version__ = "0.1.0"
+from syncopy._version import __version__  # noqa: F401 (syncopy.__version__)
 
 _checkout.install(_Path(__file__).parent)  # syncopy.templates from the repository's templates/
 

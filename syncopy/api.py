@@ -27,26 +27,25 @@ import torch.distributed as dist
 from typing import TYPE_CHECKING
 
 from syncopy.errors import LaunchError
-from syncopy.runtime import plan as planning
-from syncopy.runtime import backends, splits, tuning
-from syncopy.runtime.context import Context, Trace
-from syncopy.runtime.link import Faults, Link
+from syncopy.runtime.state import plan as planning
+from syncopy.runtime.transport import backends, splits
+from syncopy.runtime.launch import tuning
+from syncopy.runtime.state.context import Context
+from syncopy.runtime.trace.records import Trace
+from syncopy.runtime.transport.link import Faults, Link
 from syncopy.schedule import Schedule, load_schedule
 from syncopy.schedule.model import PRODUCER_PATTERNS
-# The launch sequence lives in syncopy/runtime, one module per step; FusedKernel is their user-facing
-# face (imports flow one way: api -> runtime). Names other modules and tests reach through api:
-from syncopy.runtime.binding import Binding
-from syncopy.runtime.contexts import Contexts, _schedule_difference, checked_group  # noqa: F401
-from syncopy.runtime.launch import (GPU_POLL_S, _cuda_async_proxy, _ensure_allocator, _has_async_proxy,  # noqa: F401
-                                    _interpreting, _spin_limit)
-from syncopy.runtime.order import TileOrder, slot_records, slot_tiles  # noqa: F401
-from syncopy.runtime.outcome import _raise_if_dropped_out  # noqa: F401
-from syncopy.runtime.pipeline import Linking
-from syncopy.runtime.sequence import LaunchSequence
-from syncopy.runtime.tracing import Tracing
+# The launch's parts live in syncopy/runtime/launch; FusedKernel is their user-facing face (imports flow one way: api -> runtime).
+from syncopy.runtime.launch.binding import Binding
+from syncopy.runtime.launch.contexts import Contexts, checked_group
+from syncopy.runtime.where import ensure_allocator
+from syncopy.runtime.launch.order import TileOrder
+from syncopy.runtime.pipeline.run import Linking
+from syncopy.runtime.launch.sequence import LaunchSequence
+from syncopy.runtime.launch.tracing import Tracing
 
 if TYPE_CHECKING:
-    from syncopy.passes import Transformed
+    from syncopy.passes.transformed import Transformed
 
 
 def _require_jit(jit_fn) -> None:
@@ -97,14 +96,14 @@ class FusedKernel(Binding, Contexts, TileOrder, Tracing, LaunchSequence, Linking
                  checked: bool | None = None, _loaded: tuple | None = None, verify_chunks: bool = False,
                  max_rows: int | None = None):
         # An autotuned or heuristic kernel: fuse the @triton.jit function under the wrappers, and
-        # play their part at each launch (runtime/tuning.py).
+        # play their part at each launch (runtime/launch/tuning.py).
         jit_fn, layers = tuning.unwrap(kernel)
         _require_jit(jit_fn)
         _check_timeout(timeout_s)
         _check_max_rows(max_rows)
         self.local = jit_fn
         self.max_rows = max_rows  # buffers provisioned for this many rows per rank, shared by smaller shapes
-        self._arenas: dict = {}  # (group token, dtype, device) -> Arena (runtime/context.py)
+        self._arenas: dict = {}  # (group token, dtype, device) -> Arena (runtime/state/context.py)
         # A kernel from syncopy.load is the fused one already: no local kernel to time configs on.
         self.tuning = tuning.Tuning(layers, jit_fn.fn.__name__, can_time=_loaded is None) if layers else None
         self.producer = schedule.pattern in PRODUCER_PATTERNS
@@ -192,7 +191,7 @@ class FusedKernel(Binding, Contexts, TileOrder, Tracing, LaunchSequence, Linking
         `backend=` name, or for 'auto' gloo on CPU, p2p when the group's ranks share one node, nccl
         otherwise. Collective the first time for 'auto' on CUDA (every rank must call it, as every
         launch does). A persistent kernel sizes its grid with it:
-        `syncopy.runtime.occupancy.programs(device, fused.backend_for(device, group))`."""
+        `syncopy.runtime.streams.occupancy.programs(device, fused.backend_for(device, group))`."""
         group = group if group is not None else dist.group.WORLD
         return backends.backend_for(self.backend_name, torch.device(device).type, group)
 
@@ -201,7 +200,7 @@ class FusedKernel(Binding, Contexts, TileOrder, Tracing, LaunchSequence, Linking
             from syncopy.runtime import pipeline
 
             recording = pipeline.recording()
-            if recording is not None:  # inside `with pipe:` the launch joins the pipeline (runtime/pipeline.py)
+            if recording is not None:  # inside `with pipe:` the launch joins the pipeline (runtime/pipeline/__init__.py)
                 return recording.add(self, grid, args, kwargs, group)
             return self._serialised_launch(grid, args, kwargs, group)
 
@@ -231,7 +230,7 @@ class FusedKernel(Binding, Contexts, TileOrder, Tracing, LaunchSequence, Linking
         kwargs = dict(kwargs)
         split = splits.pop(kwargs, self.signature.parameters, self.schedule.pattern, self.local.fn.__name__)
         bound, shard, options = self._bind(args, kwargs)
-        _ensure_allocator(shard.device)
+        ensure_allocator(shard.device)
         if self.producer:
             return self._reference_producer(grid, bound, shard, options, group)
         if self.schedule.pattern == "all_to_all":
@@ -250,7 +249,7 @@ class FusedKernel(Binding, Contexts, TileOrder, Tracing, LaunchSequence, Linking
             call_args[self.schedule.tensor] = received
             self._run_local(grid, call_args, options, group)
             return
-        from syncopy.runtime.reference import all_gather_rows
+        from syncopy.runtime.launch.reference import all_gather_rows
 
         call_args = dict(bound)
         for name in self.schedule.tensors:  # every listed tensor, gathered along `dim`
@@ -300,7 +299,7 @@ def load(path: str | Path, schedule, **options) -> FusedKernel:
     schedule) and checked (fixed when the file was written). An autotuned kernel takes its config
     as under the interpreter, also on GPUs ($SYNCOPY_AUTOTUNE_CONFIG, default the first): the
     file has no local kernel to time configs on. `.reference` needs the original kernel."""
-    from syncopy.runtime import loaded
+    from syncopy.runtime.launch import loaded
 
     _check_timeout(options.get("timeout_s", 60.0))
     sched = load_schedule(schedule)
@@ -322,7 +321,7 @@ def overlap(schedule, *, chunks_per_rank: int | str | None = None, order: str | 
     kernel for (a template name, an (M, N, K) tuple or a Workload; see syncopy.planner.auto).
     backend: 'auto' (gloo for CPU tensors; for CUDA tensors p2p when every rank runs on one node, nccl
     otherwise), 'gloo', 'p2p' (copy-engine puts through CUDA IPC) or 'nccl' (NCCL send/recv; grids
-    are capped to leave SMs to NCCL, see syncopy.runtime.occupancy). timeout_s (seconds, above 0, at most 1e9) bounds every wait
+    are capped to leave SMs to NCCL, see syncopy.runtime.streams.occupancy). timeout_s (seconds, above 0, at most 1e9) bounds every wait
     (SyncopyTimeout). link/faults: emulated link and injected faults (gloo; p2p drops chunks too). trace: record arrivals and tile
     starts in `fused.last_trace`; a file name also writes a Chrome / Perfetto trace of every rank there after each launch
     (rank 0 writes it; it keeps the last 32 launches). poison_receive: fill the receive buffer with NaN before each launch.

@@ -88,7 +88,7 @@ def _check(args) -> int:
 
 def _expand(args) -> int:
     from syncopy.schedule import load_schedule
-    from syncopy.schedule.explicit import expand, to_yaml
+    from syncopy.schedule.expand import expand, to_yaml
 
     schedule = load_schedule(Path(args.schedule))
     planned = [k for k in ("chunks_per_rank", "order") if getattr(schedule, k) == "auto"]
@@ -131,7 +131,7 @@ def _schema(args) -> int:
 
 
 def _trace(args) -> int:
-    from syncopy.runtime import timeline
+    from syncopy.runtime.trace import timeline
 
     out = Path(args.output)
     if not out.parent.is_dir():
@@ -210,7 +210,7 @@ def _run(args) -> int:
         result = run(args.name, args.world, _shape(args.shape), args.dtype, args.chunks, args.order, args.iters, args.backend,
                      **soak)
         if args.timeline and Path(trace).is_file():
-            from syncopy.runtime import timeline
+            from syncopy.runtime.trace import timeline
 
             timeline.draw(timeline.load(trace), args.timeline, title=f"syncopy run {args.name} --world {args.world}")
     _print_run(args, result)
@@ -280,8 +280,8 @@ _SCALAR_TYPES = ("i1", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "fp
 
 def _autotune_config(kernel, name: str, index: int | None):
     """(the @triton.jit function, the autotune config to compile or None): `--config i`, else the first
-    config (as the interpreter runs it, runtime/tuning.py); heuristics' values come from --const."""
-    from syncopy.runtime import tuning
+    config (as the interpreter runs it, runtime/launch/tuning.py); heuristics' values come from --const."""
+    from syncopy.runtime.launch import tuning
 
     jit_fn, layers = tuning.unwrap(kernel)
     tuners = [x for x in layers if hasattr(x, "configs")]
@@ -358,7 +358,7 @@ def _user_kernel(path: str, name: str):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     kernel = getattr(mod, name, None)
-    from syncopy.runtime.tuning import unwrap
+    from syncopy.runtime.launch.tuning import unwrap
 
     if not hasattr(unwrap(kernel)[0], "params"):
         raise SyncopyError(f"{path}: no @triton.jit function '{name}' (the schedule's `kernel:`); fix `kernel:` or the file")

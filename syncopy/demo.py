@@ -11,7 +11,7 @@ def _rank_main(rank: int, world: int, chunks: int, latency_ms: float, rows: int,
     import triton
 
     import syncopy
-    from syncopy.runtime.link import Link
+    from syncopy.runtime.transport.link import Link
     from syncopy.templates import all_gather_rows
     from syncopy.templates.ag_gemm.kernel import ag_gemm_kernel
 
@@ -49,7 +49,7 @@ def check_arguments(world: int, chunks: int, latency_ms: float, rows: int = ROWS
 
 
 def main(world: int = 4, chunks: int = 2, latency_ms: float = 20.0, rows: int = ROWS, n: int = 64, k: int = 64) -> int:
-    from syncopy.runtime.world import spawn
+    from syncopy.runtime.worlds.processes import spawn
 
     check_arguments(world, chunks, latency_ms, rows)
     print(f"syncopy demo: all-gather GEMM on {world} CPU ranks (gloo, Triton interpreter), "

@@ -3,7 +3,7 @@
 Rewritten kernels import this module as `syncopy_device` and call these @triton.jit helpers, so
 the injected code stays a few readable lines and the logic lives (and is tested) in one place.
 
-Layouts shared with the host (see runtime/context.py):
+Layouts shared with the host (see runtime/state/context.py):
 
     ctx     int64  [epoch, rank, rows_per_rank, chunks_per_rank, stride_bytes, size, wait bound (ns compiled, polls interpreted), world]
                    uneven all_to_all (rows_per_rank 0): then the first row of each of the world*C chunks
@@ -320,17 +320,17 @@ def _spin_polls(ptr, epoch, limit):
 # How a wait spins, compiled and interpreted alike: block-wide acquire polls (one thread loads,
 # the block sees one value, so every branch on it is uniform), at most CTX_SPIN_LIMIT of them. On
 # an H200 one such poll costs ~190 ns (benchmarks/gpu_bench.py, poll_cost), and the host turns
-# timeout_s into a poll budget with that cost (api._spin_limit). We measured the alternative, each
+# timeout_s into a poll budget with that cost (runtime/where.py, spin_limit). We measured the alternative, each
 # thread spinning on its own ld.acquire.sys bounded by %globaltimer: cheaper per poll (~170 ns) but,
 # with every thread of every waiting program polling, it slowed the loopback overlap run from
 # 1.33 ms to 1.82 ms (8192x8192x4096, world 4): the polls competed with the copy engine and the
 # tiles that compute. A bound that is a poll count is looser in time, which a timeout can afford.
 INTERPRETED = type(_spin_polls).__name__ == "InterpretedFunction"
-#: Under the interpreter a wait that finds its flag down says so to the host (runtime/link.py, Hold):
+#: Under the interpreter a wait that finds its flag down says so to the host (runtime/transport/link.py, Hold):
 #: the CPU backend's hold mode lands a chunk only once a program is waiting for it. Compiled
 #: kernels never see the call (a constexpr-false branch is not generated).
 NOTE_WAITS = tl.constexpr(INTERPRETED)
-#: Interpreted waits are bounded in host time, CTX_SPIN_LIMIT then being microseconds (runtime/launch.py).
+#: Interpreted waits are bounded in host time, CTX_SPIN_LIMIT then being microseconds (runtime/where.py).
 TIMED_WAITS = tl.constexpr(INTERPRETED)
 
 if INTERPRETED:
@@ -348,12 +348,14 @@ else:
         return 0
 
 
+#: (flag address, epoch word) of every flag an interpreted program found down while waiting on it:
+#: what the hold-until-waited link (runtime/transport/link.py, Hold) reads to tell a tile blocked.
+POLLED_DOWN: set[tuple[int, int]] = set()
+
 if INTERPRETED:
     def _note_waiting(flag_ptr, epoch):
         """Plain Python, run inside an interpreted program: (the flag's address, the epoch word)."""
-        from syncopy.runtime.link import Hold
-
-        Hold.note_waiting(int(flag_ptr.handle.data.reshape(-1)[0]), int(epoch.handle.data.reshape(-1)[0]))
+        POLLED_DOWN.add((int(flag_ptr.handle.data.reshape(-1)[0]), int(epoch.handle.data.reshape(-1)[0])))
 else:
     # Compiled, the branch that calls it is never generated, but Triton's dependency scan of a kernel
     # refuses any name that is not a @triton.jit function: a no-op stands in.

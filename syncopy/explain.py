@@ -1,10 +1,10 @@
-"""`syncopy explain NAME --world W`: the instruction graph (syncopy/runtime/instructions.py) one rank
+"""`syncopy explain NAME --world W`: the instruction graph (syncopy/runtime/state/instructions.py) one rank
 runs for a launch of a template, lowered from the template's schedules without launching anything."""
 from __future__ import annotations
 
 from functools import lru_cache
 
-from syncopy.runtime.instructions import Graph, Stage, all_gather, pipeline, reduce
+from syncopy.runtime.state.instructions import Graph, Stage, all_gather, pipeline, reduce
 
 
 @lru_cache(maxsize=64)
@@ -13,7 +13,7 @@ def for_template(name: str, world: int, rank: int = 0, shape: tuple[int, int, in
     """Rank `rank`'s graph for one launch of template `name` on `world` ranks at `shape` (the
     template's default shape if None); built once per arguments and cached."""
     from syncopy import templates
-    from syncopy.runtime import plan as planning
+    from syncopy.runtime.state import plan as planning
 
     t = templates.get(name)
     shape = tuple(shape) if shape is not None else t.module.DEFAULT_SHAPE
@@ -42,7 +42,7 @@ def for_template(name: str, world: int, rank: int = 0, shape: tuple[int, int, in
 def _tp_mlp(g: Graph, t, shape, chunks, order, world: int, rank: int) -> None:
     """The up projection (all-gather) announcing H's chunks, the down projection (reduce-scatter)
     waiting on them: the pipeline's link between them (its chunks as Pipeline._chunks counts them)."""
-    from syncopy.runtime import plan as planning
+    from syncopy.runtime.state import plan as planning
 
     rows = shape[0]
     up = t.schedule(chunks_per_rank=chunks, order=order)

@@ -60,7 +60,7 @@ class RunOptions:
     backend: str = "auto"
     random_shapes: bool = False  # a fresh row count per launch (the soak)
     seed: int = 0
-    faults: object = None  # syncopy.runtime.link.Faults
+    faults: object = None  # syncopy.runtime.transport.link.Faults
     timeout_s: float | None = None  # None: the operator's default
     verify_chunks: bool = False
     slow_link_ms: float = 0.0  # > 0: an emulated slow link (see slow_link)
@@ -104,7 +104,7 @@ def _rank_main(opts: RunOptions, report_dir=None):
 def _collective_bound_s(timeout_s: float | None) -> float:
     """How long the run's own collectives (outcomes, references) may wait for a peer: a peer may be
     in a launch that waits for its chunks (bounded by the transfers' join), plus slack for a loaded host."""
-    from syncopy.runtime.backends.control import wait_bound
+    from syncopy.runtime.transport.backends.control import wait_bound
 
     return wait_bound(timeout_s if timeout_s is not None else 60.0) + 60.0
 
@@ -176,7 +176,7 @@ def slow_link(ms: float):
     """`--slow-link MS`: each chunk costs MS ms plus up to MS ms of jitter, each rank's sends start up to
     2.5 MS ms late, and chunks land one at a time in random order (Link.reorder), so tiles start
     before their chunks are there and a tile that read rows it did not wait for reads NaN."""
-    from syncopy.runtime.link import Link
+    from syncopy.runtime.transport.link import Link
 
     return Link(latency_s=ms / 1e3, jitter_s=ms / 1e3, start_s=2.5 * ms / 1e3, reorder=True)
 
@@ -333,7 +333,7 @@ _INJECT_HELP = "KIND=SRC:CHUNK, KIND one of drop, kill, corrupt, or delay=SRC:CH
 def parse_inject(text: str):
     """`--inject drop=SRC:CHUNK,delay=SRC:CHUNK:MS,kill=SRC:CHUNK,corrupt=SRC:CHUNK` as Faults (one
     line naming the option for a mistake). Several drops, delays and corrupts may be given, one kill."""
-    from syncopy.runtime.link import Faults
+    from syncopy.runtime.transport.link import Faults
 
     faults: dict[str, list] = {kind: [] for kind in _INJECT_KINDS}
     for item in text.split(","):
@@ -464,7 +464,7 @@ def _since_stamp(stamp: Path) -> float | None:
 
 def _killed(exc, opts: RunOptions) -> dict[int, int]:
     """The ranks an injected kill stopped (rank -> exit code), from the launcher's failures."""
-    from syncopy.runtime.link import Faults
+    from syncopy.runtime.transport.link import Faults
 
     if opts.faults is None or opts.faults.kill is None:
         return {}

@@ -15,7 +15,7 @@ from functools import lru_cache
 from importlib import resources
 
 from syncopy.errors import SyncopyError
-from syncopy.runtime.reference import all_gather_rows  # noqa: F401  (the templates' references use it)
+from syncopy.runtime.launch.reference import all_gather_rows  # noqa: F401  (the templates' references use it)
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ class Template:
 
 def world_size(group=None) -> int:
     """The number of ranks of a template launch's `group`: a torch.distributed group (None: the
-    default one), or a thread world's RankGroup (syncopy.runtime.threads), which is not a process group."""
+    default one), or a thread world's RankGroup (syncopy.runtime.worlds.threads), which is not a process group."""
     import torch.distributed as dist
 
     if group is not None and not isinstance(group, dist.ProcessGroup) and hasattr(group, "size"):
@@ -116,7 +116,7 @@ class TemplateOp:
         self.__name__ = self.__qualname__ = name
 
     def __call__(self, *args, group=None, chunks_per_rank=None, order=None, **kwargs):
-        from syncopy.runtime.contexts import checked_group
+        from syncopy.runtime.launch.contexts import checked_group
 
         checked_group(group)  # the template sizes its output with the group before the launch's own check
         return get(self.__name__).module.launch(_fused(self.__name__, chunks_per_rank, order), *args, group=group, **kwargs)

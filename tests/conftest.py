@@ -5,7 +5,7 @@ import tempfile
 os.environ.setdefault("TRITON_INTERPRET", "1")
 os.environ.setdefault("SYNCOPY_CACHE_DIR", tempfile.mkdtemp(prefix="syncopy-test-cache-"))
 os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
-# The watchdog's stderr line about a failed launch nobody raised (runtime/watchdog.py) would land in
+# The watchdog's stderr line about a failed launch nobody raised (runtime/streams/watchdog.py) would land in
 # whatever test runs a second later; tests/unit/test_watchdog.py turns it on where it is the subject.
 os.environ.setdefault("SYNCOPY_ASYNC_ERRORS", "off")
 

@@ -13,13 +13,14 @@ from pathlib import Path
 
 import libcst as cst
 
-from syncopy.passes import Transformed, names
+from syncopy.passes import names
+from syncopy.passes.transformed import Transformed
 
 IMPORT_DEVICE = f"import syncopy.device as {names.DEVICE}"
 
 
 def _version() -> str:
-    from syncopy import __version__
+    from syncopy._version import __version__
 
     return __version__
 
@@ -83,8 +84,8 @@ def rewrite_file(t: Transformed, loadable: bool = False) -> str:
 
 
 def manifest(t: Transformed) -> dict:
-    """What the runtime reads of `t` (runtime/loaded.py), and what ties the file to its schedule and syncopy."""
-    from syncopy.runtime.loaded import schedule_digest
+    """What the runtime reads of `t` (runtime/launch/loaded.py), and what ties the file to its schedule and syncopy."""
+    from syncopy.runtime.launch.loaded import schedule_digest
 
     return {"syncopy": _version(), "kernel": t.source.name, "schedule": schedule_digest(t.schedule),
             "probe": t.probe.name.value if t.probe is not None else None,
@@ -95,7 +96,7 @@ def manifest(t: Transformed) -> dict:
 
 def _loadable_tail(t: Transformed) -> list[cst.CSTNode]:
     """The probe (the runtime probes each program's chunks with it) and the manifest, for syncopy.load."""
-    from syncopy.runtime.loaded import MANIFEST_PREFIX
+    from syncopy.runtime.launch.loaded import MANIFEST_PREFIX
 
     two = [cst.EmptyLine(), cst.EmptyLine()]
     tail: list[cst.CSTNode] = []

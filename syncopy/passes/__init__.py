@@ -7,10 +7,14 @@ import the pipeline (and libcst) when first asked for."""
 
 
 def __getattr__(name):
-    if name in ("transform", "Transformed"):
+    if name == "transform":
         from syncopy.passes import pipeline
 
-        return getattr(pipeline, name)
+        return pipeline.transform
+    if name == "Transformed":
+        from syncopy.passes import transformed
+
+        return transformed.Transformed
     raise AttributeError(f"module 'syncopy.passes' has no attribute {name!r}")
 
 

@@ -31,6 +31,7 @@ from syncopy.frontend import infer as inference
 from syncopy.frontend import persistent as loops
 from syncopy.frontend.source import KernelSource
 from syncopy.passes import consumer_wait, names, probe, signature
+from syncopy.passes.transformed import Transformed
 from syncopy.schedule.model import Schedule
 
 D = names.DEVICE
@@ -132,8 +133,6 @@ def _probe(ks: KernelSource, binding: inference.TensorBinding, loop: loops.Persi
 
 def transform(ks: KernelSource, schedule: Schedule, binding: inference.TensorBinding, stages: dict):
     """The fused kernel and its probe for a kernel whose reads sit in a persistent loop."""
-    from syncopy.passes import Transformed
-
     loop = binding.persistent
     func = ks.func
     body = list(func.body.body)

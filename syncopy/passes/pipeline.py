@@ -3,7 +3,6 @@ all_reduce) -> tile reorder (+ probe kernel). `transform` returns every stage's 
 can write them and tests can look at them."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 
 import libcst as cst
 
@@ -13,29 +12,8 @@ from syncopy.frontend import persistent as persistent_flow
 from syncopy.frontend import scope
 from syncopy.frontend.source import KernelSource
 from syncopy.passes import consumer_wait, loop_order, names, probe, producer_notify, signature, tile_reorder
+from syncopy.passes.transformed import Transformed
 from syncopy.schedule.model import IMPLEMENTED_PATTERNS, PRODUCER_PATTERNS, Schedule
-
-
-@dataclass
-class Transformed:
-    """The fused kernel (and its probe) as libcst functions, plus what inference found."""
-
-    source: KernelSource
-    schedule: Schedule
-    binding: inference.TensorBinding
-    func: cst.FunctionDef
-    probe: cst.FunctionDef | None
-    remapped: bool
-    stages: dict[str, str] = field(default_factory=dict)
-    persistent: inference.persistent.PersistentLoop | None = None  # tiles come from a loop, not the grid
-    # Producers whose write ranges depend on loaded data: the runtime probes them at every launch.
-    fresh_probe: bool = False
-    checked: bool = False  # checked mode: every read (or store) of the tensor checks its chunks (read_check.py)
-    checked_helpers: list[cst.FunctionDef] = field(default_factory=list)  # checked copies of helpers it calls
-    others: list[inference.TensorBinding] = field(default_factory=list)  # the other listed tensors (`tensor: [K, V]`)
-
-    def code(self, node: cst.CSTNode | None = None) -> str:
-        return self.source.module.code_for_node(node if node is not None else self.func)
 
 
 def transform(ks: KernelSource, schedule: Schedule) -> Transformed:

@@ -15,7 +15,7 @@ Benchmark JSON, as `benchmarks/overlap_cpu.py --json` (and the GPU check) should
           "backend": "gloo",                  # optional: default the profile's default_backend
           "link": {"latency_s": 0.01, "bandwidth_Bps": 2.0e6, "jitter_s": 0.0},
                                               # optional: the CPU backend's emulated link
-                                              # (syncopy.runtime.link.Link), added to the native one
+                                              # (syncopy.runtime.transport.link.Link), added to the native one
           "sequential_s": 0.91,               # measured times (medians), seconds; at least one
           "stream_overlap_s": 0.70,
           "fused_s": 0.52
@@ -72,7 +72,7 @@ _PRIOR_WEIGHT = 1e-6
 
 
 class EmulatedLink(BaseModel):
-    """The CPU backend's emulated link, as syncopy.runtime.link.Link spells it."""
+    """The CPU backend's emulated link, as syncopy.runtime.transport.link.Link spells it."""
 
     model_config = ConfigDict(extra="forbid")
 

@@ -176,7 +176,7 @@ class HardwareProfile(_Strict):
     ) -> "HardwareProfile":
         """This profile as seen through the CPU backend's link emulator.
 
-        The emulator (syncopy.runtime.link.Link) sleeps latency + bytes/bandwidth (+ uniform jitter)
+        The emulator (syncopy.runtime.transport.link.Link) sleeps latency + bytes/bandwidth (+ uniform jitter)
         before the real send, so its costs add to the native link's: alphas add, and so do the
         inverse bandwidths.
         """

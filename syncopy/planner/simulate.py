@@ -19,7 +19,7 @@ Consumers (all_gather, all_to_all) wait for chunks; producers (reduce_scatter, a
 chunk once the tiles that write it are done, so there the fill is the first chunk's compute and the
 tail is the communication left after the last tile.
 
-Orders mirror syncopy.runtime.plan: `ring` relays around the ring in one direction;
+Orders mirror syncopy.runtime.state.plan: `ring` relays around the ring in one direction;
 `bidirectional_ring` relays half the peers each way; `local_first` has every peer send straight to
 each rank. On a `direct` topology all of a rank's traffic shares its one port; on a `ring`
 topology the two neighbour links run in parallel and a message to a peer d hops away occupies a

@@ -24,18 +24,13 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator, model_validator
 
+from syncopy.schedule.patterns import AUTO, IMPLEMENTED_PATTERNS, PRODUCER_PATTERNS  # noqa: F401 (IMPLEMENTED_PATTERNS: re-exported)
+
 Pattern = Literal["all_gather", "reduce_scatter", "all_reduce", "all_to_all"]
 NamedOrder = Literal["ring", "local_first", "bidirectional_ring"]
 ReduceOp = Literal["sum", "prod", "max", "min", "avg"]
 
-#: The value of `chunks_per_rank` and `order` that asks the planner to choose at launch.
-AUTO = "auto"
 Auto = Literal["auto"]
-
-#: Patterns the runtime can execute today; the others validate but are rejected at transform time.
-IMPLEMENTED_PATTERNS = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all")
-#: Patterns whose kernel produces the communicated tensor (it announces chunks; the runtime reduces).
-PRODUCER_PATTERNS = ("reduce_scatter", "all_reduce")
 
 
 class Binding(BaseModel):

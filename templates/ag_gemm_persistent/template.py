@@ -13,10 +13,10 @@ CPU_PROGRAMS = 3  # under the interpreter: fewer programs than tiles, so each on
 
 def programs(device: torch.device, n_tiles: int, backend: str = "p2p", ranks_per_device: int = 1) -> int:
     """Persistent grid: one program per SM the backend leaves to the kernel (all of them with the copy
-    engines; nccl keeps some for its own kernels, see syncopy.runtime.occupancy), capped by the tiles;
+    engines; nccl keeps some for its own kernels, see syncopy.runtime.streams.occupancy), capped by the tiles;
     on a thread world its ranks share the GPU's SMs."""
     if device.type == "cuda":
-        from syncopy.runtime import occupancy
+        from syncopy.runtime.streams import occupancy
 
         return occupancy.programs(device, backend, n_tiles, ranks_per_device)
     return max(1, min(n_tiles, CPU_PROGRAMS))

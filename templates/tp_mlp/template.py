@@ -22,7 +22,7 @@ class TpMlp:
     trace of both operators."""
 
     def __init__(self, up, down, pipeline, max_rows=None):
-        from syncopy.runtime.context import Arena
+        from syncopy.runtime.state.context import Arena
 
         self.up, self.down, self.pipeline = up, down, pipeline
         self.faults = up.faults  # injected faults, as given (both operators hold them until routed)
@@ -43,9 +43,9 @@ class TpMlp:
         return self._hidden[key]
 
     def rank_view(self):
-        """This operator as one rank of a thread world sees it (runtime/thread_pipeline.py): the same
+        """This operator as one rank of a thread world sees it (runtime/worlds/thread_pipeline.py): the same
         up and down operators, activations of its own (ranks share one process)."""
-        from syncopy.runtime.context import Arena
+        from syncopy.runtime.state.context import Arena
 
         if self.faults is not None:
             from syncopy.errors import LaunchError
@@ -101,8 +101,8 @@ def route_faults(faults, up_schedule, down_schedule, world: int):
     that send: a send both make (rank 1's chunk 0 at world 2) is faulted in both, the up projection's
     first. A fault naming a send of neither is one FaultError, the same on every rank."""
     from syncopy.errors import FaultError
-    from syncopy.runtime import link as links
-    from syncopy.runtime import plan as planning
+    from syncopy.runtime.transport import link as links
+    from syncopy.runtime.state import plan as planning
 
     if world < 2 or not all(isinstance(s.chunks_per_rank, int) for s in (up_schedule, down_schedule)):
         return faults, faults  # nothing is sent, or the planner picks the chunks: each operator's own check says
@@ -136,7 +136,7 @@ def _listed(sends: set, src: int) -> str:
 
 def _only(faults, sends: set):
     """The faults that name one of `sends` (None if no fault does)."""
-    from syncopy.runtime.link import Faults
+    from syncopy.runtime.transport.link import Faults
 
     kept = Faults.of(drop=[k for k in faults.drop if k in sends], delay={k: v for k, v in faults.delay_s if k in sends},
                      kill=faults.kill if faults.kill in sends else None, corrupt=[k for k in faults.corrupt if k in sends])

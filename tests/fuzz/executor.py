@@ -1,5 +1,5 @@
-"""A symbolic executor of lowered plans (syncopy/runtime/plan.py): runs every rank's plan of one
-launch on paper, with the waits the gloo backend has (runtime/backends/gloo.py), and says what is
+"""A symbolic executor of lowered plans (syncopy/runtime/state/plan.py): runs every rank's plan of one
+launch on paper, with the waits the gloo backend has (runtime/transport/backends/gloo.py), and says what is
 wrong: a chunk that does not land exactly once where it is needed, a sum that misses or repeats a
 partial, a message nobody sends or nobody receives, a wait that depends on itself.
 

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from syncopy.runtime import plan as planning
-from syncopy.runtime.backends import nccl
+from syncopy.runtime.state import plan as planning
+from syncopy.runtime.transport.backends import nccl
 from syncopy.schedule import Schedule, expand
 from tests.fuzz import executor
 from tests.fuzz.plans import schedules

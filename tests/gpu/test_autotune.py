@@ -65,7 +65,7 @@ def tuned_rank(rank: int, world: int) -> dict:
 
 
 def test_configs_timed_on_scratch_choice_broadcast_and_cached():
-    from syncopy.runtime.world import spawn
+    from syncopy.runtime.worlds.processes import spawn
     from tests.kernels import autotuned
 
     results = spawn(tuned_rank, 2, timeout_s=150, interpret=False)

@@ -40,7 +40,7 @@ def _exclusive_compute_mode() -> bool:
 
 @pytest.fixture(scope="module")
 def one_gpu():
-    from syncopy.runtime.world import spawn
+    from syncopy.runtime.worlds.processes import spawn
     from tests.gpu import workers
 
     if _exclusive_compute_mode():
@@ -50,7 +50,7 @@ def one_gpu():
 
 @pytest.fixture(scope="module")
 def gpus():
-    from syncopy.runtime.world import spawn
+    from syncopy.runtime.worlds.processes import spawn
     from tests.gpu import workers
 
     return spawn(workers.two_gpus, 2, timeout_s=WORLD_TIMEOUT_S, interpret=False)
@@ -90,7 +90,7 @@ def test_p2p_producer_templates_equal_torch(one_gpu, name):
 def test_p2p_reduce_scatter_sends_behind_the_kernels_flags():
     # The path of one rank per GPU, played by two processes on GPU 0: sends wait on the kernel's
     # flags on the device, the owner's reduction on the delivered words; 4 launches, new data each.
-    from syncopy.runtime.world import spawn
+    from syncopy.runtime.worlds.processes import spawn
     from tests.gpu import workers
 
     if _exclusive_compute_mode():
@@ -161,7 +161,7 @@ def test_nccl_warm_launches_do_not_sync_and_a_late_peer_is_named(gpus):
 
 
 def test_occupancy_on_this_gpu(monkeypatch):
-    from syncopy.runtime import occupancy
+    from syncopy.runtime.streams import occupancy
 
     monkeypatch.delenv("SYNCOPY_NCCL_SMS", raising=False)
     monkeypatch.delenv("NCCL_MAX_NCHANNELS", raising=False)
@@ -175,7 +175,7 @@ def test_occupancy_on_this_gpu(monkeypatch):
 def test_nccl_options_on_this_torch():
     # The dedicated communicator's options: NCCL's stream at high priority, its kernels capped at the
     # SMs the fused kernel leaves free (where this torch exposes ncclConfig_t.maxCTAs).
-    from syncopy.runtime.backends.nccl import nccl_options
+    from syncopy.runtime.transport.backends.nccl import nccl_options
 
     opts = nccl_options(8)
     assert opts.is_high_priority_stream

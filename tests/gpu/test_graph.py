@@ -1,6 +1,6 @@
 """A warm fused launch captured in a CUDA graph (torch.cuda.graph) on the loopback world: every
 replay moves the data the captured buffers hold by then, its epoch advances on the device
-(runtime/graph.py), and a replay whose chunk never comes raises SyncopyTimeout at synchronize().
+(runtime/streams/graph_epochs.py), and a replay whose chunk never comes raises SyncopyTimeout at synchronize().
 Skipped cleanly without CUDA; tests/unit/test_loopback_graph_cpu.py runs the same protocol on CPU."""
 import os
 
@@ -63,7 +63,7 @@ class _Case:
 
 @pytest.mark.parametrize("world,rank", [(4, 1), (3, 0)])
 def test_replays_of_a_captured_launch_move_new_data(world, rank):
-    from syncopy.runtime.loopback import LoopbackWorld
+    from syncopy.runtime.worlds.loopback import LoopbackWorld
 
     case = _Case(world, rank)
     lw = LoopbackWorld(case.fk, world, rank)
@@ -91,7 +91,7 @@ def test_replays_of_a_captured_launch_move_new_data(world, rank):
 
 def test_a_withheld_chunk_in_a_replay_raises_at_synchronize_and_later_replays_recover():
     import syncopy
-    from syncopy.runtime.loopback import LoopbackWorld
+    from syncopy.runtime.worlds.loopback import LoopbackWorld
 
     case = _Case(4, 2, timeout_s=0.3)
     lw = LoopbackWorld(case.fk, 4, 2)
@@ -116,7 +116,7 @@ def test_a_withheld_chunk_in_a_replay_raises_at_synchronize_and_later_replays_re
 
 def test_graph_mode_warm_launches_enqueue_without_host_sync():
     # graph=True: launches outside a capture advance the epoch on the device too, with no host sync.
-    from syncopy.runtime.loopback import LoopbackWorld
+    from syncopy.runtime.worlds.loopback import LoopbackWorld
 
     case = _Case(4, 3)
     lw = LoopbackWorld(case.fk, 4, 3, graph=True)
@@ -135,7 +135,7 @@ def test_graph_mode_warm_launches_enqueue_without_host_sync():
 def test_one_batch_of_write_values_lands_every_word():
     # The start of every host-epoch launch (error words, epoch, own flags) is one cuStreamBatchMemOp:
     # its parameter array must reach the driver in cuda.h's layout.
-    from syncopy.runtime import streamops
+    from syncopy.runtime.streams import streamops
 
     ops = streamops.cuda_ops()
     words = torch.full((8,), 7, dtype=torch.int32, device="cuda")

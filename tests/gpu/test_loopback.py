@@ -31,7 +31,7 @@ def _gemm_case(world, rows, n, k, dtype, rank=0, seed=0):
 def _run_ag_gemm(fk, world, rows, n, k, dtype, delay_s=0.0, presignal=False, rank=0, seed=0, lw=None, poison=False, copies=None):
     import triton
 
-    from syncopy.runtime.loopback import LoopbackWorld
+    from syncopy.runtime.worlds.loopback import LoopbackWorld
 
     shard, b, peers, full = _gemm_case(world, rows, n, k, dtype, rank, seed)
     m = rows * world
@@ -61,7 +61,7 @@ def test_ag_gemm_template_on_loopback(world, chunks, order):
 def test_copies_issued_before_after_or_beside_the_launch(copies, flags):
     # The host orders the benchmark compares, each with the flags behind the copies or on their own
     # stream: all correct, launch after launch on one world, receive buffer poisoned.
-    from syncopy.runtime.loopback import LoopbackWorld
+    from syncopy.runtime.worlds.loopback import LoopbackWorld
     from syncopy.templates.ag_gemm.kernel import ag_gemm_kernel
 
     fk = _fused(ag_gemm_kernel, "A", 3)
@@ -73,7 +73,7 @@ def test_copies_issued_before_after_or_beside_the_launch(copies, flags):
 def test_two_receive_buffers_alternate_launch_after_launch():
     # buffers=2: a launch's copies wait for the kernel two launches back only; every launch is
     # correct, each buffer poisoned before it, with the default and the own-stream flags.
-    from syncopy.runtime.loopback import LoopbackWorld
+    from syncopy.runtime.worlds.loopback import LoopbackWorld
     from syncopy.templates.ag_gemm.kernel import ag_gemm_kernel
 
     fk = _fused(ag_gemm_kernel, "A", 3)
@@ -94,7 +94,7 @@ def test_ag_gemm_fp32_presignalled_equals_reference():
 @pytest.mark.parametrize("world,chunks,programs", [(2, 2, 8), (4, 3, 20)])
 def test_persistent_descriptor_gemm_template_on_loopback(world, chunks, programs):
     # One program per "SM" loops over tiles; A is read through a tensor descriptor (TMA on sm_90).
-    from syncopy.runtime.loopback import LoopbackWorld
+    from syncopy.runtime.worlds.loopback import LoopbackWorld
     from syncopy.templates.ag_gemm_persistent.kernel import ag_gemm_persistent_kernel
 
     fk = _fused(ag_gemm_persistent_kernel, "A", chunks)
@@ -111,7 +111,7 @@ def test_persistent_descriptor_gemm_template_on_loopback(world, chunks, programs
 
 def test_row_kernel_on_loopback():
     import syncopy  # noqa: F401
-    from syncopy.runtime.loopback import LoopbackWorld
+    from syncopy.runtime.worlds.loopback import LoopbackWorld
     from tests.kernels.rownorm import rms_rows
 
     world, rows, cols = 4, 301, 96
@@ -131,7 +131,7 @@ def test_row_kernel_on_loopback():
 def test_2d_grid_gemm_tiles_spanning_chunks():
     import triton
 
-    from syncopy.runtime.loopback import LoopbackWorld
+    from syncopy.runtime.worlds.loopback import LoopbackWorld
     from tests.kernels.gemm2d import gemm_2d
 
     world, rows, n, k = 3, 77, 64, 64
@@ -149,7 +149,7 @@ def test_bounded_wait_fires_on_withheld_chunk():
     import triton
 
     import syncopy
-    from syncopy.runtime.loopback import LoopbackWorld
+    from syncopy.runtime.worlds.loopback import LoopbackWorld
     from syncopy.templates.ag_gemm.kernel import ag_gemm_kernel
 
     fk = _fused(ag_gemm_kernel, "A", 2, timeout_s=0.2)
@@ -165,7 +165,7 @@ def test_bounded_wait_fires_on_withheld_chunk():
 
 
 def test_thousand_back_to_back_launches_random_rows():
-    from syncopy.runtime.loopback import LoopbackWorld
+    from syncopy.runtime.worlds.loopback import LoopbackWorld
     from syncopy.templates.ag_gemm.kernel import ag_gemm_kernel
 
     fk = _fused(ag_gemm_kernel, "A", 3)
@@ -183,7 +183,7 @@ def test_thousand_back_to_back_launches_random_rows():
 
 
 def test_signals_are_never_reset_epochs_increase():
-    from syncopy.runtime.loopback import LoopbackWorld
+    from syncopy.runtime.worlds.loopback import LoopbackWorld
     from syncopy.templates.ag_gemm.kernel import ag_gemm_kernel
 
     fk = _fused(ag_gemm_kernel, "A", 2)
@@ -204,7 +204,7 @@ def test_warm_launches_enqueue_without_host_sync_and_errors_surface_later():
     import triton
 
     import syncopy
-    from syncopy.runtime.loopback import LoopbackWorld
+    from syncopy.runtime.worlds.loopback import LoopbackWorld
     from syncopy.templates.ag_gemm.kernel import ag_gemm_kernel
 
     world, rows, n, k = 4, 256, 128, 96
@@ -245,7 +245,7 @@ def test_every_small_chunk_is_complete_when_its_flag_is_seen(flag_mode):
     import triton.language as tl
 
     from syncopy import device as dev
-    from syncopy.runtime import streamops
+    from syncopy.runtime.streams import streamops
 
     @triton.jit
     def _sum_on_flag(flags, buf, sums, epoch, ROWS: tl.constexpr, COLS: tl.constexpr):
@@ -292,7 +292,7 @@ def test_a_stream_waits_for_a_flag_the_kernel_releases():
     import triton
     import triton.language as tl
 
-    from syncopy.runtime import streamops
+    from syncopy.runtime.streams import streamops
 
     from syncopy import device as dev
 
@@ -326,7 +326,7 @@ def test_gemm_rs_on_loopback_sends_while_the_kernel_runs(world, chunks, rows, n,
     import triton
 
     import syncopy
-    from syncopy.runtime.loopback import LoopbackWorld
+    from syncopy.runtime.worlds.loopback import LoopbackWorld
     from syncopy.templates.ag_gemm.kernel import ag_gemm_kernel
 
     fk = syncopy.overlap(dict(pattern="reduce_scatter", tensor="C", dim=0, chunks_per_rank=chunks, order="local_first"),

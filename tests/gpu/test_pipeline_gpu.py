@@ -98,7 +98,7 @@ def overlap(rank: int, world: int) -> dict:
     import triton
 
     from syncopy import templates
-    from syncopy.runtime.occupancy import sm_count
+    from syncopy.runtime.streams.occupancy import sm_count
 
     device = torch.device("cuda", 0)
     torch.cuda.set_device(device)
@@ -160,7 +160,7 @@ def deferred_error(rank: int, world: int) -> dict:
 
     from syncopy import templates
     from syncopy.errors import SyncopyTimeout
-    from syncopy.runtime.context import Context
+    from syncopy.runtime.state.context import Context
 
     device = torch.device("cuda", 0)
     torch.cuda.set_device(device)
@@ -208,7 +208,7 @@ def two_ranks(rank: int, world: int) -> dict:
 
 @pytest.fixture(scope="module")
 def world1():
-    from syncopy.runtime.world import spawn
+    from syncopy.runtime.worlds.processes import spawn
 
     (result,) = spawn(one_rank, 1, timeout_s=WORLD_TIMEOUT_S, interpret=False)
     return result
@@ -258,7 +258,7 @@ def test_a_whole_warm_launch_makes_no_host_sync(world1):
 
 
 def test_tp_mlp_two_ranks_on_one_gpu_p2p_match_torch():
-    from syncopy.runtime.world import spawn
+    from syncopy.runtime.worlds.processes import spawn
     from tests.gpu.test_backends import _exclusive_compute_mode
 
     if _exclusive_compute_mode():

@@ -23,7 +23,7 @@ M, N, K = 96, 64, 64
 def world_of_one():
     import torch.distributed as dist
 
-    from syncopy.runtime.world import free_port
+    from syncopy.runtime.worlds.processes import free_port
 
     if not dist.is_initialized():
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1,

@@ -1,4 +1,4 @@
-"""Rung 4: the one-pass reduction compiled (runtime/reduction.py): the bits of sum_in_rank_order, the
+"""Rung 4: the one-pass reduction compiled (runtime/transport/reduction.py): the bits of sum_in_rank_order, the
 form every backend's reduction shares, bf16 included (the interpreter cannot run bf16)."""
 import os
 
@@ -15,8 +15,8 @@ pytestmark = [
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("n_parts", [2, 4, 8])
 def test_one_pass_reduction_has_the_bits_of_the_rank_order_sum(dtype, n_parts):
-    from syncopy.runtime.context import sum_in_rank_order
-    from syncopy.runtime.reduction import reduce_into
+    from syncopy.runtime.transport.reduction import sum_in_rank_order
+    from syncopy.runtime.transport.reduction import reduce_into
 
     g = torch.Generator(device="cuda").manual_seed(n_parts)
     parts = [(torch.randn(1023, 517, generator=g, device="cuda") * 100).to(dtype) for _ in range(n_parts)]

@@ -21,7 +21,7 @@ META = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, GROUP_M=4)
 
 def _world(name: str, world: int, **options):
     from syncopy import templates
-    from syncopy.runtime.threads import ThreadWorld
+    from syncopy.runtime.worlds.threads import ThreadWorld
 
     return ThreadWorld(templates.get(name).fused(timeout_s=options.pop("timeout_s", 20.0), **options), world)
 
@@ -57,7 +57,7 @@ def test_warm_launches_never_sync_the_host_and_overlapping_launches_stay_correct
     # After a first (probing) launch, launches enqueue and return; with join=False a launch's ranks
     # start while the last launch's still run, held apart by the device-side handshakes only.
     import syncopy
-    from syncopy.runtime.threads import ThreadWorld
+    from syncopy.runtime.worlds.threads import ThreadWorld
     from syncopy.templates.ag_gemm.kernel import ag_gemm_kernel
 
     world = 4
@@ -82,7 +82,7 @@ def test_warm_launches_never_sync_the_host_and_overlapping_launches_stay_correct
 @pytest.mark.parametrize("name,shape,options", [("gemm_rs", (1024, 256, 128), dict(order="local_first")),
                                                  ("tp_mlp", (256, 128, 256), {})])
 def test_producer_and_pipeline_warm_launches_never_sync_the_host(name, shape, options):
-    # tp_mlp: two operators linked per rank (runtime/thread_pipeline.py): the links' words, both
+    # tp_mlp: two operators linked per rank (runtime/worlds/thread_pipeline.py): the links' words, both
     # operators and the links' error words, enqueued.
     from syncopy import templates
 
@@ -109,7 +109,7 @@ def test_producer_and_pipeline_warm_launches_never_sync_the_host(name, shape, op
 def test_withheld_chunk_raises_at_synchronize_naming_rank_chunk_and_epoch():
     import syncopy
     from syncopy.errors import SyncopyTimeout
-    from syncopy.runtime.threads import ThreadWorld
+    from syncopy.runtime.worlds.threads import ThreadWorld
     from syncopy.templates.ag_gemm.kernel import ag_gemm_kernel
 
     fk = syncopy.overlap(dict(pattern="all_gather", tensor="A", dim=0, chunks_per_rank=2), timeout_s=1.0)(ag_gemm_kernel)
@@ -131,8 +131,8 @@ def test_the_watchdog_says_a_withheld_chunk_nobody_raised(capfd):
 
     import syncopy
     from syncopy.errors import SyncopyTimeout
-    from syncopy.runtime import watchdog
-    from syncopy.runtime.threads import ThreadWorld
+    from syncopy.runtime.streams import watchdog
+    from syncopy.runtime.worlds.threads import ThreadWorld
     from syncopy.templates.ag_gemm.kernel import ag_gemm_kernel
 
     fk = syncopy.overlap(dict(pattern="all_gather", tensor="A", dim=0, chunks_per_rank=2), timeout_s=1.0)(ag_gemm_kernel)
@@ -159,7 +159,7 @@ def test_a_grid_that_fills_the_gpu_in_both_push_modes(pushes):
     # 4 ranks x 1024 tiles of 64x64 (each rank's kernel alone can hold every SM while it waits): in-kernel
     # pushes ran correctly here on an H100, where 4 x 4096 tiles of 128x128 hung (see threads.py).
     import syncopy
-    from syncopy.runtime.threads import ThreadWorld, copies_run_beside_full_sms
+    from syncopy.runtime.worlds.threads import ThreadWorld, copies_run_beside_full_sms
     from syncopy.templates.ag_gemm.kernel import ag_gemm_kernel
 
     beside = copies_run_beside_full_sms(torch.cuda.current_device())

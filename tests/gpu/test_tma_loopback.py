@@ -22,15 +22,15 @@ def _integers(shape, g):
 @pytest.mark.parametrize("world,chunks,programs", [(2, 4, 4), (4, 8, 8)], ids=["w2-c4", "w4-c8"])
 def test_persistent_tma_template_checksums_every_chunk_on_loopback(world, chunks, programs):
     import syncopy
-    from syncopy import api
-    from syncopy.runtime.loopback import LoopbackWorld
+    from syncopy.runtime import where
+    from syncopy.runtime.worlds.loopback import LoopbackWorld
     from syncopy.templates.ag_gemm_persistent.kernel import ag_gemm_persistent_kernel
 
     fk = syncopy.overlap(dict(pattern="all_gather", tensor="A", dim=0, chunks_per_rank=chunks, order="ring"),
                          timeout_s=20.0)(ag_gemm_persistent_kernel)
     assert fk.build().binding.descriptors
     # The launch fences the async proxy exactly where the GPU has one (sm_90+).
-    assert api._has_async_proxy(torch.device("cuda")) is (torch.cuda.get_device_capability()[0] >= 9)
+    assert where.has_async_proxy(torch.device("cuda")) is (torch.cuda.get_device_capability()[0] >= 9)
     rows, n, k = 16 * chunks, 64, 64
     m = rows * world
     meta = dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=32, GROUP_M=4, NUM_SMS=programs)

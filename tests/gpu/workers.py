@@ -122,7 +122,7 @@ def late_pushes(rank: int, world: int, delay_s: float = 0.5) -> dict:
     """ag_gemm on p2p with rank 1's pushes held back `delay_s` after the launch handshake. Two ranks on
     one GPU deliver every chunk before either kernel starts (processes on one GPU take turns; see
     backends/p2p.py), so rank 0 must wait for the late pushes, not launch and time out."""
-    from syncopy.runtime.backends import p2p
+    from syncopy.runtime.transport.backends import p2p
 
     start = p2p.Push.start
 
@@ -171,7 +171,7 @@ def withheld(rank: int, world: int, backend: str) -> dict:
 
     import syncopy
     from syncopy import templates
-    from syncopy.runtime.link import Faults
+    from syncopy.runtime.transport.link import Faults
 
     t = templates.get("ag_gemm")
     fused = t.fused(chunks_per_rank=2, backend=backend, timeout_s=1.0, faults=Faults.of(drop=[(1, 0)]))
@@ -277,7 +277,7 @@ def one_gpu_sends(rank: int, world: int) -> dict:
     which one-rank-per-GPU deployments run."""
     import torch
 
-    from syncopy.runtime.backends.p2p import CudaMemory
+    from syncopy.runtime.transport.backends.p2p import CudaMemory
 
     torch.cuda.set_device(0)
     CudaMemory.shares_device = lambda self, group, device: False

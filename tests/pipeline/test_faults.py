@@ -13,7 +13,7 @@ import pytest
 
 from syncopy import templates
 from syncopy.errors import FaultError
-from syncopy.runtime.link import Faults
+from syncopy.runtime.transport.link import Faults
 
 REPO = Path(__file__).resolve().parents[2]
 mlp = importlib.import_module("syncopy.templates.tp_mlp.template")

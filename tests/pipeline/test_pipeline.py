@@ -12,7 +12,7 @@ import torch
 from syncopy import templates
 from syncopy.errors import LaunchError
 from syncopy import explain
-from syncopy.runtime.pipeline import Edge, Launch, infer_edges
+from syncopy.runtime.pipeline.edges import Edge, Launch, infer_edges
 from tests.pipeline import workers
 from tests.world.harness import spawn
 
@@ -74,9 +74,9 @@ def test_tp_mlp_matches_torch_and_allocates_nothing_after_its_first_launch(world
 def _check_trace(doc: dict, world: int) -> None:
     """Both operators' kernels on every rank, each on lanes of its own; the first launch in order (it
     compiles, probes and meets the peers), the later ones side by side: the down projection on a side
-    thread, its tiles starting while the up projection's still run (runtime/interpreter_threads.py);
+    thread, its tiles starting while the up projection's still run (runtime/pipeline/interpreter_threads.py);
     every chunk landing once per launch."""
-    from syncopy.runtime.chrome_trace import CHUNKS_IN, lane_of
+    from syncopy.runtime.trace.chrome_trace import CHUNKS_IN, lane_of
 
     events = doc["traceEvents"]
     lanes = {e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "thread_name"}

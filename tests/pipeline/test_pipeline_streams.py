@@ -11,8 +11,9 @@ import torch
 
 from syncopy import device as dev
 from syncopy.errors import SyncopyTimeout
-from syncopy.runtime import streamops
-from syncopy.runtime.pipeline import IN_ORDER, LinkSignals, Placement, Reader, place, reader_side_limit
+from syncopy.runtime.streams import streamops
+from syncopy.runtime.pipeline.placement import IN_ORDER, Placement, place, reader_side_limit
+from syncopy.runtime.pipeline.links import LinkSignals, Reader
 
 
 def _link(rows=10, chunks=3) -> LinkSignals:
@@ -120,7 +121,9 @@ class _Recorder:
 
 @pytest.mark.parametrize("reader_first, want", [(False, ["up", "down"]), (True, ["down", "up"])])
 def test_the_placement_decides_the_order_operators_are_enqueued_in(reader_first, want):
-    from syncopy.runtime.pipeline import Edge, Launch, Pipeline, Plan
+    from syncopy.runtime.pipeline.edges import Edge, Launch
+    from syncopy.runtime.pipeline import Pipeline
+    from syncopy.runtime.pipeline.run import Plan
 
     calls: list = []
     link = _link()
@@ -135,8 +138,10 @@ def test_the_placement_decides_the_order_operators_are_enqueued_in(reader_first,
 def test_beside_op1_op2_is_forked_then_joined_and_follows_its_last_launch_through_the_fork(reader_first, want, monkeypatch):
     import contextlib
 
-    from syncopy.runtime import pipeline
-    from syncopy.runtime.pipeline import Edge, Launch, Pipeline, Plan
+    from syncopy.runtime.pipeline import run as pipeline
+    from syncopy.runtime.pipeline.edges import Edge, Launch
+    from syncopy.runtime.pipeline import Pipeline
+    from syncopy.runtime.pipeline.run import Plan
 
     calls: list = []
     plan = Plan([Edge(0, "C", 1, "A")], [_Recorder("up", calls), _Recorder("down", calls)], {Edge(0, "C", 1, "A"): _link()})
@@ -153,12 +158,12 @@ def test_beside_op1_op2_is_forked_then_joined_and_follows_its_last_launch_throug
 def test_forked_is_the_last_stream_a_launch_of_the_reader_follows(monkeypatch):
     # What _forked records is the key LaunchSequence._follow_last_launch reads: the reader's launch
     # on the side stream then waits for no earlier stream (the caller's would hold op 1).
-    from syncopy.runtime import pipeline
-    from syncopy.runtime.backends import control
-    from syncopy.runtime.sequence import LaunchSequence
+    from syncopy.runtime.pipeline import run as pipeline
+    from syncopy.runtime.transport.backends import control
+    from syncopy.runtime.launch.sequence import LaunchSequence
 
     monkeypatch.setattr(control, "group_token", lambda group: 7)
-    monkeypatch.setattr("syncopy.runtime.contexts.checked_group", lambda group: group)
+    monkeypatch.setattr("syncopy.runtime.launch.contexts.checked_group", lambda group: group)
     monkeypatch.setattr(pipeline, "_cuda_device", lambda launches: "gpu0")
     calls: list = []
     caller, side = _FakeStream(calls, "caller"), _FakeStream(calls, "side")
@@ -205,10 +210,13 @@ class _Backend:
     pytest.param(_Backend("nccl", True), (64, 2), (False, False), id="nccl-writer-and-reader-over"),
 ])
 def test_a_plans_placement_is_decided_at_its_second_launch_from_grids_backends_and_sms(monkeypatch, backend, down_grid, want):
-    from syncopy.runtime import occupancy, pipeline
-    from syncopy.runtime.pipeline import Edge, Launch, Pipeline, Plan
+    from syncopy.runtime.streams import occupancy
+    from syncopy.runtime.pipeline import run as pipeline
+    from syncopy.runtime.pipeline.edges import Edge, Launch
+    from syncopy.runtime.pipeline import Pipeline
+    from syncopy.runtime.pipeline.run import Plan
 
-    monkeypatch.setattr(pipeline, "_interpreting", lambda: False)
+    monkeypatch.setattr(pipeline, "interpreting", lambda: False)
     monkeypatch.setattr(occupancy, "sm_count", lambda device: 132)
     up, down = _Variant((8192,), False, backend), _Variant(down_grid, True, backend)
     plan = Plan([Edge(0, "C", 1, "A")], [up, down], {})

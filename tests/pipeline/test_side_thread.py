@@ -1,4 +1,4 @@
-"""CPU ranks' side thread (runtime/pipeline.py, `_beside`) where a warm plan meets a context that is gone,
+"""CPU ranks' side thread (runtime/pipeline/__init__.py, `_beside`) where a warm plan meets a context that is gone,
 and the instruction graph of a pipeline that launches one operator twice."""
 from __future__ import annotations
 

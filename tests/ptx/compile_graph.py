@@ -1,4 +1,4 @@
-"""Run without TRITON_INTERPRET: print the PTX of the device-epoch advance (runtime/graph.py) as
+"""Run without TRITON_INTERPRET: print the PTX of the device-epoch advance (runtime/streams/graph_epochs.py) as
 JSON, one line per target (used by test_graph_ptx)."""
 import json
 import os
@@ -7,7 +7,7 @@ import sys
 assert os.environ.get("TRITON_INTERPRET", "0") != "1"
 
 from syncopy.emit.ptx import compile_ptx  # noqa: E402
-from syncopy.runtime.graph import advance_epoch  # noqa: E402
+from syncopy.runtime.streams.graph_epochs import advance_epoch  # noqa: E402
 
 
 def main(archs: list[int]) -> None:

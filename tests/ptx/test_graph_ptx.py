@@ -1,4 +1,4 @@
-"""The device-epoch advance (runtime/graph.py) compiles for sm_80 and sm_90 (no GPU needed): one
+"""The device-epoch advance (runtime/streams/graph_epochs.py) compiles for sm_80 and sm_90 (no GPU needed): one
 program that steps the epoch, stashes and clears the error words and raises the own flags."""
 import pytest
 

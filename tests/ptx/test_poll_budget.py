@@ -7,6 +7,7 @@ import pytest
 import triton
 
 from syncopy import api
+from syncopy.runtime import where
 from syncopy import device as dev
 from tests.ptx import subprocess_compile
 
@@ -22,13 +23,13 @@ def test_the_compiled_wait_counts_its_budget_down_in_64_bits(arch, tmp_path):
 
 def test_the_largest_timeout_is_a_budget_an_int64_holds(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "0")  # the compiled budget
-    polls = api._spin_limit(api.MAX_TIMEOUT_S, "cuda")
-    assert polls == int(api.MAX_TIMEOUT_S / api.GPU_POLL_S) and 2**31 < polls < 2**63
+    polls = where.spin_limit(api.MAX_TIMEOUT_S, "cuda")
+    assert polls == int(api.MAX_TIMEOUT_S / where.GPU_POLL_S) and 2**31 < polls < 2**63
 
 
 def test_the_largest_interpreted_budget_is_an_int64(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    budget = api._spin_limit(api.MAX_TIMEOUT_S, "cpu")  # microseconds of host time under the interpreter
+    budget = where.spin_limit(api.MAX_TIMEOUT_S, "cpu")  # microseconds of host time under the interpreter
     assert budget == int(api.MAX_TIMEOUT_S * 1e6) and 2**31 < budget < 2**63
 
 
@@ -50,12 +51,12 @@ def test_an_interpreted_wait_with_a_budget_past_int32_waits_for_its_chunk(budget
 
     import torch
 
-    from syncopy.runtime import launch
+    from syncopy.runtime import where
 
     if not dev.INTERPRETED:
         pytest.skip("runs the wait under the Triton interpreter (TRITON_INTERPRET=1 before syncopy is imported)")
     if budget == "largest":
-        budget = api._spin_limit(api.MAX_TIMEOUT_S, "cpu")
+        budget = where.spin_limit(api.MAX_TIMEOUT_S, "cpu")
 
     ctx = torch.zeros(dev.CTX_LEN, dtype=torch.int64)
     ctx[dev.CTX_EPOCH.value] = 7

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from syncopy import device as dev
-from syncopy.runtime import launch
+from syncopy.runtime import where
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -48,5 +48,5 @@ def test_the_compiled_spin_sleeps_between_polls_only_when_asked(tmp_path):
 def test_the_poll_budget_counts_the_sleep(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "0")  # the compiled budget
     monkeypatch.setattr(dev, "WAIT_BACKOFF_NS", type(dev.WAIT_BACKOFF_NS)(1000))
-    polls = launch._spin_limit(12.0, "cuda")
-    assert polls == int(12.0 / (launch.GPU_POLL_S + 1000 * 1e-9)) and polls * 6 < int(12.0 / launch.GPU_POLL_S) + 6
+    polls = where.spin_limit(12.0, "cuda")
+    assert polls == int(12.0 / (where.GPU_POLL_S + 1000 * 1e-9)) and polls * 6 < int(12.0 / where.GPU_POLL_S) + 6

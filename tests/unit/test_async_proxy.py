@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from syncopy import api
+from syncopy.runtime import where
 from syncopy.device import has_async_proxy
 from syncopy.frontend.source import find_kernel
 from syncopy.passes import transform
@@ -102,9 +103,9 @@ def test_launch_passes_the_flag_to_descriptor_kernels_only(monkeypatch):
 def test_the_flag_follows_the_gpu_and_is_off_in_the_interpreter(monkeypatch, interpret, capability, expected):
     monkeypatch.setenv("TRITON_INTERPRET", interpret)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=None: capability)
-    api._cuda_async_proxy.cache_clear()
+    where.cuda_async_proxy.cache_clear()
     try:
-        assert api._has_async_proxy(torch.device("cuda", 0)) is expected
-        assert api._has_async_proxy(torch.device("cpu")) is False
+        assert where.has_async_proxy(torch.device("cuda", 0)) is expected
+        assert where.has_async_proxy(torch.device("cpu")) is False
     finally:
-        api._cuda_async_proxy.cache_clear()
+        where.cuda_async_proxy.cache_clear()

@@ -9,7 +9,7 @@ import triton
 
 import syncopy
 from syncopy.errors import LaunchError
-from syncopy.runtime import tuning
+from syncopy.runtime.launch import tuning
 from tests.kernels import autotuned
 
 AG = {"pattern": "all_gather", "tensor": "a_ptr", "dim": 0, "chunks_per_rank": 2}

@@ -1,5 +1,5 @@
 """The CLI on an autotuned kernel (issue 13, item 1): `syncopy transform` keeps the @triton.autotune
-decorator (the runtime plays its part, runtime/tuning.py); `syncopy compile` compiles one of its
+decorator (the runtime plays its part, runtime/launch/tuning.py); `syncopy compile` compiles one of its
 configs, `--config I` (default: the first, as the interpreter runs it), with the config's
 meta-parameters and launch options."""
 from __future__ import annotations

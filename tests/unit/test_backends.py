@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from syncopy.errors import LaunchError
-from syncopy.runtime import backends, occupancy
-from syncopy.runtime.backends.nccl import rounds
-from syncopy.runtime.link import Faults, Link
-from syncopy.runtime.plan import all_gather, all_to_all
+from syncopy.runtime.transport import backends
+from syncopy.runtime.streams import occupancy
+from syncopy.runtime.transport.backends.nccl import rounds
+from syncopy.runtime.transport.link import Faults, Link
+from syncopy.runtime.state.plan import all_gather, all_to_all
 from syncopy.schedule import Schedule, load_schedule
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "explicit_all_gather.yaml"
@@ -71,7 +72,7 @@ def test_backend_for_asks_no_one_on_cpu_or_for_an_explicit_name():
     ("p2p", None, Faults.of(kill=(1, 0)), "the p2p backend cannot inject killed ranks; use backend='gloo' (CPU) for fault injection"),
 ])
 def test_gpu_backends_refuse_emulation_they_cannot_do(name, link, faults, message):
-    from syncopy.runtime.backends.p2p import refuse_emulation
+    from syncopy.runtime.transport.backends.p2p import refuse_emulation
 
     with pytest.raises(LaunchError) as info:
         refuse_emulation(name, link, faults, drop=name == "p2p")
@@ -79,7 +80,7 @@ def test_gpu_backends_refuse_emulation_they_cannot_do(name, link, faults, messag
 
 
 def test_p2p_takes_dropped_chunks_and_the_default_link():
-    from syncopy.runtime.backends.p2p import refuse_emulation
+    from syncopy.runtime.transport.backends.p2p import refuse_emulation
 
     refuse_emulation("p2p", Link(), Faults.of(drop=[(1, 0)]), drop=True)
     refuse_emulation("nccl", None, None)
@@ -135,7 +136,7 @@ def test_grid_check_passes_what_fits_and_refuses_the_rest_with_the_fix(no_sm_env
     with pytest.raises(LaunchError) as info:
         occupancy.check_grid(132, 132, "nccl", persistent=True, kernel="pk")
     assert "persistent kernel 'pk' launches 132 programs" in str(info.value)
-    assert "launch at most 124 programs (NUM_SMS = syncopy.runtime.occupancy.programs(device, 'nccl'))" in str(info.value)
+    assert "launch at most 124 programs (NUM_SMS = syncopy.runtime.streams.occupancy.programs(device, 'nccl'))" in str(info.value)
 
 
 def test_persistent_template_sizes_its_grid_by_backend(no_sm_env, monkeypatch):
@@ -211,31 +212,32 @@ def test_rounds_of_the_explicit_example_follow_relays_and_after():
 # --- compiled waits -------------------------------------------------------------------------------
 
 def test_compiled_waits_get_a_poll_budget_from_the_measured_poll_cost(monkeypatch):
-    from syncopy import api
+    from syncopy.runtime import where
 
     monkeypatch.setenv("TRITON_INTERPRET", "0")
-    assert api.GPU_POLL_S == 200e-9
-    assert api._spin_limit(2.5, "cuda") == 12_500_000
-    assert api._spin_limit(1e-12, "cuda") == 1
+    assert where.GPU_POLL_S == 200e-9
+    assert where.spin_limit(2.5, "cuda") == 12_500_000
+    assert where.spin_limit(1e-12, "cuda") == 1
 
 
 def test_interpreted_waits_are_bounded_in_host_microseconds():
-    from syncopy import api, device
+    from syncopy import device
+    from syncopy.runtime import where
 
     assert device.INTERPRETED and device.TIMED_WAITS  # the test session runs the interpreter (conftest)
-    assert api._spin_limit(1.0, "cpu") == 1_000_000
-    assert api._spin_limit(1e-9, "cpu") == 1
+    assert where.spin_limit(1.0, "cpu") == 1_000_000
+    assert where.spin_limit(1e-9, "cpu") == 1
 
 
 def _recording_p2p(monkeypatch, shared: bool, deadline_s: float = 5.0):
     """A p2p backend of rank 0 of 3 between CPU tensors, its peers' buffers local, recording what it does."""
     import torch
 
-    from syncopy.runtime.backends import p2p
-    from syncopy.runtime.backends.p2p import HostMemory, P2PBackend
-    from syncopy.runtime.context import Context
-    from syncopy.runtime.pending import LaunchErrors
-    from syncopy.runtime.streamops import HostOps
+    from syncopy.runtime.transport.backends import p2p
+    from syncopy.runtime.transport.backends.p2p import HostMemory, P2PBackend
+    from syncopy.runtime.state.context import Context
+    from syncopy.runtime.streams.error_ring import LaunchErrors
+    from syncopy.runtime.streams.streamops import HostOps
 
     calls = []
 
@@ -276,7 +278,7 @@ def test_p2p_pushes_follow_the_compute_stream_and_ranks_on_one_gpu_deliver_first
     # first copy. Ranks alone on their GPU then wait (on the device) for each peer's ready word and
     # launch at once; ranks that share a GPU wait for every push to finish and meet in a barrier
     # before any of them launches its kernel.
-    from syncopy.runtime.backends.p2p import Push
+    from syncopy.runtime.transport.backends.p2p import Push
 
     be, ctx, calls = _recording_p2p(monkeypatch, shared)
     for p in be.order:
@@ -296,7 +298,7 @@ def test_p2p_pushes_follow_the_compute_stream_and_ranks_on_one_gpu_deliver_first
 def test_p2p_pushes_wait_for_the_peers_ready_word(monkeypatch):
     # A peer that never says it is ready for this launch gets no chunk (its kernel may still read
     # the last launch's): on the device the push stream waits; on CPU the wait has a deadline.
-    from syncopy.runtime.backends.p2p import Push
+    from syncopy.runtime.transport.backends.p2p import Push
 
     be, ctx, calls = _recording_p2p(monkeypatch, False, deadline_s=0.2)
     ctx.signals[ctx.ready_word(1)] = 1  # rank 1 is ready, rank 2 is still at launch 0
@@ -307,8 +309,8 @@ def test_p2p_pushes_wait_for_the_peers_ready_word(monkeypatch):
 
 
 def test_a_peers_failed_connection_is_kept_in_gloos_words_and_a_timeout_is_not(monkeypatch):
-    from syncopy.runtime.backends import control
-    from syncopy.runtime.backends.gloo import _Threads
+    from syncopy.runtime.transport.backends import control
+    from syncopy.runtime.transport.backends.gloo import _Threads
 
     monkeypatch.setattr(control, "gave_up_ranks", lambda group, ranks: {})  # the store answered: nobody gave up
     threads = object.__new__(_Threads)
@@ -323,8 +325,8 @@ def test_a_peers_failed_connection_is_kept_in_gloos_words_and_a_timeout_is_not(m
 
 
 def test_a_peer_that_gave_up_on_its_own_timeout_is_not_said_to_have_dropped_out(monkeypatch):
-    from syncopy.runtime.backends import control
-    from syncopy.runtime.backends.gloo import _Threads
+    from syncopy.runtime.transport.backends import control
+    from syncopy.runtime.transport.backends.gloo import _Threads
 
     def threads_with(answer):
         monkeypatch.setattr(control, "gave_up_ranks", lambda group, ranks: answer)
@@ -343,15 +345,15 @@ def test_a_peer_that_gave_up_on_its_own_timeout_is_not_said_to_have_dropped_out(
 def test_a_launch_whose_peer_dropped_out_after_delivering_everything_still_fails(monkeypatch):
     import torch
 
-    from syncopy import api
-    from syncopy.runtime.context import Context
+    from syncopy.runtime.launch import outcome
+    from syncopy.runtime.state.context import Context
 
     schedule = Schedule(pattern="all_gather", tensor="A", dim=0, chunks_per_rank=1, order="ring")
     ctx = Context(all_gather(schedule, 1, 3, 4), (4, 2), torch.float32, torch.device("cpu"), 0)
-    api._raise_if_dropped_out(ctx, 3, "")  # nobody dropped out: nothing to say
+    outcome._raise_if_dropped_out(ctx, 3, "")  # nobody dropped out: nothing to say
     with pytest.raises(LaunchError, match=r"^rank 1: rank 2 dropped out \(Connection reset by peer\) during launch 3; this "
                                                   r"rank's result is complete, but the operator's peers cannot finish: restart the job"):
-        api._raise_if_dropped_out(ctx, 3, "rank 2 dropped out (Connection reset by peer)")
+        outcome._raise_if_dropped_out(ctx, 3, "rank 2 dropped out (Connection reset by peer)")
     assert ctx.broken == "rank 2 dropped out (Connection reset by peer)"
 
 
@@ -362,7 +364,7 @@ def test_every_rank_takes_the_shared_gpu_handshake_when_any_gpu_hosts_two_ranks(
 
     import torch
 
-    from syncopy.runtime.backends import control
+    from syncopy.runtime.transport.backends import control
 
     import threading
 
@@ -391,7 +393,7 @@ def test_nccl_grid_check_counts_the_ctas_of_each_program(monkeypatch):
 def test_nccl_options_say_when_this_torch_cannot_cap_the_ctas(monkeypatch):
     import torch.distributed as dist
 
-    from syncopy.runtime.backends import nccl
+    from syncopy.runtime.transport.backends import nccl
 
     class Options:  # a torch whose NCCL options have no config.max_ctas
         def __init__(self, is_high_priority_stream):

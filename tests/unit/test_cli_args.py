@@ -51,7 +51,7 @@ def no_ranks(monkeypatch):
     """Fail the test if a command starts a world: these mistakes must be caught before."""
     import torch.distributed.launcher.api as launcher
 
-    import syncopy.runtime.world as world
+    import syncopy.runtime.worlds.processes as world
 
     def started(*args, **kwargs):
         raise AssertionError("ranks were started for a mistake the parent can see")

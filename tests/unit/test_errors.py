@@ -23,7 +23,7 @@ from syncopy.errors import (
 )
 from syncopy.frontend.source import find_kernel, from_file
 from syncopy.passes import transform
-from syncopy.runtime.plan import all_gather
+from syncopy.runtime.state.plan import all_gather
 from syncopy.schedule import Schedule
 
 TWO_KERNELS = textwrap.dedent(

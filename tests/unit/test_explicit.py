@@ -15,10 +15,10 @@ import torch
 from syncopy.cli import main
 from syncopy.device import SIG_HEADER
 from syncopy.errors import LaunchError, ScheduleError, ScheduleLocation
-from syncopy.runtime.context import Context
-from syncopy.runtime.plan import Node, all_gather
+from syncopy.runtime.state.context import Context
+from syncopy.runtime.state.plan import Node, all_gather
 from syncopy.schedule import Schedule, from_dict, load_schedule, loads
-from syncopy.schedule.explicit import expand, to_yaml
+from syncopy.schedule.expand import expand, to_yaml
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "explicit_all_gather.yaml"

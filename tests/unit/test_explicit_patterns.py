@@ -11,9 +11,9 @@ import pytest
 
 from syncopy.cli import main
 from syncopy.errors import ScheduleError, ScheduleLocation
-from syncopy.runtime.plan import Node, all_to_all, reduce
+from syncopy.runtime.state.plan import Node, all_to_all, reduce
 from syncopy.schedule import Schedule, loads, to_yaml
-from syncopy.schedule.explicit import expand
+from syncopy.schedule.expand import expand
 
 # Direct all_to_all of 3 ranks, one chunk per rank: rank r's block for d lands in d's block r.
 A2A = textwrap.dedent(

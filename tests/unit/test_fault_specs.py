@@ -8,9 +8,9 @@ import pytest
 
 from syncopy.errors import FaultError
 from syncopy.run import RunOptions, RunResult, _one_launch, first_failure
-from syncopy.runtime import link as links
-from syncopy.runtime import plan as planning
-from syncopy.runtime.link import Faults
+from syncopy.runtime.transport import link as links
+from syncopy.runtime.state import plan as planning
+from syncopy.runtime.transport.link import Faults
 from syncopy.schedule import from_dict
 
 

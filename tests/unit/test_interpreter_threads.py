@@ -1,4 +1,4 @@
-"""Two interpreted kernels at once on two threads of one process (runtime/interpreter_threads.py), what a
+"""Two interpreted kernels at once on two threads of one process (runtime/pipeline/interpreter_threads.py), what a
 pipeline's reader on its side thread needs on CPU ranks: each thread sees its own program ids, and a
 kernel that outlives the other still runs on the interpreter's patches. (Without `enable()` this reader
 reads the writer's program ids and, once the writer's grid ends, fails with "x >= grid_dim[0]".)"""
@@ -11,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from syncopy.runtime import interpreter_threads
+from syncopy.runtime.pipeline import interpreter_threads
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="the Triton interpreter's own state")
 

@@ -1,5 +1,5 @@
 """Under the interpreter a wait is bounded in host time: CTX_SPIN_LIMIT holds microseconds
-(runtime/launch.py, device.TIMED_WAITS). A bound counted in polls of a measured cost gave up after
+(runtime/where.py, device.TIMED_WAITS). A bound counted in polls of a measured cost gave up after
 0.34 s of 0.5 once (an interpreted poll got faster within the process): a wait on a flag that never
 rises now lasts its timeout, however fast the polls."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ import triton
 import triton.language as tl
 
 from syncopy import device as dev
-from syncopy.runtime import launch
+from syncopy.runtime import where
 
 TIMEOUT_S = 0.5
 
@@ -33,7 +33,7 @@ def _wait(limit: int) -> tuple[float, int]:
 
 
 def test_a_wait_on_a_chunk_that_never_lands_lasts_its_timeout():
-    limit = launch._spin_limit(TIMEOUT_S, "cpu")
+    limit = where.spin_limit(TIMEOUT_S, "cpu")
     _wait(1)  # the kernel's own first call (its setup is not the wait's)
     for _ in range(3):  # however fast the polls get, launch after launch
         seconds, failed = _wait(limit)

@@ -1,6 +1,6 @@
 """What a context made is let go with it: a CPU stream's worker thread ends after its queued work,
 an error ring frees its events and leaves the watchdog's sight, and a retired context's backend is
-closed even when reading its last launches raises (runtime/contexts.py, pending.py, streamops.py)."""
+closed even when reading its last launches raises (runtime/launch/contexts.py, pending.py, streamops.py)."""
 from __future__ import annotations
 
 import gc
@@ -11,9 +11,10 @@ import pytest
 import torch
 
 from syncopy.errors import LaunchError
-from syncopy.runtime import contexts, streamops, watchdog
-from syncopy.runtime.pending import ErrorRing
-from syncopy.runtime.streamops import ptr
+from syncopy.runtime.launch import contexts
+from syncopy.runtime.streams import streamops, watchdog
+from syncopy.runtime.streams.error_ring import ErrorRing
+from syncopy.runtime.streams.streamops import ptr
 
 
 class CountingOps(streamops.HostOps):
@@ -83,7 +84,7 @@ def test_a_retired_context_is_closed_even_when_its_last_launch_raises():
     closed = []
 
     class Backend:
-        asynchronous = True  # launches return before their kernel ran (launch._deferred)
+        asynchronous = True  # launches return before their kernel ran (where.deferred)
 
         def check(self, wait=False):
             raise LaunchError("rank 0's last launch failed")

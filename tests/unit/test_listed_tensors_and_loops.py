@@ -165,7 +165,7 @@ def test_arrival_order_keeps_a_loop_whose_rows_do_not_grow():
 
 
 def test_a_list_and_a_loop_order_survive_the_yaml_round_trip():
-    from syncopy.schedule.explicit import to_yaml
+    from syncopy.schedule.expand import to_yaml
 
     s = _schedule("kernel: attention\nloop_order: as_written\n", tensor="[K, V]")
     assert "tensor: [K, V]" in to_yaml(s) and "loop_order: as_written" in to_yaml(s)

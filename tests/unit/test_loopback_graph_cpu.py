@@ -1,7 +1,7 @@
 """Graph capture of a warm loopback launch, on CPU tensors under the Triton interpreter: a HostGraph
 records the launch's stream operations and kernel launches with their arguments frozen, as a CUDA
 graph does, and replays them. Replays must move the data the captured tensors hold by then and
-advance the epoch on the device (runtime/graph.py); tests/gpu/test_graph.py does the same with
+advance the epoch on the device (runtime/streams/graph_epochs.py); tests/gpu/test_graph.py does the same with
 torch.cuda.graph."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import triton
 
 import syncopy
 from syncopy import device as dev
-from syncopy.runtime.loopback import LoopbackWorld
+from syncopy.runtime.worlds.loopback import LoopbackWorld
 from syncopy.templates.ag_gemm.kernel import ag_gemm_kernel
 
 ROWS, N, K = 16, 16, 16
@@ -85,7 +85,7 @@ def test_replays_move_new_data_and_advance_the_epoch_on_the_device(world, rank, 
         assert case.error() < 1e-4, f"replay {replay}"
         assert ctx.epoch == base + replay  # one per replay (the capture ran nothing)
         flags = ctx.signals[dev.SIG_HEADER:dev.SIG_HEADER + ctx.n_flags].tolist()
-        assert flags == [syncopy.runtime.streamops.wrap32(ctx.epoch)] * ctx.n_flags
+        assert flags == [syncopy.runtime.streams.streamops.wrap32(ctx.epoch)] * ctx.n_flags
 
 
 def test_a_captured_launch_writes_no_epoch_and_no_flag_from_the_host():
@@ -182,7 +182,7 @@ def test_capture_refusals_are_one_line_errors():
 
 
 def _capture_with(lw, case, **kw):
-    from syncopy.runtime import graph as graphs
+    from syncopy.runtime.streams import graph_epochs as graphs
 
     lw.engine.graph = graphs.HostGraph()
     try:

@@ -9,7 +9,7 @@ import torch
 import triton
 
 import syncopy
-from syncopy.runtime.loopback import LoopbackWorld
+from syncopy.runtime.worlds.loopback import LoopbackWorld
 from syncopy.templates.ag_gemm.kernel import ag_gemm_kernel
 
 WORLD, ROWS, K = 3, 16, 16

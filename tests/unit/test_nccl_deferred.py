@@ -13,11 +13,11 @@ import pytest
 import torch
 
 from syncopy.errors import LaunchError, SyncopyTimeout
-from syncopy.runtime.backends import nccl
-from syncopy.runtime.backends.nccl import HostStreams, NcclBackend, Rounds
-from syncopy.runtime.context import Context
-from syncopy.runtime.pending import LaunchErrors
-from syncopy.runtime.plan import all_gather
+from syncopy.runtime.transport.backends import nccl
+from syncopy.runtime.transport.backends.nccl import HostStreams, NcclBackend, Rounds
+from syncopy.runtime.state.context import Context
+from syncopy.runtime.streams.error_ring import LaunchErrors
+from syncopy.runtime.state.plan import all_gather
 from syncopy.schedule import Schedule
 
 BOUND_S = 0.3

@@ -12,7 +12,7 @@ from collections import Counter
 import pytest
 
 from syncopy.errors import LaunchError
-from syncopy.runtime.plan import all_gather, tile_order
+from syncopy.runtime.state.plan import all_gather, tile_order
 from syncopy.schedule import Schedule, chunk_bounds, chunk_of_row
 
 # --- chunk geometry ----------------------------------------------------------------------------

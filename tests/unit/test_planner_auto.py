@@ -14,7 +14,7 @@ from syncopy.planner.auto import (
     profile_for_gpu,
     resolve,
 )
-from syncopy.runtime.link import Link
+from syncopy.runtime.transport.link import Link
 
 # An all-gather GEMM on 4 H100s that the planner splits (comm ~ compute), and its launch:
 # A shard 2048 x 4096 bf16, B 4096 x 4096, C 8192 x 4096.

@@ -255,7 +255,7 @@ def test_a_launch_on_another_gpu_gets_its_own_context(monkeypatch):
     import types
 
     import syncopy
-    from syncopy.runtime import contexts
+    from syncopy.runtime.launch import contexts
 
     fused = syncopy.overlap({"pattern": "all_gather", "tensor": "A", "dim": 0, "chunks_per_rank": 1, "order": "ring"})(_check_kernel)
     monkeypatch.setattr(contexts.dist, "get_world_size", lambda group=None: 1)
@@ -270,10 +270,10 @@ def test_a_launch_on_another_gpu_gets_its_own_context(monkeypatch):
 
 
 def test_a_deferred_launch_reports_the_violation_through_the_error_ring():
-    # The GPU path (errors read off the launch path, runtime/pending.py), run by the loopback world
+    # The GPU path (errors read off the launch path, runtime/streams/error_ring.py), run by the loopback world
     # on CPU: a too-narrow binding.rows waits for the first chunk of each tile's rows only, and
     # chunk 1 of rank 1 is withheld; the read of it is named by synchronize(), not lost.
-    from syncopy.runtime.loopback import LoopbackWorld
+    from syncopy.runtime.worlds.loopback import LoopbackWorld
     from syncopy.templates.ag_gemm.kernel import ag_gemm_kernel
 
     schedule = dict(pattern="all_gather", tensor="A", dim=0, chunks_per_rank=2, order="ring",

@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from syncopy.errors import LaunchError
-from syncopy.runtime import plan as planning
+from syncopy.runtime.state import plan as planning
 from syncopy.schedule import Schedule
 
 ORDERS = ["ring", "local_first", "bidirectional_ring", "explicit"]
@@ -162,7 +162,7 @@ def test_more_chunks_than_rows_and_wrong_explicit_order_are_launch_errors():
 def test_all_to_all_sends_the_peers_block_and_keeps_the_gather_layout():
     import torch
 
-    from syncopy.runtime.context import Context
+    from syncopy.runtime.state.context import Context
 
     s = Schedule(pattern="all_to_all", tensor="X", chunks_per_rank=2, order="ring")
     p = planning.all_to_all(s, 1, 3, 4)  # 3 ranks, blocks of 4 rows, 2 chunks per block

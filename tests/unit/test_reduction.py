@@ -1,12 +1,12 @@
-"""The one-pass reduction (runtime/reduction.py) gives the bits of sum_in_rank_order, the form every
+"""The one-pass reduction (runtime/transport/reduction.py) gives the bits of sum_in_rank_order, the form every
 backend's reduction shares: run here by the Triton interpreter, on a GPU compiled (tests/gpu)."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from syncopy.runtime.context import sum_in_rank_order
-from syncopy.runtime.reduction import launch_sum, one_pass, reduce_into
+from syncopy.runtime.transport.reduction import sum_in_rank_order
+from syncopy.runtime.transport.reduction import launch_sum, one_pass, reduce_into
 
 
 def _parts(n_parts: int, shape, dtype, seed: int):

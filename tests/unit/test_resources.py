@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from syncopy.runtime.world import free_port, spawn
+from syncopy.runtime.worlds.processes import free_port, spawn
 from tests.world import resource_workers as rw
 
 
@@ -63,7 +63,7 @@ def test_ranks_with_different_budgets_are_refused(evicted):
 
 
 def test_the_byte_budget_evicts_too():
-    from syncopy.runtime.contexts import Contexts
+    from syncopy.runtime.launch.contexts import Contexts
 
     class Op(Contexts):
         max_contexts, max_context_bytes = 10, 1000
@@ -87,7 +87,7 @@ def test_the_byte_budget_evicts_too():
 
 def test_a_bad_budget_in_the_environment_is_one_line(monkeypatch):
     from syncopy.errors import LaunchError
-    from syncopy.runtime.contexts import Contexts
+    from syncopy.runtime.launch.contexts import Contexts
 
     monkeypatch.setenv("SYNCOPY_MAX_CONTEXTS", "lots")
     with pytest.raises(LaunchError, match=r"^\$SYNCOPY_MAX_CONTEXTS is 'lots'; give a positive whole number \(or unset it for the default 16\)$"):

@@ -10,8 +10,8 @@ import torch
 
 from syncopy.cli import main
 from syncopy.run import RunResult, _draw_shape, first_failure, parse_inject, summarize
-from syncopy.runtime.backends import checksum
-from syncopy.runtime.link import Faults
+from syncopy.runtime.transport.backends import checksum
+from syncopy.runtime.transport.link import Faults
 from tests.unit.test_cli_args import _fails, no_ranks  # noqa: F401  (the fixture)
 
 INJECT_HELP = "KIND=SRC:CHUNK, KIND one of drop, kill, corrupt, or delay=SRC:CHUNK:MS; e.g. --inject drop=0:1,delay=1:0:500"
@@ -118,8 +118,8 @@ def test_run_help_documents_the_soak_and_fault_options(capsys):
 
 def test_verify_chunks_is_refused_on_a_backend_without_checksums():
     from syncopy.errors import LaunchError
-    from syncopy.runtime import backends
-    from syncopy.runtime.backends.gloo import GlooBackend
+    from syncopy.runtime.transport import backends
+    from syncopy.runtime.transport.backends.gloo import GlooBackend
 
     class NoChecks:
         name = "p2p"
@@ -135,7 +135,7 @@ def test_verify_chunks_is_refused_on_a_backend_without_checksums():
 
 def test_gpu_backends_refuse_a_corrupt_fault_they_cannot_inject():
     from syncopy.errors import LaunchError
-    from syncopy.runtime.backends.p2p import refuse_emulation
+    from syncopy.runtime.transport.backends.p2p import refuse_emulation
 
     with pytest.raises(LaunchError, match=r"^the p2p backend cannot inject corrupt chunks; use backend='gloo' \(CPU\) for fault injection$"):
         refuse_emulation("p2p", None, Faults.of(corrupt=[(0, 1)]), drop=True)

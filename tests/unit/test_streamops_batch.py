@@ -8,7 +8,7 @@ import struct
 
 import torch
 
-from syncopy.runtime import streamops
+from syncopy.runtime.streams import streamops
 
 WRITE_VALUE_32 = 2  # CU_STREAM_MEM_OP_WRITE_VALUE_32
 

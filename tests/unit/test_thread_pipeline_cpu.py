@@ -1,5 +1,5 @@
 """A pipeline template (tp_mlp) on the thread world, CPU tensors under the Triton interpreter: each
-rank's operators linked by links of its own (runtime/thread_pipeline.py), against torch, launch after
+rank's operators linked by links of its own (runtime/worlds/thread_pipeline.py), against torch, launch after
 launch with new inputs and shapes that change and come back; a reader whose writer never ran is a
 SyncopyTimeout naming rank, rows and writer. (tests/gpu/test_threads.py runs it on a GPU.)"""
 from __future__ import annotations
@@ -10,8 +10,8 @@ import torch
 from syncopy import device as dev
 from syncopy import templates
 from syncopy.errors import LaunchError, SyncopyTimeout
-from syncopy.runtime.link import Faults
-from syncopy.runtime.threads import ThreadWorld
+from syncopy.runtime.transport.link import Faults
+from syncopy.runtime.worlds.threads import ThreadWorld
 from tests.unit.test_threads_cpu import reference
 
 MOD = templates.get("tp_mlp").module

@@ -12,7 +12,7 @@ import triton
 import syncopy
 from syncopy import templates
 from syncopy.errors import LaunchError, SyncopyTimeout
-from syncopy.runtime.threads import RankGroup, ThreadWorld
+from syncopy.runtime.worlds.threads import RankGroup, ThreadWorld
 from syncopy.templates.ag_gemm.kernel import ag_gemm_kernel
 
 META = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=2)
@@ -86,7 +86,7 @@ def run_template(tw: ThreadWorld, name: str, seed: int, dtype=torch.float32, dev
 
 
 # ag_attention lists K and V (`tensor: [K, V]`): each chunk of both lands before its flag. tp_mlp is
-# two operators linked per rank (runtime/thread_pipeline.py): each has a thread world of its own.
+# two operators linked per rank (runtime/worlds/thread_pipeline.py): each has a thread world of its own.
 @pytest.mark.parametrize("name", sorted(templates.available()))
 def test_every_template_on_a_thread_world_of_three_launch_after_launch(name):
     tw = ThreadWorld(templates.get(name).fused(timeout_s=30.0, poison_receive=True), 3, device="cpu")
@@ -99,7 +99,7 @@ def test_every_template_on_a_thread_world_of_three_launch_after_launch(name):
 
 
 def test_the_loopback_world_refuses_several_listed_tensors_in_one_line():
-    from syncopy.runtime.loopback import LoopbackWorld
+    from syncopy.runtime.worlds.loopback import LoopbackWorld
 
     with pytest.raises(LaunchError) as err:
         LoopbackWorld(templates.get("ag_attention").fused(), 3, device="cpu")

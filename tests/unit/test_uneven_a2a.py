@@ -12,8 +12,8 @@ import triton.language as tl
 
 from syncopy import device as dev
 from syncopy.errors import LaunchError
-from syncopy.runtime import splits
-from syncopy.runtime.plan import all_to_all
+from syncopy.runtime.transport import splits
+from syncopy.runtime.state.plan import all_to_all
 from syncopy.schedule import Schedule
 from tests.unit.test_cli_args import _fails, no_ranks  # noqa: F401 (a fixture)
 

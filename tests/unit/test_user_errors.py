@@ -257,7 +257,7 @@ def test_duplicate_nested_key(work, capsys):
 
 
 def test_world_with_a_named_order_is_a_documented_key_checked_at_launch(work, capsys):
-    from syncopy.runtime.plan import all_gather
+    from syncopy.runtime.state.plan import all_gather
 
     (work / "s.yaml").write_text(SCHEDULE + "world: 3\n")
     assert main(["check", "s.yaml"]) == 0
@@ -329,7 +329,7 @@ def test_subprocess_bad_binding_has_no_traceback(work):
 
 @pytest.mark.parametrize("key", ["chunks_per_rank", "order"])
 def test_expand_from_python_refuses_auto_naming_the_key(key):
-    from syncopy.schedule.explicit import expand
+    from syncopy.schedule.expand import expand
 
     from syncopy.schedule import Schedule
 
@@ -454,7 +454,7 @@ def test_template_op_called_twice_gives_the_same_one_line_error():
 
 
 def test_ranks_that_disagree_are_told_what_differs():
-    from syncopy import api
+    from syncopy.runtime.launch import contexts
     from syncopy.templates.ag_gemm.kernel import ag_gemm_kernel
 
     fk = syncopy.overlap({"pattern": "all_gather", "tensor": "A", "dim": 0, "chunks_per_rank": 2, "order": "ring"})(ag_gemm_kernel)
@@ -465,6 +465,6 @@ def test_ranks_that_disagree_are_told_what_differs():
         "rank 1 passed 'A' as torch.float16 but rank 0 passed torch.float32 (both [16, 12]); all_gather needs the same dtype "
         "on every rank: cast every rank's 'A' to one dtype")
     other = syncopy.overlap({"pattern": "all_gather", "tensor": "A", "dim": 0, "chunks_per_rank": 4, "order": "ring"})(ag_gemm_kernel)
-    assert api._schedule_difference(1, other.schedule.key(), 0, fk.schedule.key()) == (
+    assert contexts._schedule_difference(1, other.schedule.key(), 0, fk.schedule.key()) == (
         "rank 1 launched with chunks_per_rank: 4 but rank 0 with chunks_per_rank: 2; every rank must use the same schedule "
         "(the same file and the same overlap() overrides)")

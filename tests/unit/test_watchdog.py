@@ -1,4 +1,4 @@
-"""The watchdog (runtime/watchdog.py): a failed launch that returned and that nobody raised is said on
+"""The watchdog (runtime/streams/watchdog.py): a failed launch that returned and that nobody raised is said on
 stderr (or ends the process) without a call from the launching thread; the error still raises at
 synchronize(). On the CPU thread world, which defers errors as a GPU does."""
 from __future__ import annotations
@@ -14,8 +14,8 @@ import torch
 
 import syncopy
 from syncopy.errors import LaunchError, SyncopyTimeout
-from syncopy.runtime import watchdog
-from syncopy.runtime.threads import ThreadWorld
+from syncopy.runtime.streams import watchdog
+from syncopy.runtime.worlds.threads import ThreadWorld
 from syncopy.templates.ag_gemm.kernel import ag_gemm_kernel
 
 META = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=2)

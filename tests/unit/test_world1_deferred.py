@@ -1,7 +1,7 @@
 """A world of one (a group of size 1: no backend, no transfers) launches without reading a device word
 on the host (issue 14 item 1): its launch words are enqueued (fills and stream write-values, never
 `t[i] = v`, a blocking copy on GPUs), and its kernel's error words are copied behind the kernel into a
-pinned ring (runtime/pending.py LaunchErrors) read at the next launch or `fused.synchronize()`, as
+pinned ring (runtime/streams/error_ring.py LaunchErrors) read at the next launch or `fused.synchronize()`, as
 on the p2p backend. On CPU ranks that copy is done when enqueued, so a starved chunk raises as its
 launch returns; the GPU's later completion is emulated here by events that stay pending until released."""
 from __future__ import annotations
@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from syncopy import device as dev
-from syncopy.runtime.context import Context
-from syncopy.runtime.outcome import _announce_unwritten
-from syncopy.runtime.plan import all_gather, reduce
+from syncopy.runtime.state.context import Context
+from syncopy.runtime.launch.outcome import _announce_unwritten
+from syncopy.runtime.state.plan import all_gather, reduce
 from syncopy.schedule import Schedule
 from tests.host_access import READS, CountingHostAccess
 from tests.world.harness import INSTANT, spawn

@@ -10,7 +10,7 @@ def traced_attention(rank: int, world: int, latency_s: float) -> dict:
 
     import syncopy
     from syncopy import templates
-    from syncopy.runtime.link import Link
+    from syncopy.runtime.transport.link import Link
     from tests.templates.template_workers import meaning
 
     t = templates.get("ag_attention")

@@ -2,7 +2,7 @@
 device compares wrap there), consumer and producer, on gloo."""
 from __future__ import annotations
 
-from syncopy.runtime.link import Link
+from syncopy.runtime.transport.link import Link
 
 NEAR = 2**31 - 3  # the epoch the contexts jump to after their first launch: launches 2^31 - 2 ... 2^31 + 1 follow
 COUNT_NEAR = 2**31 - 2  # producers: where every chunk's tile counter (and its target) jumps alike

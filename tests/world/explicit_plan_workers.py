@@ -27,9 +27,9 @@ def run_full_forms(rank: int, world: int, cases: list[dict], latency_s: float) -
     import torch
     import syncopy
     from syncopy import templates
-    from syncopy.runtime.link import Link
+    from syncopy.runtime.transport.link import Link
     from syncopy.schedule import from_dict, loads, to_yaml
-    from syncopy.schedule.explicit import expand
+    from syncopy.schedule.expand import expand
 
     out = []
     for case in cases:

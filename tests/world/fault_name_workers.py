@@ -50,7 +50,7 @@ def _gemm_rs(rank: int, world: int, faults, seeds=(1,), trace: bool = False) -> 
 
 
 def run_fault_names(rank: int, world: int) -> dict:
-    from syncopy.runtime.link import Faults
+    from syncopy.runtime.transport.link import Faults
 
     return {
         "verify_differs": _rms(rank, world, verify_chunks=rank == 0),

@@ -15,8 +15,8 @@ import dataclasses
 import multiprocessing
 import os
 
-from syncopy.runtime import world as _world
-from syncopy.runtime.link import Link
+from syncopy.runtime.worlds import processes as _world
+from syncopy.runtime.transport.link import Link
 
 SLOW = Link(latency_s=0.004, jitter_s=0.004, start_s=0.01, reorder=True)
 IN_ORDER = dataclasses.replace(SLOW, reorder=False)  # as slow, flags in the planned arrival order
@@ -31,7 +31,7 @@ _ENVIRONMENT = dict(os.environ)  # at collection: the server starts with it, whi
 
 
 def spawn(fn, world: int, *args, link: Link = SLOW, checked: bool = True, **options) -> list:
-    """`syncopy.runtime.world.spawn(fn, world, *args, **options)` with `link` the default link of every
+    """`syncopy.runtime.worlds.processes.spawn(fn, world, *args, **options)` with `link` the default link of every
     rank; `checked` (the default): the ranks' operators run in checked mode (SYNCOPY_CHECKED=1,
     passes/read_check.py) unless they name `checked=` themselves, so a read of rows a tile did not
     wait for raises SyncopyReadError naming the kernel's line, whatever a test looks at. Under the
@@ -60,10 +60,10 @@ def _forkserver() -> str:
 
 
 def _on_link(rank: int, world: int, fn, link: Link, checked: bool, environment: dict, *args):
-    from syncopy.runtime import link as links
+    from syncopy.runtime.transport import link as links
 
     # A forked rank has the server's environment: take the test process's, as a spawned rank would
-    # (Triton's mode stays as syncopy.runtime.world._entry set it for this world).
+    # (Triton's mode stays as syncopy.runtime.worlds.processes._entry set it for this world).
     interpret = os.environ.get("TRITON_INTERPRET")
     os.environ.clear()
     os.environ.update(environment)

@@ -10,9 +10,9 @@ from tests.world.workers import _exc_info
 
 def _use_host_backends() -> None:
     """Make backends 'p2p' and 'nccl' resolve to their CPU variants in this rank."""
-    from syncopy.runtime import backends
-    from syncopy.runtime.backends.nccl import HostStreams, NcclBackend
-    from syncopy.runtime.backends.p2p import HostMemory, P2PBackend
+    from syncopy.runtime.transport import backends
+    from syncopy.runtime.transport.backends.nccl import HostStreams, NcclBackend
+    from syncopy.runtime.transport.backends.p2p import HostMemory, P2PBackend
 
     class HostP2P(P2PBackend):
         memory = HostMemory()
@@ -33,7 +33,7 @@ def count_host_handshakes() -> list[int]:
     """Count p2p's host-side handshakes from now on in this rank (a sync of the compute stream, a
     barrier): a one-element list the patched methods add to. Ranks alone on their GPU hand-shake
     on the device only, after their first launch."""
-    from syncopy.runtime.backends.p2p import HostMemory, P2PBackend
+    from syncopy.runtime.transport.backends.p2p import HostMemory, P2PBackend
 
     count = [0]
     for cls, name in ((HostMemory, "sync"), (P2PBackend, "barrier")):
@@ -66,7 +66,7 @@ def run_templates(rank: int, world: int, cases: list[dict]) -> list[dict]:
     import torch
 
     from syncopy import templates
-    from syncopy.runtime.backends.p2p import HostMemory
+    from syncopy.runtime.transport.backends.p2p import HostMemory
 
     _use_host_backends()
     # Host-side handshakes per launch, counted from the second launch on.
@@ -122,8 +122,8 @@ def run_evicted_contexts_let_go(rank: int, world: int) -> dict:
     are collected first: their threads end with them."""
     import time
 
-    from syncopy.runtime import streamops
-    from syncopy.runtime.backends import nccl
+    from syncopy.runtime.streams import streamops
+    from syncopy.runtime.transport.backends import nccl
 
     _use_host_backends()
     real_run, real_copy = nccl._run, streamops.HostOps.copy
@@ -174,7 +174,7 @@ def _evictions(rank: int, world: int) -> dict:
 def run_drop(rank: int, world: int, drop: tuple[int, int], timeout_s: float) -> dict:
     """Rank drop[0] never pushes its chunk drop[1]: every other rank times out naming it."""
     from syncopy import templates
-    from syncopy.runtime.link import Faults
+    from syncopy.runtime.transport.link import Faults
 
     _use_host_backends()
     fused = templates.get("ag_gemm").fused(chunks_per_rank=2, order="ring", backend="p2p", timeout_s=timeout_s,
@@ -196,7 +196,7 @@ def run_bad_mapping(rank: int, world: int) -> dict:
     import torch
 
     from syncopy import templates
-    from syncopy.runtime.backends.p2p import HostMemory
+    from syncopy.runtime.transport.backends.p2p import HostMemory
 
     _use_host_backends()
     real_open = HostMemory.open
@@ -268,7 +268,7 @@ def run_nccl_rounds_beside_the_kernel(rank: int, world: int) -> dict:
     import torch
 
     from syncopy import templates
-    from syncopy.runtime.backends import nccl
+    from syncopy.runtime.transport.backends import nccl
 
     _use_host_backends()
     t = templates.get("ag_gemm")

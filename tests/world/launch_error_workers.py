@@ -1,4 +1,4 @@
-"""Rank functions for tests/world/test_launch_errors.py (run by `syncopy.runtime.world.spawn`).
+"""Rank functions for tests/world/test_launch_errors.py (run by `syncopy.runtime.worlds.processes.spawn`).
 
 Each launch that a user gets wrong is caught and reported as {"type", "str"}; each launch done right
 afterwards reports how far its result is from the torch reference, so the tests also see that a

@@ -71,7 +71,7 @@ def run_cases(rank: int, world: int, cases: list[dict]) -> dict:
     import torch.distributed as dist
 
     import syncopy
-    from syncopy.runtime.link import Link
+    from syncopy.runtime.transport.link import Link
 
     out = {"errors": [], "problems": [], "traces": {}, "tables": {}, "seconds": 0.0}
     t0 = time.perf_counter()

@@ -47,7 +47,7 @@ def run_nccl_producers(rank: int, world: int) -> dict:
     import torch.distributed as dist
 
     from syncopy import templates
-    from syncopy.runtime.backends import nccl
+    from syncopy.runtime.transport.backends import nccl
 
     _use_host_backends()
     posted, used = [], []

@@ -119,7 +119,7 @@ def run_producer_cases(rank: int, world: int, cases: list[tuple[str, str]]) -> l
     import torch.distributed as dist
 
     import syncopy
-    from syncopy.runtime.link import Link
+    from syncopy.runtime.transport.link import Link
     from tests.kernels import producer_cases
 
     m = _rows(world)

@@ -50,7 +50,7 @@ def run_case(rank: int, world: int, pattern: str, checked: bool) -> dict:
     import torch.distributed as dist
 
     import syncopy
-    from syncopy.runtime.link import Faults, Link
+    from syncopy.runtime.transport.link import Faults, Link
     from tests.kernels import read_check
 
     kernel, tensor = (read_check.double_rows, "X") if pattern == "all_gather" else (read_check.double_into, "C")
@@ -93,7 +93,7 @@ def run_gaps(rank: int, world: int) -> dict:
     import torch.distributed as dist
 
     import syncopy
-    from syncopy.runtime.link import Faults, Link
+    from syncopy.runtime.transport.link import Faults, Link
     from tests.kernels import read_check
 
     # The chunk the narrow wait misses lands LATE_S late, also where a rank starts a first launch late.
@@ -126,7 +126,7 @@ def run_hold_oracle(rank: int, world: int, launches: int) -> list[dict]:
     each launch: per launch its error, the remote chunks, and which chunks landed while a program was
     polling their flag ("waited") or after the hold's bound with none polling ("unwaited")."""
     import syncopy
-    from syncopy.runtime.link import Hold, Link
+    from syncopy.runtime.transport.link import Hold, Link
     from tests.world import workers
 
     # A bound far above a tile's time here: a chunk that lands by the bound says no program waited.

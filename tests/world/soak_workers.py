@@ -39,7 +39,7 @@ def run_checksums(rank: int, world: int, name: str, shape: tuple, corrupt: tuple
     import torch
 
     from syncopy import templates
-    from syncopy.runtime.link import Faults
+    from syncopy.runtime.transport.link import Faults
 
     torch.set_num_threads(1)
     t = templates.get(name)

@@ -11,7 +11,7 @@ is compared with the torch reference on the same group. Shapes are tiny (the int
 """
 from __future__ import annotations
 
-from syncopy.runtime.link import Link
+from syncopy.runtime.transport.link import Link
 
 ROWS, COLS = 8, 16  # rows of A per rank; N = K of ag_gemm
 META = dict(BLOCK_M=8, BLOCK_N=16, BLOCK_K=16, GROUP_M=1)
@@ -264,7 +264,7 @@ def _token_after_destroy() -> bool:
 
     import torch.distributed as dist
 
-    from syncopy.runtime.backends import control
+    from syncopy.runtime.transport.backends import control
 
     old = dist.new_group([0, 1])
     token = control.group_token(old)

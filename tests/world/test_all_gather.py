@@ -150,7 +150,7 @@ def test_plan_sends_match_receives(world, order):
     send never completes, an unmatched receive times out."""
     from collections import Counter
 
-    from syncopy.runtime import plan as planning
+    from syncopy.runtime.state import plan as planning
     from syncopy.schedule import load_schedule
 
     for chunks in (1, 3):
@@ -274,8 +274,8 @@ def test_trace_counts_a_chunk_before_raising_its_flag():
     import torch
 
     from syncopy.device import SIG_HEADER
-    from syncopy.runtime import plan as planning
-    from syncopy.runtime.context import Context
+    from syncopy.runtime.state import plan as planning
+    from syncopy.runtime.state.context import Context
     from syncopy.schedule import load_schedule
 
     sched = load_schedule(workers.schedule("grouped", 2, "ring"))

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from syncopy.runtime.link import Faults
+from syncopy.runtime.transport.link import Faults
 from tests.world.harness import spawn
 from tests.world import workers
 from tests.world.workers import job, once

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from syncopy.runtime.link import Link
+from syncopy.runtime.transport.link import Link
 from tests.world.harness import spawn
 from tests.world import moe_workers
 from tests.world.workers import once

@@ -29,7 +29,7 @@ def _rounds(rank: int, world: int, rounds: int) -> dict:
 
     import torch.distributed as dist
 
-    from syncopy.runtime.backends.control import node_barrier
+    from syncopy.runtime.transport.backends.control import node_barrier
 
     barrier = node_barrier(dist.group.WORLD, timeout_s=30)
     rng = random.Random(rank)
@@ -48,7 +48,7 @@ def _one_stops(rank: int, world: int, timeout_s: float) -> dict:
 
     import torch.distributed as dist
 
-    from syncopy.runtime.backends.control import node_barrier
+    from syncopy.runtime.transport.backends.control import node_barrier
 
     barrier = node_barrier(dist.group.WORLD, timeout_s=timeout_s)
     barrier.wait("round 0")
@@ -68,7 +68,7 @@ def _cannot_map(rank: int, world: int) -> dict:
 
     import torch.distributed as dist
 
-    from syncopy.runtime.backends import control
+    from syncopy.runtime.transport.backends import control
 
     mapped = mmap.mmap
     if rank == 1:  # as if this rank's temporary folder were another one

@@ -4,7 +4,7 @@ need one rank per GPU: tests/gpu/test_backends.py, 2 GPUs).
 all_reduce on p2p: the reduce-scatter half overlaps the kernel (each chunk leaves for its owner once
 its flag rises) and the gather half runs on the device (each owner pushes its reduced rows into
 every peer's buffer): no host sync or barrier per launch, every rank the same bits, equal to torch.
-reduce_scatter on nccl: rounds triggered by the kernel's flags (runtime/backends/nccl.py,
+reduce_scatter on nccl: rounds triggered by the kernel's flags (runtime/transport/backends/nccl.py,
 FlagRounds), the same (offset, chunk) sequence on every rank, along dim 0 and along dim 1."""
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The "tiles really blocked" oracle (issue 10): under Link(hold_until_waited=True) the receiving rank
 keeps every remote chunk out of the receive buffer, its flag down, until a program of the running
-kernel was seen polling that flag (runtime/link.py, Hold). So each remote chunk lands while a tile is
+kernel was seen polling that flag (runtime/transport/link.py, Hold). So each remote chunk lands while a tile is
 waiting for it, and the numbers (poisoned buffers, new data every launch) prove the waits held."""
 from __future__ import annotations
 

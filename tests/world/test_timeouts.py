@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from syncopy.runtime.backends.control import wait_bound
+from syncopy.runtime.transport.backends.control import wait_bound
 from tests.world import timeout_workers as tw
 from tests.world.harness import spawn
 from tests.world.workers import job, once, run_jobs

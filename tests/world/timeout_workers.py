@@ -12,7 +12,7 @@ DIE_AFTER_S = 2.0  # how long the dying rank compiles (beating) before it dies
 
 def _compile_slowly_on(rank: int, slow_rank: int, then=None, seconds: float = SLOW_COMPILE_S):
     """Make rank `slow_rank`'s kernel compiles take `seconds` (then call `then`); returns what undoes it."""
-    from syncopy.runtime import warmup
+    from syncopy.runtime.launch import warmup
 
     compile_kernel = warmup.compile_kernel
 

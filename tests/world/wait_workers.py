@@ -131,7 +131,7 @@ def run_cases(rank: int, world: int, cases: list[dict]) -> dict:
     import torch.distributed as dist
 
     import syncopy
-    from syncopy.runtime.link import Link
+    from syncopy.runtime.transport.link import Link
     from tests.kernels import waits
 
     out = {"errors": [], "problems": [], "binding": {}, "checked": []}

@@ -1,4 +1,4 @@
-"""Rank functions for the CPU-world tests (run by `syncopy.runtime.world.spawn`, one process per rank).
+"""Rank functions for the CPU-world tests (run by `syncopy.runtime.worlds.processes.spawn`, one process per rank).
 
 Every function here is module level so that `spawn` can pickle it by name; each returns plain data
 (lists, dicts, numbers, strings, `Trace` dataclasses) for the test process to assert on. Numerics are
@@ -207,7 +207,7 @@ def _order_problems(fused, label: str) -> list[str]:
     out = []
     for ctx, _ in fused._contexts.values():
         for key, (order, ranges, exec_order) in ctx.orders.items():
-            from syncopy.api import slot_records, slot_tiles
+            from syncopy.runtime.launch.order import slot_records, slot_tiles
 
             n = len(ranges)
             grid = key[0]
@@ -302,7 +302,7 @@ def run_overlap(rank: int, world: int, kernel: str, chunks: int, latency_s: floa
     """Launch twice with an emulated link latency and tracing; return the traces, the plan's expected
     remote arrival order and the numerical errors."""
     import syncopy
-    from syncopy.runtime.link import Link
+    from syncopy.runtime.transport.link import Link
 
     fused = syncopy.overlap(schedule(kernel, chunks, "ring"), trace=True, poison_receive=True,
                             link=Link(latency_s=latency_s))(_kernel(kernel))
@@ -332,7 +332,7 @@ def run_tile_tags(rank: int, world: int, rows: int, chunks: int, orders: list) -
     import triton
 
     import syncopy
-    from syncopy.api import slot_tiles
+    from syncopy.runtime.launch.order import slot_tiles
 
     nc, br, bc = 16, 4, 8
     br3 = 2 * br  # the 3-D grid's row tiles: its programs, 3 a tile, are most of this job's time
@@ -420,7 +420,7 @@ def run_drop(rank: int, world: int, order, drop: tuple[int, int], chunks: int, t
     import torch.distributed as dist
 
     import syncopy
-    from syncopy.runtime.link import Faults
+    from syncopy.runtime.transport.link import Faults
 
     out: dict = {}
     p = Problem("grouped", rank, world, 37, "float32", seed=3)
@@ -467,7 +467,7 @@ def run_delay_and_launch_errors(rank: int, world: int, delay_s: float) -> dict:
     """A delayed chunk still gives the right result; launches that contradict the schedule raise
     LaunchError on every rank."""
     import syncopy
-    from syncopy.runtime.link import Faults
+    from syncopy.runtime.transport.link import Faults
 
     out: dict = {}
     # Shard shapes that differ between ranks (rank 1 brings one more row).
@@ -562,7 +562,7 @@ def run_producer_matrix(rank: int, world: int, cases: list[dict]) -> list[dict]:
 def run_producer_overlap(rank: int, world: int, latency_s: float) -> list:
     """gemm_rs with a slow link: traces of two launches (chunks sent while tiles still run)."""
     from syncopy import templates
-    from syncopy.runtime.link import Link
+    from syncopy.runtime.transport.link import Link
 
     import torch
 
@@ -584,7 +584,7 @@ def run_producer_drop(rank: int, world: int, drop: tuple[int, int], timeout_s: f
     import torch
 
     from syncopy import templates
-    from syncopy.runtime.link import Faults
+    from syncopy.runtime.transport.link import Faults
 
     case = {"template": "gemm_rs", "chunks": 2, "order": "local_first"}
     mod = templates.get("gemm_rs").module
@@ -609,7 +609,7 @@ def run_explicit(rank: int, world: int, example: str, rows: int) -> dict:
     per label the errors, traces and the plan's arrival order, flags per chunk and flag positions."""
     import syncopy
     from syncopy.schedule import load_schedule
-    from syncopy.schedule.explicit import expand
+    from syncopy.schedule.expand import expand
 
     out: dict = {}
     schedules = {"example": load_schedule(example),
@@ -648,7 +648,7 @@ def run_auto(rank: int, world: int, rows_list: list[int], bandwidth_Bps: float) 
 
     import syncopy
     from syncopy.planner.auto import HARDWARE_ENV
-    from syncopy.runtime.link import Link
+    from syncopy.runtime.transport.link import Link
 
     if rank == 1:
         os.environ[HARDWARE_ENV] = "h100-nvlink"
@@ -702,7 +702,7 @@ def run_kill(rank: int, world: int, order, kill: tuple[int, int], timeout_s: flo
     import torch
 
     from syncopy import templates
-    from syncopy.runtime.link import Faults
+    from syncopy.runtime.transport.link import Faults
 
     name = "gemm_rs" if producer else "ag_gemm"
     t = templates.get(name)
@@ -750,7 +750,7 @@ def run_absent_first_launch(rank: int, world: int, timeout_s: float) -> dict:
 
 
 def control_bound(timeout_s: float) -> float:
-    from syncopy.runtime.backends.control import wait_bound
+    from syncopy.runtime.transport.backends.control import wait_bound
 
     return wait_bound(timeout_s)
 
@@ -800,8 +800,8 @@ def run_reorder_oracle(rank: int, world: int, launches: int) -> list[dict]:
     import torch
 
     import syncopy
-    from syncopy.runtime.context import Context
-    from syncopy.runtime.link import Link
+    from syncopy.runtime.state.context import Context
+    from syncopy.runtime.transport.link import Link
 
     log: list[dict] = []
     land = Context.land

@@ -1,0 +1,197 @@
+"""The order tiles run in: each program's chunk range (probed, or computed in the kernel), sorted by
+arrival (consumer) or send order (producer), laid out as the table the kernel reads by execution slot."""
+from __future__ import annotations
+
+
+import torch
+
+from syncopy import device as dev
+from syncopy.errors import LaunchError
+from syncopy.passes.names import ASYNC_PROXY_FLAG
+from syncopy.runtime.state import plan as planning
+from syncopy.runtime.state.context import Context
+from syncopy.runtime.where import has_async_proxy, interpreting
+
+
+def slot_tiles(order: torch.Tensor, n_tiles: int) -> list[int]:
+    """The tile each execution slot runs, read back from an order table (see `FusedKernel._order`)."""
+    return order[dev.SLOT_WORDS * n_tiles:].tolist()
+
+
+def slot_records(order: torch.Tensor, n_tiles: int) -> list[tuple[int, ...]]:
+    """Per slot the record the kernel reads: (pid0, pid1, pid2, first chunk, last chunk)."""
+    flat = order[: dev.SLOT_WORDS * n_tiles].tolist()
+    return [tuple(flat[k : k + dev.SLOT_WORDS]) for k in range(0, len(flat), dev.SLOT_WORDS)]
+
+
+class TileOrder:
+    """How a launch's tiles are ordered and what the kernel is told of it (FusedKernel mixes this in)."""
+
+    link_args: dict = {}  # a pipeline's variant: syncopy_in_* / syncopy_out_* (runtime/pipeline/__init__.py)
+
+    def _extra(self, ctx: Context, order: torch.Tensor, trace_buf: torch.Tensor, table: bool | None = None) -> dict:
+        if table is None:
+            table = self._built is not None and self._built[2] is not None
+        extra = {"syncopy_ctx": ctx.ctx, "syncopy_signals": ctx.signals, "syncopy_order": order,
+                 "syncopy_trace": trace_buf, "SYNCOPY_TRACE": self.trace, "SYNCOPY_TABLE": table}
+        if self._built[0].binding.descriptors:
+            extra[ASYNC_PROXY_FLAG] = has_async_proxy(ctx.ctx.device)
+        extra.update(self.link_args)  # a pipeline's variant: its links' contexts and signal pads
+        return extra
+
+    def _order(self, ctx: Context, grid, args: dict, backend) -> tuple[torch.Tensor, list, list]:
+        """Tile order for this launch shape: probe each program's chunk range, sort by arrival."""
+        t, fused, probe, _ = self._built
+        z_fastest = getattr(backend, "z_fastest", False) if backend is not None else interpreting()
+        if t.persistent is not None:
+            # Tiles come from the kernel's own loop: the table is per tile id (runtime/launch/persistent_order.py).
+            from syncopy.runtime.launch import persistent_order as persistent
+
+            return persistent.order(self, ctx, grid, args, sequential=z_fastest)
+        key = self._shape_key(grid, args)
+        dims = key[0]
+        n = dims[0] * dims[1] * dims[2]
+        if ctx.plan.uneven:  # chunks' rows change with each launch's split sizes
+            key = (*key, ctx.plan.recv_splits)
+        # A producer whose write rows come from loaded data is probed at every launch (on GPUs the
+        # probe's answer is read back: a host sync that only such kernels pay).
+        if key in ctx.orders and not t.fresh_probe:
+            return ctx.orders[key]
+        ranges: list[tuple[int, int]] = [(0, -1)] * n
+        written = None
+        if probe is not None:
+            ranges, written = self._probe(ctx, grid, args, probe, n)
+        if self.producer:
+            # A probe program that ended before recording (a return the address slice kept) writes nothing.
+            ranges = [(lo, hi) if 0 <= lo <= hi else (0, -1) for lo, hi in ranges]
+        tiles = planning.tile_order(ranges, ctx.plan.position(), producer=self.producer)
+        if self.producer:
+            self._check_coverage(ctx, ranges, args, written)
+            ctx.tiles_per_chunk[key] = self._tiles_per_chunk(ctx, ranges)
+        # The table is indexed by hardware linear id; place tiles so that the backend's execution
+        # order (z fastest under the interpreter, x fastest on GPUs) runs them in sorted order.
+        g0, g1, g2 = dims
+        if z_fastest:
+            slots = [x + g0 * (y + g1 * z) for x in range(g0) for y in range(g1) for z in range(g2)]
+        else:
+            slots = list(range(n))
+        table = [0] * n
+        for s, tile in zip(slots, tiles):
+            table[s] = tile
+        # [(pid0, pid1, pid2, first, last) per slot | tile per slot]: device.slot_entry reads the first part.
+        records = []
+        for tile in table:
+            records += [tile % g0, (tile // g0) % g1, tile // (g0 * g1), *ranges[tile]]
+        order = torch.tensor(records + table, dtype=torch.int32, device=ctx.buffer.device)
+        ctx.orders[key] = (order, ranges, [table[s] for s in slots])
+        return ctx.orders[key]
+
+    def _probe(self, ctx: Context, grid, args: dict, probe, n: int) -> tuple[list[tuple[int, int]], int | None]:
+        """Each program's chunk range, from the probe kernel, and the rows the grid touches (None
+        where unknown). Along dim 0 the probe runs with a ctx in which every row is its own chunk and
+        the buffer has no end, so it reports rows, past the buffer too (the kernel clamps them to
+        its last chunk); _check_rows refuses those, and the rows map to chunks here the way
+        device._chunk_of_row maps them."""
+        out = torch.full((2 * n,), -1, dtype=torch.int32, device=ctx.buffer.device)
+        dummy = torch.zeros(1, dtype=torch.int32, device=ctx.buffer.device)
+        extra = self._extra(ctx, dummy, dummy, table=False)
+        by_rows = self._probe_rows(ctx, extra)
+        probe[grid](**args, **extra, syncopy_probe_out=out)
+        flat = out.tolist()
+        ranges = [(flat[2 * i], flat[2 * i + 1]) for i in range(n)]
+        if not by_rows:
+            return ranges, None
+        written = max((hi for lo, hi in ranges if 0 <= lo <= hi), default=-1) + 1
+        self._check_rows(ctx, written, args)
+        # Empty ranges (hi < lo) and programs that stored nothing (-1, -1) stay as the probe left them.
+        return [(ctx.unit_of_row(lo), ctx.unit_of_row(hi)) if 0 <= lo <= hi else (lo, hi) for lo, hi in ranges], written
+
+    def _probe_rows(self, ctx: Context, extra: dict) -> bool:
+        """Make the probe report rows instead of chunks (see _probe), where rows can be told: along
+        dim 0 (elsewhere a row is an offset modulo the size). `extra` is the probe's launch arguments."""
+        if self.schedule.dim != 0 or (ctx.plan.rows_per_rank <= 0 and not ctx.plan.uneven):
+            return False
+        # A bound that left out a mask changing with the loop (infer._corners) may reach past the
+        # buffer where the kernel reads nothing: only its chunks, clamped to the buffer, say anything.
+        if any(a.clamped for g in self._built[0].binding.groups for a in g.accesses):
+            return False
+        extra["syncopy_ctx"] = ctx.ctx.clone()
+        extra["syncopy_ctx"][dev.CTX_CHUNKS.value] = ctx.plan.rows_per_rank
+        if ctx.plan.uneven:  # one block of 2^31 - 1 rows, each its own chunk: the probe reports rows
+            extra["syncopy_ctx"][dev.CTX_ROWS.value] = extra["syncopy_ctx"][dev.CTX_CHUNKS.value] = 2**31 - 1
+        extra["syncopy_ctx"][dev.CTX_SIZE.value] = 2**31 - 1  # probe_store keeps int32
+        return True
+
+    def _check_rows(self, ctx: Context, written: int, args: dict) -> None:
+        """Refuse a grid that touches rows past the communicated buffer, before any transfer starts:
+        a consumer would read past the gathered tensor, a producer write past its buffer."""
+        size = ctx.plan.size if ctx.plan.uneven else ctx.buffer.shape[ctx.dim]
+        if written <= size:
+            return
+        tensor, per_rank, world, pattern = self.schedule.tensor, ctx.plan.rows_per_rank, ctx.plan.world, self.schedule.pattern
+        if pattern == "reduce_scatter":
+            if written % world:
+                fix = (f", which {world} ranks cannot share evenly; write a multiple of {world} rows and give '{tensor}' "
+                       f"that number / {world}")
+            else:
+                fix = f" = {written // world} per rank x {world}; give '{tensor}' {written // world} rows"
+            raise LaunchError(f"'{tensor}' receives {per_rank} rows per rank, but the kernel writes {written} rows{fix}")
+        if pattern == "all_reduce":
+            raise LaunchError(f"the kernel writes rows up to {written - 1} of '{tensor}' but '{tensor}' has {size} rows; "
+                              f"all_reduce takes the full result: give '{tensor}' {written} rows")
+        what, whose = ("gathered", "per rank") if pattern == "all_gather" else ("received", "from each rank")
+        count = [k for k, v in args.items() if type(v) is int and v == written]
+        fix = (f"pass {count[0]} = {size}, the {what} rows" if len(count) == 1
+               else f"launch with the {what} row count, {size}, and a grid that reads no further")
+        split = f"output splits {list(ctx.plan.recv_splits)}" if ctx.plan.uneven else f"{per_rank} {whose} x {world} ranks"
+        raise LaunchError(f"the grid reads rows up to {written - 1} of '{tensor}' but the {what} '{tensor}' has {size} rows "
+                          f"({split}); {fix}")
+
+    def _shape_key(self, grid, args: dict) -> tuple:
+        """What a tile order depends on: the grid and the scalar arguments (tensor shapes are part of the
+        context's key already)."""
+        scalars = tuple((k, v) for k, v in sorted(args.items()) if not isinstance(v, torch.Tensor))
+        return self._grid(grid, args), scalars
+
+    def _check_coverage(self, ctx: Context, ranges: list[tuple[int, int]], args: dict, written: int | None = None) -> None:
+        """A grid may leave chunks unwritten, as the local kernel may leave rows of its output: those
+        chunks keep the partial's initial contents (_init_partial) and are announced at launch start.
+        Refused only where the output is evidently the wrong size (_should_blame_output_rows)."""
+        missing = [g for g in range(ctx.n_chunks) if not ctx.plan.empty(g) and not any(lo <= g <= hi for lo, hi in ranges)]
+        if missing and self._should_blame_output_rows(ctx, args, written):
+            lo, hi = ctx.plan.bounds(missing[0])
+            tensor, world, size = self.schedule.tensor, ctx.plan.world, ctx.buffer.shape[ctx.dim]
+            raise LaunchError(
+                f"'{tensor}' has {ctx.plan.rows_per_rank} rows, but reduce_scatter gives each rank its rows of the result "
+                f"(rows / world) and the kernel writes {written} rows: give '{tensor}' {written // world} rows "
+                f"({written} / {world} ranks); as passed, '{tensor}' needs a grid that writes all {size} rows, and no "
+                f"program writes rows {lo}..{hi - 1} (chunk {missing[0]})"
+            )
+
+    def _should_blame_output_rows(self, ctx: Context, args: dict, written: int | None) -> bool:
+        # reduce_scatter only: its output is this rank's part, the usual mistake is passing the whole result.
+        # The probe saw where the writes end (dim 0), and they split evenly over the ranks.
+        # A row-count argument equals the rows written: the grid covers the kernel's rows, so the output is wrong.
+        # None equals the rows of the full partial: a kernel told the true row count that writes fewer
+        # (a partial grid, a bound like `rows < MW`) means it, and its other rows stay zero.
+        # Rows that come from loaded data (fresh_probe) say nothing of the output's size.
+        size = ctx.buffer.shape[ctx.dim]
+        return (self.schedule.pattern == "reduce_scatter" and not self._built[0].fresh_probe
+                and written is not None and 0 < written < size
+                and written % ctx.plan.world == 0
+                and any(type(v) is int and v == written for v in args.values())
+                and not any(type(v) is int and v == size for v in args.values()))
+
+    @staticmethod
+    def _tiles_per_chunk(ctx: Context, ranges: list[tuple[int, int]]) -> list[int]:
+        need = [0] * ctx.n_chunks
+        for lo, hi in ranges:
+            for g in range(max(lo, 0), hi + 1):
+                need[g] += 1
+        return need
+
+    @staticmethod
+    def _grid(grid, args) -> tuple[int, int, int]:
+        g = grid(args) if callable(grid) else grid
+        g = tuple(int(x) for x in g)
+        return (g + (1, 1, 1))[:3]
