@@ -171,17 +171,17 @@ def wait_overhead(shapes, world=4, chunks=4):
         lw.launch(grid, _args(shard0, b, c, m, n, k), dict(META), peers, presignal=True)
         assert torch.allclose(c.float(), full.float() @ b.float(), atol=1.0, rtol=2e-2)
         ctx = next(iter(lw.contexts.values()))
-        _, fused, _, _ = fk._built
+        _, fused, _, _ = fk.kernel.built
         call = dict(zip(["A", "B", "C", "M", "N", "K", "stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_cm", "stride_cn"], _args(ctx.buffer, b, c, m, n, k)))
         call.update({key: v for key, v in META.items() if key not in ("num_warps", "num_stages")})
-        order, _, _ = fk._order(ctx, grid, call, None)
+        order, _, _ = fk.orders.order(ctx, grid, call, None)
         dummy = torch.zeros(1, dtype=torch.int32, device="cuda")
         launch = {key: v for key, v in META.items() if key in ("num_warps", "num_stages")}
         n_tiles = grid[0]
         records = dict(zip(slot_tiles(order, n_tiles), slot_records(order, n_tiles)))  # tile -> its record
         identity = torch.tensor([x for tile in range(n_tiles) for x in records[tile]] + list(range(n_tiles)),
                                 dtype=torch.int32, device="cuda")
-        extra, computed, ident = fk._extra(ctx, order, dummy), fk._extra(ctx, order, dummy, table=False), fk._extra(ctx, identity, dummy)
+        extra, computed, ident = fk.kernel.syncopy_args(ctx, order, dummy), fk.kernel.syncopy_args(ctx, order, dummy, table=False), fk.kernel.syncopy_args(ctx, identity, dummy)
         # Breakdown: ranges computed in the kernel (no probe table), and no tile reorder at all.
         # Both kernels again with the peers' rows copied beside them into a scratch buffer (the
         # link's traffic, nothing waits for it): what the copies cost each kernel.

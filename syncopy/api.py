@@ -16,33 +16,28 @@ run in the order their chunks arrive.
 """
 from __future__ import annotations
 
+import copy
 import inspect
 import os
-import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
 
-from typing import TYPE_CHECKING
-
 from syncopy.errors import LaunchError
+from syncopy.runtime.launch import reference, sequence, tuning
+from syncopy.runtime.launch.binding import Binder
+from syncopy.runtime.launch.contexts import Contexts
+from syncopy.runtime.launch.kernel import Built, Kernel
+from syncopy.runtime.launch.order import TileOrders
+from syncopy.runtime.launch.tracing import Tracer
 from syncopy.runtime.state import plan as planning
-from syncopy.runtime.transport import backends, splits
-from syncopy.runtime.launch import tuning
-from syncopy.runtime.state.context import Context
 from syncopy.runtime.trace.records import Trace
+from syncopy.runtime.transport import backends
 from syncopy.runtime.transport.link import Faults, Link
 from syncopy.schedule import Schedule, load_schedule
 from syncopy.schedule.model import PRODUCER_PATTERNS
-# The launch's parts live in syncopy/runtime/launch; FusedKernel is their user-facing face (imports flow one way: api -> runtime).
-from syncopy.runtime.launch.binding import Binding
-from syncopy.runtime.launch.contexts import Contexts, checked_group
-from syncopy.runtime.where import ensure_allocator
-from syncopy.runtime.launch.order import TileOrder
-from syncopy.runtime.pipeline.run import Linking
-from syncopy.runtime.launch.sequence import LaunchSequence
-from syncopy.runtime.launch.tracing import Tracing
 
 if TYPE_CHECKING:
     from syncopy.passes.transformed import Transformed
@@ -82,12 +77,22 @@ def _check_timeout(timeout_s) -> None:
         raise LaunchError(f"timeout_s must be a positive number of seconds, at most {MAX_TIMEOUT_S:g} (got {timeout_s!r}); e.g. timeout_s=60")
 
 
-class FusedKernel(Binding, Contexts, TileOrder, Tracing, LaunchSequence, Linking):
+class FusedKernel:
     """A local Triton kernel fused with the communication its schedule describes.
 
     Launch it like the local kernel, `fused[grid](*args, group=pg)`, passing the communicated argument
     at its per-rank (sharded) size. `fused.reference[grid](...)` runs the unfused equivalent.
+
+    It holds the parts of a launch (syncopy/runtime/launch/): `kernel` (the fused kernel, compiled
+    once), `binder` (a launch's arguments by name), `contexts` (buffers, signal pads and backends per
+    shape), `orders` (the tile order per launch shape) and `tracer`; a launch is
+    `runtime.launch.sequence.launch`, one function calling them in order. What it keeps besides are
+    its settings (the options of `syncopy.overlap`) and what the last launch ran with.
     """
+
+    #: The budgets of the contexts kept per group (runtime/launch/contexts.py); None: the environment's, or the default.
+    max_contexts: int | None = None
+    max_context_bytes: int | None = None
 
     def __init__(self, kernel, schedule: Schedule, *, backend: str = "auto", timeout_s: float = 60.0,
                  link: Link | None = None, faults: Faults | None = None, trace: bool | str | os.PathLike = False,
@@ -103,7 +108,6 @@ class FusedKernel(Binding, Contexts, TileOrder, Tracing, LaunchSequence, Linking
         _check_max_rows(max_rows)
         self.local = jit_fn
         self.max_rows = max_rows  # buffers provisioned for this many rows per rank, shared by smaller shapes
-        self._arenas: dict = {}  # (group token, dtype, device) -> Arena (runtime/state/context.py)
         # A kernel from syncopy.load is the fused one already: no local kernel to time configs on.
         self.tuning = tuning.Tuning(layers, jit_fn.fn.__name__, can_time=_loaded is None) if layers else None
         self.producer = schedule.pattern in PRODUCER_PATTERNS
@@ -133,57 +137,43 @@ class FusedKernel(Binding, Contexts, TileOrder, Tracing, LaunchSequence, Linking
                     f"kernel '{jit_fn.fn.__name__}' has no argument '{tensor}' (schedule key tensor); "
                     f"its arguments are {', '.join(self.signature.parameters)}"
                 )
-        self._built: tuple[Transformed, object, object, Path] | None = None
         self.loaded = _loaded is not None
-        if _loaded is not None:  # (probe, what the runtime needs to know): built by `syncopy transform --loadable`
-            probe, t = _loaded
-            self._built = (t, jit_fn, probe, Path(t.source.path))
-        self._positions: dict[tuple, list[str]] = {}  # (positions, keywords) of a launch -> the names of its positions
-        self._contexts: dict[tuple, tuple[Context, object]] = {}
-        # Threads may share an operator (a template op is one operator per process): launches on one
-        # group take turns (see _serialised_launch); the compile step runs once.
-        self._build_lock = threading.Lock()
-        self._last_stream: dict = {}  # (group token, CUDA device) -> the stream of the last launch there
+        # A pipeline's variant (`linked`): the tensors linked to its neighbours, {"wait": ..., "notify": ...},
+        # and at each launch its links' contexts and signal pads (syncopy_in_* / syncopy_out_*).
+        self.link_roles: dict = {}
+        self.link_args: dict = {}
         self.last_trace: Trace | None = None
         # What the last launch ran with; for `auto` schedules, the planner's choice and its reason.
         self.resolved_chunks_per_rank: int | None = None
         self.resolved_order: str | list[int] | None = None
         self.last_resolution = None  # syncopy.planner.auto.Resolution, for `auto` schedules
+        built = None
+        if _loaded is not None:  # (probe, what the runtime needs to know): built by `syncopy transform --loadable`
+            probe, t = _loaded
+            built = Built(t, jit_fn, probe, Path(t.source.path))
+        self._make_parts(built)
+
+    def _make_parts(self, built: Built | None = None) -> None:
+        """The parts of a launch, each holding its own state (a variant makes its own, see `linked`)."""
+        self.kernel = Kernel(self, built)
+        self.binder = Binder(self)
+        self.contexts = Contexts(self)
+        self.orders = TileOrders(self)
+        self.tracer = Tracer(self)
 
     # -- compile --------------------------------------------------------------------------------
     def build(self) -> Transformed:
         """Run the passes (once) and import the generated module."""
-        with self._build_lock:
-            if self._built is None:
-                # The frontend (libcst) only here: a kernel from syncopy.load never builds.
-                from syncopy.emit import source as emit
-                from syncopy.frontend.source import from_jit
-                from syncopy.passes import read_check, transform
-
-                ks = from_jit(self.local)
-                if self.link_roles:  # a pipeline's variant: its links' waits and notifies first (passes/link.py)
-                    from syncopy.passes import link
-
-                    ks = link.apply(ks, **self.link_roles)
-                t = transform(ks, self.schedule)
-                if self.checked if self.checked is not None else read_check.enabled_by_env():
-                    t = read_check.apply(t)
-                fused, probe, path = emit.load(t, self.local.fn.__globals__)
-                if self.dump_dir is not None:
-                    emit.dump(t, self.dump_dir)
-                self._built = (t, fused, probe, path)
-        return self._built[0]
+        return self.kernel.build().transformed
 
     @property
     def source(self) -> str:
         """The generated module's text."""
-        self.build()
-        return self._built[3].read_text()
+        return self.kernel.build().path.read_text()
 
     @property
     def fused(self):
-        self.build()
-        return self._built[1]
+        return self.kernel.build().fused
 
     # -- launch ---------------------------------------------------------------------------------
     def backend_for(self, device, group=None) -> str:
@@ -200,11 +190,23 @@ class FusedKernel(Binding, Contexts, TileOrder, Tracing, LaunchSequence, Linking
             from syncopy.runtime import pipeline
 
             recording = pipeline.recording()
-            if recording is not None:  # inside `with pipe:` the launch joins the pipeline (runtime/pipeline/__init__.py)
+            if recording is not None:  # inside `with pipe:` the launch joins the pipeline (runtime/pipeline/)
                 return recording.add(self, grid, args, kwargs, group)
-            return self._serialised_launch(grid, args, kwargs, group)
+            return sequence.launch(self, grid, args, kwargs, group)
 
         return launch
+
+    # What Triton's wrappers call on the kernel they wrap, so that `@triton.heuristics` may sit above
+    # `@syncopy.overlap` too. (`@triton.autotune` belongs below it: timing a fused launch would
+    # launch collectives a different number of times on each rank.)
+    @property
+    def arg_names(self) -> list[str]:
+        return list(self.signature.parameters)
+
+    def run(self, *args, grid, warmup=False, group=None, **kwargs):
+        if warmup:
+            raise LaunchError(f"'{self.local.fn.__name__}': a fused kernel cannot be warmed up alone; launch it")
+        return sequence.launch(self, grid, args, kwargs, group)
 
     @property
     def reference(self):
@@ -214,73 +216,43 @@ class FusedKernel(Binding, Contexts, TileOrder, Tracing, LaunchSequence, Linking
         class _Ref:
             def __getitem__(self, grid):
                 def run(*args, group=None, **kwargs):
-                    fk._refuse_grad(args, kwargs)  # the local kernel records no autograd graph either
-                    return fk._reference(grid, args, kwargs, group)
+                    return reference.run(fk, grid, args, kwargs, group)
 
                 return run
 
         return _Ref()
 
+    def synchronize(self) -> None:
+        """Wait for this operator's launches so far and raise the first error among them
+        (SyncopyTimeout, naming rank, chunk and epoch). On GPUs a warm launch returns once its work
+        is enqueued, like any CUDA op (p2p with one rank per GPU, and a world of one); its errors
+        surface at the next launch of the same shape or here. CPU launches return when they are done and raise at once."""
+        sequence.synchronize(self)
 
-    def _reference(self, grid, args, kwargs, group):
-        if self.loaded:
-            raise LaunchError(f"'{self.local.fn.__name__}' comes from syncopy.load: its file holds the fused kernel only, so there is "
-                              "no local kernel to run unfused; decorate the original kernel with syncopy.overlap for .reference")
-        group = checked_group(group)
-        kwargs = dict(kwargs)
-        split = splits.pop(kwargs, self.signature.parameters, self.schedule.pattern, self.local.fn.__name__)
-        bound, shard, options = self._bind(args, kwargs)
-        ensure_allocator(shard.device)
-        if self.producer:
-            return self._reference_producer(grid, bound, shard, options, group)
-        if self.schedule.pattern == "all_to_all":
-            if self.schedule.dim != 0:
-                raise LaunchError("the all_to_all reference splits along dim 0; use dim: 0")
-            if not self._uneven(split, shard):
-                received = torch.empty_like(shard)
-                dist.all_to_all_single(received, shard.contiguous(), group=group)
-            else:  # uneven: all_to_all_single with the same splits (the counts exchanged and checked the same way)
-                world, rank, kernel = dist.get_world_size(group), dist.get_rank(group), self.local.fn.__name__
-                send, said, error = splits.local(split, shard, self.schedule.tensor, self.schedule.dim, world, kernel)
-                recv = splits.exchange(send, said, error, group, world, rank, kernel)
-                received = shard.new_empty((sum(recv), *shard.shape[1:]))
-                dist.all_to_all_single(received, shard.contiguous(), list(recv), list(send), group=group)
-            call_args = dict(bound)
-            call_args[self.schedule.tensor] = received
-            self._run_local(grid, call_args, options, group)
-            return
-        from syncopy.runtime.launch.reference import all_gather_rows
+    def release(self, group=None) -> None:
+        """Drop this operator's buffers, signal pads and tile tables: of `group`, or of every group
+        (None). Like a launch, every rank of the group calls it at the same point of its launches
+        (the next launch of a shape is a first launch again, which is collective). On GPUs it waits
+        for the launches still running first."""
+        self.contexts.release(group)
 
-        call_args = dict(bound)
-        for name in self.schedule.tensors:  # every listed tensor, gathered along `dim`
-            if self.schedule.dim == 0:
-                call_args[name] = all_gather_rows(bound[name], group)
-            else:
-                parts = [torch.empty_like(bound[name]) for _ in range(dist.get_world_size(group))]
-                dist.all_gather(parts, bound[name], group=group)
-                call_args[name] = torch.cat(parts, dim=self.schedule.dim).contiguous()
-        self._run_local(grid, call_args, options, group)
+    def context_budget(self) -> tuple[int, int]:
+        """(contexts, bytes) this operator keeps per process group."""
+        return self.contexts.budget()
 
-
-    def _reference_producer(self, grid, bound: dict, out: torch.Tensor, options: dict, group) -> None:
-        """all_reduce: the local kernel on this rank's `out` as passed (it may read it: `C += A @ B`),
-        then all_reduce, so out = sum over ranks r of kernel(C_r). reduce_scatter: the local kernel
-        into a full buffer of zeros, then reduce_scatter_tensor, so unwritten elements sum to 0."""
-        world = dist.get_world_size(group)
-        call_args = dict(bound)
-        if self.schedule.pattern == "all_reduce":
-            self._run_local(grid, call_args, options, group)
-            dist.all_reduce(out, group=group)
-            return
-        shape = list(out.shape)
-        shape[self.schedule.dim] *= world
-        full = torch.zeros(shape, dtype=out.dtype, device=out.device)
-        call_args[self.schedule.tensor] = full
-        self._run_local(grid, call_args, options, group)
-        # gloo has no reduce_scatter: all_reduce and keep this rank's part (same sums).
-        dist.all_reduce(full, group=group)
-        rows = out.shape[self.schedule.dim]
-        out.copy_(full.narrow(self.schedule.dim, dist.get_rank(group) * rows, rows))
+    # -- pipelines ------------------------------------------------------------------------------
+    def linked(self, wait: str | None = None, notify: str | None = None) -> FusedKernel:
+        """This operator as a pipeline runs it: its tiles wait for the chunks of `wait` that the
+        operator before it announces, and announce the chunks of `notify` they finish (either None).
+        A new operator with its own parts (contexts, kernel); the link's context and signal pad come
+        in `link_args` at each launch (runtime/pipeline/)."""
+        variant = copy.copy(self)
+        variant.link_roles = {k: v for k, v in (("wait", wait), ("notify", notify)) if v is not None}
+        variant.link_args = {}
+        variant.traced_launches, variant.last_trace = [], None
+        variant.trace_file = None  # the pipeline writes one trace of all its operators
+        variant._make_parts()
+        return variant
 
 
 def _user_signature(fn) -> inspect.Signature:

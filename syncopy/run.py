@@ -168,7 +168,7 @@ def _rank_body(opts: RunOptions) -> dict:
             "planner": resolution.describe() if resolution is not None else None,
             # Per-shape state: one context (buffers, signal pad, plan) per distinct shard shape, made
             # collectively at its first launch and reused when the shape comes back.
-            "contexts": sum(len(getattr(op, "_contexts", {})) for op in (fused, fallback) if op is not None),
+            "contexts": sum(len(op.contexts.table) for op in (fused, fallback) if op is not None),
             "shapes": len({tuple(r["shape"]) for r in launches})}
 
 

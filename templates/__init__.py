@@ -15,7 +15,16 @@ from functools import lru_cache
 from importlib import resources
 
 from syncopy.errors import SyncopyError
-from syncopy.runtime.launch.reference import all_gather_rows  # noqa: F401  (the templates' references use it)
+
+
+def __getattr__(name):
+    # The collective the templates' references run: imported when a template asks for it, so that
+    # listing the templates loads no torch.
+    if name == "all_gather_rows":
+        from syncopy.runtime.launch.reference import all_gather_rows
+
+        return all_gather_rows
+    raise AttributeError(f"module 'syncopy.templates' has no attribute {name!r}")
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 
 import torch
 
@@ -78,3 +79,16 @@ def ensure_allocator(device: torch.device) -> None:
     current = current.get() if hasattr(current, "get") else current
     if isinstance(current, _allocation.NullAllocator):
         triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device=device))
+
+
+#: How often (seconds) Python switches threads where threads run beside an interpreted kernel.
+THREAD_SWITCH_S = 0.001
+
+
+def switch_threads_often() -> None:
+    """An interpreted kernel's programs hold the GIL between thread switches, and the threads beside
+    it (gloo's receive threads, a CPU stream's worker waiting on a flag to send a chunk) raise flags
+    and send chunks only when they get it: at Python's default interval (5 ms) a worker woke for its
+    first flag only after a 50 ms kernel had ended. Switch every millisecond instead."""
+    if sys.getswitchinterval() > THREAD_SWITCH_S:
+        sys.setswitchinterval(THREAD_SWITCH_S)

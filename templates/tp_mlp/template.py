@@ -2,6 +2,7 @@
 MLP as two fused operators linked by per-chunk signals on H (syncopy.pipeline); shape M,N,F with M the
 tokens per rank, N the model width and F the FFN width per rank."""
 import copy
+import types
 from importlib import resources
 
 import torch
@@ -70,13 +71,14 @@ class TpMlp:
         self.pipeline.synchronize()
 
     @property
-    def _contexts(self) -> dict:
-        """Every linked operator's contexts (what `syncopy run` counts)."""
-        out = {}
+    def contexts(self):
+        """Every linked operator's contexts, as an operator's `contexts` holds them (its `table`: what
+        `syncopy run` counts)."""
+        table = {}
         for plan in self.pipeline.plans.values():
             for v in plan.variants:
-                out.update({(id(v), k): c for k, c in v._contexts.items()})
-        return out
+                table.update({(id(v), k): c for k, c in v.contexts.table.items()})
+        return types.SimpleNamespace(table=table)
 
 
 def make_operator(chunks_per_rank=None, order=None, trace=False, link_chunks=None, **options):

@@ -120,6 +120,7 @@ def sync_free(rank: int, world: int, whole: bool, timeout_s: float = 20.0) -> di
     """Warm launches with torch.cuda.set_sync_debug_mode("error"): around the pipeline's own work
     (the operators' own launches run in the default mode: `whole=False`), or around everything."""
     from syncopy import templates
+    from syncopy.runtime.launch import sequence
 
     device = torch.device("cuda", 0)
     torch.cuda.set_device(device)
@@ -128,18 +129,17 @@ def sync_free(rank: int, world: int, whole: bool, timeout_s: float = 20.0) -> di
     parts = [_inputs(world, shape, seed) for seed in range(3)]
     _launch(op, parts[0], rank, device)  # the first launch compiles, probes and meets the peers
     op.pipeline.synchronize()
-    variant_class = type(next(iter(op.pipeline.plans.values())).variants[0])
-    own_launch = variant_class._serialised_launch
+    own_launch = sequence.launch  # every operator's launch (the pipeline's variants' too)
 
-    def operators_in_default_mode(self, *args):
+    def operators_in_default_mode(*args):
         torch.cuda.set_sync_debug_mode("default")
         try:
-            return own_launch(self, *args)
+            return own_launch(*args)
         finally:
             torch.cuda.set_sync_debug_mode("error")
 
     if not whole:
-        variant_class._serialised_launch = operators_in_default_mode
+        sequence.launch = operators_in_default_mode
     ys, on_gpu = [], [{k: v.to(device) for k, v in p[rank].items()} for p in parts[1:]]  # copies from the host sync
     torch.cuda.set_sync_debug_mode("error")
     try:
@@ -147,7 +147,7 @@ def sync_free(rank: int, world: int, whole: bool, timeout_s: float = 20.0) -> di
             ys.append(_launch_on(op, inp))
     finally:
         torch.cuda.set_sync_debug_mode("default")
-        variant_class._serialised_launch = own_launch
+        sequence.launch = own_launch
     op.pipeline.synchronize()
     return {"worst": max(_rel_err(y, _reference(p, rank, device)) for y, p in zip(ys, parts[1:])),
             "side": op.pipeline.placement.side}

@@ -44,7 +44,7 @@ def test_producer_flags_and_counters_reach_their_targets_every_launch(world_of_o
         c = t.module.launch(fused, a, b, BLOCK_M=64, BLOCK_N=64, BLOCK_K=32)
         ref = a.float() @ b.float()
         worst = max(worst, (c.float() - ref).abs().max().item() / max(1.0, ref.abs().max().item()))
-        ctx = next(ctx for (ctx, _) in fused._contexts.values() if ctx.buffer.shape[0] == m)
+        ctx = next(ctx for (ctx, _) in fused.contexts.table.values() if ctx.buffer.shape[0] == m)
         torch.cuda.synchronize()
         n = ctx.n_chunks
         flags = ctx.signals[dev.SIG_HEADER : dev.SIG_HEADER + n].tolist()
@@ -72,7 +72,7 @@ def test_evicted_world_of_one_contexts_free_their_error_rings(world_of_one):
         c = t.module.launch(fused, a, b, BLOCK_M=64, BLOCK_N=64, BLOCK_K=32)
         ref = a.float() @ b.float()
         worst = max(worst, (c.float() - ref).abs().max().item() / max(1.0, ref.abs().max().item()))
-        (ctx, _), = fused._contexts.values()
+        (ctx, _), = fused.contexts.table.values()
         rings.append(ctx.own_errors)
     assert worst < 2e-2
     assert all(not r.done for r in rings[:-1]) and len(rings[-1].done) == rings[-1].RING  # the evicted ones were freed

@@ -70,7 +70,7 @@ def test_compiled_producers_equal_their_reference(world_of_one, name, pattern):
         _launch(fused.reference, name, a, b, want, extra)
         torch.cuda.synchronize()
         assert torch.allclose(got, want, atol=1e-2, rtol=1e-3), f"launch {launch}: {(got - want).abs().max().item()}"
-        (ctx, _), = fused._contexts.values()
+        (ctx, _), = fused.contexts.table.values()
         n = ctx.n_chunks
         flags = ctx.signals[dev.SIG_HEADER : dev.SIG_HEADER + n].tolist()
         counters = ctx.signals[dev.SIG_HEADER + n + 2 : dev.SIG_HEADER + 2 * n + 2].tolist()

@@ -59,7 +59,7 @@ class _Watch:
             return
         side = torch.cuda.Stream()
         with torch.cuda.stream(side):
-            for ctx, _ in list(self.fused._contexts.values()):
+            for ctx, _ in list(self.fused.contexts.table.values()):
                 snap = ctx.signals.to("cpu", non_blocking=False).tolist()
                 print(f"[gpu world] {self.label}: still in the launch after {self.seconds:g}s; epoch {ctx.epoch}, "
                       f"signals {snap[:64]}", flush=True)
@@ -79,7 +79,7 @@ def _snapshot(fused) -> str:
 
     torch.cuda.synchronize()
     out = []
-    for ctx, backend in fused._contexts.values():
+    for ctx, backend in fused.contexts.table.values():
         n = ctx.n_flags + 6
         mine = ctx.signals[:n].tolist()
         peers = {r: s[:n].tolist() for r, (_, s) in (getattr(backend, "peers", None) or {}).items()}
@@ -88,7 +88,7 @@ def _snapshot(fused) -> str:
 
 
 def _backend_of(fused) -> str:
-    return next(type(backend).__name__ for _, backend in fused._contexts.values())
+    return next(type(backend).__name__ for _, backend in fused.contexts.table.values())
 
 
 def ag_gemm(rank: int, world: int, backend: str, template: str = "ag_gemm", launches: int = 4,
@@ -114,8 +114,8 @@ def ag_gemm(rank: int, world: int, backend: str, template: str = "ag_gemm", laun
         except Exception as exc:
             raise RuntimeError(f"launch {it}: {type(exc).__name__}: {exc} | {_snapshot(fused)}") from exc
         worst = max(worst, _rel_err(c, full.to(dev).float() @ b.to(dev).float()))
-    return {"worst": worst, "backend": _backend_of(fused), "epochs": sorted(ctx.epoch for ctx, _ in fused._contexts.values()),
-            "shared_device": any(getattr(be, "shared_device", False) for _, be in fused._contexts.values())}
+    return {"worst": worst, "backend": _backend_of(fused), "epochs": sorted(ctx.epoch for ctx, _ in fused.contexts.table.values()),
+            "shared_device": any(getattr(be, "shared_device", False) for _, be in fused.contexts.table.values())}
 
 
 def late_pushes(rank: int, world: int, delay_s: float = 0.5) -> dict:
@@ -161,7 +161,7 @@ def reduce(rank: int, world: int, backend: str, template: str, launches: int = 3
         rows = m // world
         ref = full[rank * rows:(rank + 1) * rows] if template == "gemm_rs" else full
         worst = max(worst, _rel_err(c, ref.to(dev)))
-    reducers = [type(getattr(b, "reducer", None)).__name__ for _, b in fused._contexts.values()]
+    reducers = [type(getattr(b, "reducer", None)).__name__ for _, b in fused.contexts.table.values()]
     return {"worst": worst, "backend": _backend_of(fused), "reducers": reducers}
 
 

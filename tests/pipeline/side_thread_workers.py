@@ -37,7 +37,7 @@ def evicted_and_repeated(rank: int, world: int) -> dict:
             c1 = rs.module.launch(twice, **i1)
             c2 = rs.module.launch(twice, **i2)
         rs_errs += [(c1 - rs.module.reference(**i1)).abs().max().item(), (c2 - rs.module.reference(**i2)).abs().max().item()]
-        (ctx, _), = twice._contexts.values()
+        (ctx, _), = twice.contexts.table.values()
         sends.append(len(ctx.transfers("send")) == len([s for s in ctx.plan.steps if s.kind == "send"]))
     ops = sorted({n.op for n in pipe.graph().nodes if n.kind == "launch"})
     return {"errs": errs, "placed": placed, "rs_errs": rs_errs, "sends": sends, "ops": ops}

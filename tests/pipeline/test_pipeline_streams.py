@@ -5,12 +5,14 @@ stream beside op 1 (which stream, which order, and the fallback, from grid and S
 from __future__ import annotations
 
 import threading
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from syncopy import device as dev
 from syncopy.errors import SyncopyTimeout
+from syncopy.runtime.launch.kernel import Built
 from syncopy.runtime.streams import streamops
 from syncopy.runtime.pipeline.placement import IN_ORDER, Placement, place, reader_side_limit
 from syncopy.runtime.pipeline.links import LinkSignals, Reader
@@ -156,22 +158,22 @@ def test_beside_op1_op2_is_forked_then_joined_and_follows_its_last_launch_throug
 
 
 def test_forked_is_the_last_stream_a_launch_of_the_reader_follows(monkeypatch):
-    # What _forked records is the key LaunchSequence._follow_last_launch reads: the reader's launch
+    # What _forked records is the key sequence.follow_last_launch reads: the reader's launch
     # on the side stream then waits for no earlier stream (the caller's would hold op 1).
     from syncopy.runtime.pipeline import run as pipeline
     from syncopy.runtime.transport.backends import control
-    from syncopy.runtime.launch.sequence import LaunchSequence
+    from syncopy.runtime.launch import sequence
 
     monkeypatch.setattr(control, "group_token", lambda group: 7)
     monkeypatch.setattr("syncopy.runtime.launch.contexts.checked_group", lambda group: group)
     monkeypatch.setattr(pipeline, "_cuda_device", lambda launches: "gpu0")
     calls: list = []
     caller, side = _FakeStream(calls, "caller"), _FakeStream(calls, "side")
-    reader = type("Reader", (), {"_last_stream": {(7, "gpu0"): caller}})()  # its cold launches ran on the caller's
+    reader = SimpleNamespace(contexts=SimpleNamespace(last_stream={(7, "gpu0"): caller}))  # its cold launches ran on the caller's
     pipeline._forked(reader, pipeline.Launch(None, (1,), (), {}, "group"), side)
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device: side)
-    LaunchSequence._follow_last_launch(reader, 7, "gpu0")
-    assert calls == [] and reader._last_stream == {(7, "gpu0"): side}
+    sequence.follow_last_launch(reader.contexts.last_stream, 7, "gpu0")
+    assert calls == [] and reader.contexts.last_stream == {(7, "gpu0"): side}
 
 
 class _FakeStream:
@@ -187,14 +189,9 @@ class _Variant:
 
     def __init__(self, grid, producer, backend=None, trace=False):
         self.grid, self.producer, self.trace = grid, producer, trace
-        self._contexts = {("shape",): (object(), backend)}
-        self._built = (type("T", (), {"checked": False})(), None, None, None)
-
-    def _shape_key(self, grid, args):
-        return (tuple(grid),)
-
-    def _grid(self, grid, args):
-        return (*grid, 1, 1)[:3]
+        self.contexts = SimpleNamespace(table={("shape",): (object(), backend)})
+        self.kernel = SimpleNamespace(built=Built(SimpleNamespace(checked=False), None, None, None))
+        self.orders = SimpleNamespace(shape_key=lambda grid, args: (tuple(grid),))
 
 
 class _Backend:

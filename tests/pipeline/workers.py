@@ -36,7 +36,7 @@ def _held(op) -> list:
         for link in plan.links.values():
             ptrs += [link.ctx.data_ptr(), link.signals.data_ptr()]
         for v in plan.variants:
-            for ctx, _ in v._contexts.values():
+            for ctx, _ in v.contexts.table.values():
                 ptrs += [t.data_ptr() for t in (ctx.buffer, ctx.signals, ctx.ctx, *ctx.extras)]
                 ptrs += [entry[0].data_ptr() for entry in ctx.orders.values()]
     ptrs += [h.data_ptr() for h in op._hidden.values()]
@@ -96,10 +96,10 @@ def varying_tokens(rank: int, world: int, rows: list, max_rows: int) -> dict:
         y, ref = t.module.launch(op, **inp), t.module.reference(**inp)
         errs.append((y - ref).abs().max().item())
         plan = op.pipeline.plans[next(reversed(op.pipeline.plans))]
-        buffers = [ctx.buffer for v in plan.variants for ctx, _ in [next(reversed(v._contexts.values()))]]
+        buffers = [ctx.buffer for v in plan.variants for ctx, _ in [next(reversed(v.contexts.table.values()))]]
         storages.append([b.untyped_storage().data_ptr() for b in buffers] + [op._hidden[next(reversed(op._hidden))].untyped_storage().data_ptr()])
     variants = next(iter(op.pipeline.plans.values())).variants
-    grown = [a.grown for v in variants for a in v._arenas.values()] + [op.arena.grown]
+    grown = [a.grown for v in variants for a in v.contexts.arenas.values()] + [op.arena.grown]
     return {"errs": errs, "storages": storages, "grown": grown}
 
 

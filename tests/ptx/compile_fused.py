@@ -34,10 +34,10 @@ def persistent_kernels():
     h = torch.empty(64, 64, dtype=torch.float16)
     fk = templates.get("ag_gemm_persistent").fused()
     t = fk.build()
-    assert t.persistent is not None and t.persistent.remap and fk._built[2] is not None
+    assert t.persistent is not None and t.persistent.remap and fk.kernel.built[2] is not None
     args = dict(A=h, B=h, C=h, M=256, N=256, K=128, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, NUM_SMS=132, **extra)
     out = [(f"persistent table={table}", fk.fused, dict(args, SYNCOPY_TABLE=table)) for table in (True, False)]
-    out.append(("persistent probe", fk._built[2], dict(args, SYNCOPY_TABLE=False, syncopy_probe_out=i32)))
+    out.append(("persistent probe", fk.kernel.built[2], dict(args, SYNCOPY_TABLE=False, syncopy_probe_out=i32)))
     shapes = {
         "tutorial_ws": ("a_ptr", dict(a_ptr=h, b_ptr=h, c_ptr=h, M=256, N=256, K=128, BLOCK_SIZE_M=128, BLOCK_SIZE_N=128,
                                       BLOCK_SIZE_K=64, GROUP_SIZE_M=8, NUM_SMS=132)),

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from syncopy import api
+from syncopy.runtime.launch.kernel import Built, Kernel
 from syncopy.runtime import where
 from syncopy.device import has_async_proxy
 from syncopy.frontend.source import find_kernel
@@ -81,11 +81,9 @@ def test_a_helper_from_another_file_may_use_descriptors_so_it_is_fenced():
     assert FENCE_IN in _fused(_IMPORTED_HELPER) and FLAG in _fused(_IMPORTED_HELPER)
 
 
-def _fake_fused(descriptors: bool):
-    fk = object.__new__(api.FusedKernel)
-    fk.trace = False
-    fk._built = (SimpleNamespace(binding=SimpleNamespace(descriptors=descriptors)), None, None, None)
-    return fk
+def _fake_kernel(descriptors: bool) -> Kernel:
+    op = SimpleNamespace(trace=False, link_args={})
+    return Kernel(op, Built(SimpleNamespace(binding=SimpleNamespace(descriptors=descriptors)), None, None, None))
 
 
 def _ctx(device="cpu"):
@@ -94,8 +92,8 @@ def _ctx(device="cpu"):
 
 def test_launch_passes_the_flag_to_descriptor_kernels_only(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    assert ASYNC_PROXY_FLAG not in _fake_fused(False)._extra(_ctx(), None, None, table=True)
-    assert _fake_fused(True)._extra(_ctx(), None, None, table=True)[ASYNC_PROXY_FLAG] is False
+    assert ASYNC_PROXY_FLAG not in _fake_kernel(False).syncopy_args(_ctx(), None, None, table=True)
+    assert _fake_kernel(True).syncopy_args(_ctx(), None, None, table=True)[ASYNC_PROXY_FLAG] is False
 
 
 @pytest.mark.parametrize("interpret, capability, expected", [("1", (9, 0), False), ("0", (9, 0), True), ("0", (10, 0), True),

@@ -9,7 +9,7 @@ import triton
 
 import syncopy
 from syncopy.errors import LaunchError
-from syncopy.runtime.launch import tuning
+from syncopy.runtime.launch import sequence, tuning
 from tests.kernels import autotuned
 
 AG = {"pattern": "all_gather", "tensor": "a_ptr", "dim": 0, "chunks_per_rank": 2}
@@ -39,11 +39,11 @@ def test_decorating_the_tutorial_autotuner_by_a_call():
     assert fused.local is autotuned.matmul_kernel.fn
     assert fused.tuning.supplied() == {"BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M"}
     # The configs' arguments are not missing at launch; the kernel's own still are.
-    fused._check_arguments(_tutorial_args())
+    fused.binder.check_arguments(_tutorial_args())
     args = _tutorial_args()
     del args["ACTIVATION"]
     with pytest.raises(LaunchError, match=r"^launch of 'matmul_kernel': missing argument 'ACTIVATION'; pass every argument"):
-        fused._check_arguments(args)
+        fused.binder.check_arguments(args)
 
 
 def test_interpreter_takes_the_first_config_or_the_one_the_environment_names(monkeypatch):
@@ -96,7 +96,7 @@ def test_heuristics_may_wrap_the_fused_kernel(monkeypatch):
     fused = syncopy.overlap(AG)(autotuned.matmul_kernel)
     outer = triton.heuristics({"ACTIVATION": lambda args: "leaky_relu" if args["K"] > 2 else ""})(fused)
     launched = []
-    monkeypatch.setattr(type(fused), "_serialised_launch", lambda self, grid, args, kwargs, group: launched.append((grid, kwargs, group)))
+    monkeypatch.setattr(sequence, "launch", lambda op, grid, args, kwargs, group: launched.append((grid, kwargs, group)))
     args = _tutorial_args()
     del args["ACTIVATION"]
     outer[(3,)](*args.values(), group="pg")
@@ -107,5 +107,5 @@ def test_a_parameter_named_like_a_launch_option_is_that_parameter():
     # Triton's binder takes the kernel's parameters first: the softmax tutorial's `num_stages: tl.constexpr`.
     fused = syncopy.overlap({**AG, "tensor": "in_ptr"})(autotuned.softmax_rows)
     x, y = torch.zeros(4, 8), torch.zeros(8, 8)
-    arguments, shard, options = fused._bind((y, x, 8, 8, 8, 8), {"BLOCK_SIZE": 8, "num_stages": 2, "num_warps": 4})
+    arguments, shard, options = fused.binder.bind((y, x, 8, 8, 8, 8), {"BLOCK_SIZE": 8, "num_stages": 2, "num_warps": 4})
     assert arguments["num_stages"] == 2 and options == {"num_warps": 4}

@@ -26,7 +26,7 @@ MESSAGE = ("launch of 'softmax_rows': argument 'out_ptr' is bfloat16, which the 
 def _softmax_bind(dtype):
     fused = syncopy.overlap({"pattern": "all_gather", "tensor": "in_ptr", "dim": 0, "chunks_per_rank": 2})(autotuned.softmax_rows)
     x, y = torch.zeros(4, 8, dtype=dtype), torch.zeros(8, 8, dtype=dtype)
-    return fused._bind((y, x, 8, 8, 8, 8), {"BLOCK_SIZE": 8, "num_stages": 2})
+    return fused.binder.bind((y, x, 8, 8, 8, 8), {"BLOCK_SIZE": 8, "num_stages": 2})
 
 
 def test_bf16_under_the_interpreter_is_refused_in_one_line(monkeypatch):

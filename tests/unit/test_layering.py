@@ -175,3 +175,20 @@ def test_the_circle_finder_sees_a_circle(tmp_path, monkeypatch):
     with pytest.raises(AssertionError) as found:
         test_no_import_circles()
     assert str(found.value).splitlines()[0] == "syncopy.a <-> syncopy.b"
+
+
+def test_the_operator_holds_the_parts_of_a_launch_and_inherits_none():
+    """FusedKernel is the user's object; a launch's parts are objects it holds (issue 29, item 2), and
+    a pipeline's variant gets parts of its own (its own contexts, its own compiled kernel)."""
+    from syncopy import api
+    from syncopy.runtime.launch import binding, contexts, kernel, order, tracing
+    from syncopy.templates.ag_gemm.kernel import ag_gemm_kernel
+
+    assert api.FusedKernel.__mro__ == (api.FusedKernel, object)
+    fk = syncopy.overlap({"pattern": "all_gather", "tensor": "A", "dim": 0, "chunks_per_rank": 2, "order": "ring"})(ag_gemm_kernel)
+    parts = {"kernel": kernel.Kernel, "binder": binding.Binder, "contexts": contexts.Contexts, "orders": order.TileOrders,
+             "tracer": tracing.Tracer}
+    assert all(type(getattr(fk, name)) is part and getattr(fk, name).op is fk for name, part in parts.items())
+    variant = fk.linked(notify="C")
+    assert all(getattr(variant, name) is not getattr(fk, name) and getattr(variant, name).op is variant for name in parts)
+    assert variant.link_roles == {"notify": "C"} and fk.link_roles == {}

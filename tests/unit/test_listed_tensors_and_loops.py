@@ -97,7 +97,7 @@ def test_a_listed_shard_that_does_not_fit_is_named(make, message):
     q = k = torch.randn(32, 2, 16)
     v = make(k)
     with pytest.raises(LaunchError) as err:
-        fused._bind((q, k, v, torch.empty_like(q), 32, 64, 0, 0.25), dict(H=2, D=16, BM=16, BN=16, CAUSAL=False))
+        fused.binder.bind((q, k, v, torch.empty_like(q), 32, 64, 0, 0.25), dict(H=2, D=16, BM=16, BN=16, CAUSAL=False))
     assert str(err.value) == message
 
 

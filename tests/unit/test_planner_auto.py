@@ -202,12 +202,12 @@ def test_a_launch_that_cannot_be_planned_names_the_key_and_the_fix():
     import syncopy
 
     fused = syncopy.overlap(SCHEDULE, chunks_per_rank="auto", hardware="tpu-v9")(_kernel())
-    status, text = fused._resolve(torch.zeros(8, 16), 2, {"B": torch.zeros(16, 4)})
+    status, text = fused.contexts.resolve(torch.zeros(8, 16), 2, {"B": torch.zeros(16, 4)})
     assert status == "error"
     assert text == ("chunks_per_rank is auto but the planner cannot plan this launch: unknown hardware profile 'tpu-v9'; "
                     "use one of a100-nvlink, cpu-gloo, h100-nvlink, h100-pcie, h200-nvlink or a path to a YAML file")
     fused = syncopy.overlap(SCHEDULE, chunks_per_rank="auto")(_kernel())
-    status, r = fused._resolve(torch.zeros(8, 16), 2, {"B": torch.zeros(16, 4), "C": torch.zeros(16, 4)})
+    status, r = fused.contexts.resolve(torch.zeros(8, 16), 2, {"B": torch.zeros(16, 4), "C": torch.zeros(16, 4)})
     assert status == "ok" and (r.shape, r.hardware) == ((16, 4, 16), "cpu-gloo")
 
 
@@ -218,5 +218,5 @@ def test_the_environment_names_the_profile(monkeypatch):
 
     monkeypatch.setenv(HARDWARE_ENV, "h200-nvlink")
     fused = syncopy.overlap(SCHEDULE, order="auto")(_kernel())
-    status, r = fused._resolve(torch.zeros(8, 16), 2, {})
+    status, r = fused.contexts.resolve(torch.zeros(8, 16), 2, {})
     assert status == "ok" and r.hardware == "h200-nvlink" and r.chunks_per_rank == 3

@@ -262,8 +262,8 @@ def test_a_launch_on_another_gpu_gets_its_own_context(monkeypatch):
     monkeypatch.setattr(contexts.dist, "get_rank", lambda group=None: 0)
     monkeypatch.setattr(contexts.control, "group_token", lambda group: 7)
     monkeypatch.setattr(contexts.control, "live_tokens", lambda: {7})  # group 7 is alive: its contexts stay
-    monkeypatch.setattr(fused, "_make_context", lambda shard, rank, world, choice: types.SimpleNamespace(device=shard.device, nbytes=0))
-    made = [fused._context(types.SimpleNamespace(shape=(4, 4), dtype=torch.float32, device=torch.device("cuda", i)), None, {})[0]
+    monkeypatch.setattr(fused.contexts, "make", lambda shard, rank, world, choice: types.SimpleNamespace(device=shard.device, nbytes=0))
+    made = [fused.contexts.get(types.SimpleNamespace(shape=(4, 4), dtype=torch.float32, device=torch.device("cuda", i)), None, {})[0]
             for i in (0, 1, 0)]
     assert [m.device.index for m in made] == [0, 1, 0]
     assert made[0] is made[2]

@@ -63,32 +63,30 @@ def test_ranks_with_different_budgets_are_refused(evicted):
 
 
 def test_the_byte_budget_evicts_too():
+    from types import SimpleNamespace
+
     from syncopy.runtime.launch.contexts import Contexts
-
-    class Op(Contexts):
-        max_contexts, max_context_bytes = 10, 1000
-
-        def __init__(self):
-            self._contexts = {}
 
     class Ctx:
         def __init__(self, nbytes):
             self.nbytes = nbytes
 
-    op = Op()
+    contexts = Contexts(SimpleNamespace(max_contexts=10, max_context_bytes=1000))
     for k, size in enumerate([400, 400, 400, 900, 2000]):
-        op._contexts[(1, k)] = (Ctx(size), None)
-        op._contexts[(2, k)] = (Ctx(1), None)  # another group's: its own budget
-        op._over_budget(1)
+        contexts.table[(1, k)] = (Ctx(size), None)
+        contexts.table[(2, k)] = (Ctx(1), None)  # another group's: its own budget
+        contexts._over_budget(1)
     # The newest is kept whatever its size; the other group's contexts are untouched.
-    assert [k for k in op._contexts if k[0] == 1] == [(1, 4)]
-    assert len([k for k in op._contexts if k[0] == 2]) == 5
+    assert [k for k in contexts.table if k[0] == 1] == [(1, 4)]
+    assert len([k for k in contexts.table if k[0] == 2]) == 5
 
 
 def test_a_bad_budget_in_the_environment_is_one_line(monkeypatch):
+    from types import SimpleNamespace
+
     from syncopy.errors import LaunchError
     from syncopy.runtime.launch.contexts import Contexts
 
     monkeypatch.setenv("SYNCOPY_MAX_CONTEXTS", "lots")
     with pytest.raises(LaunchError, match=r"^\$SYNCOPY_MAX_CONTEXTS is 'lots'; give a positive whole number \(or unset it for the default 16\)$"):
-        Contexts().context_budget()
+        Contexts(SimpleNamespace(max_contexts=None, max_context_bytes=None)).budget()

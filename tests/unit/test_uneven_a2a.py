@@ -138,7 +138,7 @@ def test_thread_and_loopback_worlds_refuse_split_sizes_in_one_line():
     fused = templates.get("a2a_gemm").fused()
     x, w, y, tiles = torch.zeros(4, 8), torch.zeros(2, 8, 8), torch.zeros(4, 8), torch.zeros(3, dtype=torch.int32)
     with pytest.raises(LaunchError) as err:  # what those worlds call to bind a launch
-        fused._bind((x, w, y, tiles, 8, 8, 8, 1, 64, 8, 1, 8, 1), {"input_split_sizes": [4], "BLOCK_M": 16})
+        fused.binder.bind((x, w, y, tiles, 8, 8, 8, 1, 64, 8, 1, 8, 1), {"input_split_sizes": [4], "BLOCK_M": 16})
     assert str(err.value) == ("launch of 'expert_gemm_kernel': uneven all_to_all splits (input_split_sizes) run on CPU worlds "
                               "(processes, gloo) only so far, not in thread or loopback worlds; launch with equal splits there")
 

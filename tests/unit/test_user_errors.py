@@ -285,7 +285,7 @@ def test_dim_beyond_the_tensor_is_one_line_at_launch(tmp_path):
     fused = syncopy.overlap(SCHEDULE.replace("dim: 0", "dim: 5"))(dim_kernel.mm)
     a, b, c = torch.zeros(4, 4), torch.zeros(4, 4), torch.zeros(8, 4)
     with pytest.raises(LaunchError) as info:  # the argument check of every launch, after dist's own
-        fused._bind((a, b, c, 8, 4, 4, 4, 1, 4, 1, 4, 1), dict(BM=4, BN=4, BK=4))
+        fused.binder.bind((a, b, c, 8, 4, 4, 4, 1, 4, 1, 4, 1), dict(BM=4, BN=4, BK=4))
     assert str(info.value) == "schedule dim 5 but 'A' has 2 dimensions; set `dim:` below 2"
 
 
@@ -366,7 +366,7 @@ def _mm_args(a=None, b=None):
 ])
 def test_missing_argument_is_named(mm_fused, args, meta, expected):
     with pytest.raises(LaunchError) as info:
-        mm_fused._bind(args, meta)
+        mm_fused.binder.bind(args, meta)
     assert str(info.value) == f"launch of 'mm': {expected}; pass every argument the local kernel takes"
 
 
@@ -377,13 +377,13 @@ def test_constexpr_with_a_default_may_be_left_out(tmp_path):
         import mm_defaulted
     finally:
         sys.path.remove(str(tmp_path))
-    bound, shard, options = syncopy.overlap(SCHEDULE)(mm_defaulted.mm)._bind(_mm_args(), dict(BM=4, BN=4, num_warps=4))
+    bound, shard, options = syncopy.overlap(SCHEDULE)(mm_defaulted.mm).binder.bind(_mm_args(), dict(BM=4, BN=4, num_warps=4))
     assert "BK" not in bound and options == {"num_warps": 4} and shard.shape == (4, 4)
 
 
 def test_list_where_a_tensor_goes_is_one_line(mm_fused):
     with pytest.raises(LaunchError) as info:
-        mm_fused._bind(_mm_args(b=[0.0] * 16), dict(BM=4, BN=4, BK=4))
+        mm_fused.binder.bind(_mm_args(b=[0.0] * 16), dict(BM=4, BN=4, BK=4))
     assert str(info.value) == ("launch of 'mm': argument 'B' is a list, which a Triton kernel cannot take; pass a torch "
                                "tensor (or a number, for a scalar argument)")
 
@@ -391,7 +391,7 @@ def test_list_where_a_tensor_goes_is_one_line(mm_fused):
 def test_shard_on_an_unsupported_device_says_which_devices_work(mm_fused):
     # backend="auto" (the default): the message must not blame a backend the user never chose.
     with pytest.raises(LaunchError) as info:
-        mm_fused._bind(_mm_args(a=torch.zeros(4, 4, device="meta")), dict(BM=4, BN=4, BK=4))
+        mm_fused.binder.bind(_mm_args(a=torch.zeros(4, 4, device="meta")), dict(BM=4, BN=4, BK=4))
     assert str(info.value) == ("'A' is on a meta device, which syncopy cannot launch on; pass CPU tensors (gloo backend) "
                                "or CUDA tensors (p2p or nccl backend)")
 
@@ -458,10 +458,10 @@ def test_ranks_that_disagree_are_told_what_differs():
     from syncopy.templates.ag_gemm.kernel import ag_gemm_kernel
 
     fk = syncopy.overlap({"pattern": "all_gather", "tensor": "A", "dim": 0, "chunks_per_rank": 2, "order": "ring"})(ag_gemm_kernel)
-    assert fk._shard_difference(1, ((17, 12), "torch.float32"), 0, ((16, 12), "torch.float32")) == (
+    assert fk.contexts.shard_difference(1, ((17, 12), "torch.float32"), 0, ((16, 12), "torch.float32")) == (
         "rank 1 passed 'A' with shape [17, 12] torch.float32 but rank 0 passed [16, 12] torch.float32; all_gather needs the "
         "same size along dim 0 on every rank (pad the last shard)")
-    assert fk._shard_difference(1, ((16, 12), "torch.float16"), 0, ((16, 12), "torch.float32")) == (
+    assert fk.contexts.shard_difference(1, ((16, 12), "torch.float16"), 0, ((16, 12), "torch.float32")) == (
         "rank 1 passed 'A' as torch.float16 but rank 0 passed torch.float32 (both [16, 12]); all_gather needs the same dtype "
         "on every rank: cast every rank's 'A' to one dtype")
     other = syncopy.overlap({"pattern": "all_gather", "tensor": "A", "dim": 0, "chunks_per_rank": 4, "order": "ring"})(ag_gemm_kernel)

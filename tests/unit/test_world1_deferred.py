@@ -13,7 +13,7 @@ import torch
 
 from syncopy import device as dev
 from syncopy.runtime.state.context import Context
-from syncopy.runtime.launch.outcome import _announce_unwritten
+from syncopy.runtime.launch.outcome import announce_unwritten
 from syncopy.runtime.state.plan import all_gather, reduce
 from syncopy.schedule import Schedule
 from tests.host_access import READS, CountingHostAccess
@@ -53,7 +53,7 @@ def test_a_producers_targets_accumulate_and_its_unwritten_chunks_are_final_at_on
         ctx.signals.fill_(7)
         ctx.set_targets(need)
         assert ctx.begin(99) == launch
-        _announce_unwritten(ctx, need)
+        announce_unwritten(ctx, need)
         assert ctx.targets == [launch * k for k in need]
         assert ctx.signals[dev.SIG_HEADER + 2 * n + 2:dev.SIG_HEADER + 3 * n + 2].tolist() == ctx.targets
         assert ctx.signals[: dev.SIG_HEADER].tolist() == [0] * dev.SIG_HEADER
@@ -127,7 +127,7 @@ def starved_chunk(rank: int, world: int) -> dict:
     for point in ("synchronize", "next launch"):
         t, fk = _ag_gemm(0.5)
         _err(t, fk, 0)
-        (ctx, _), = fk._contexts.values()
+        (ctx, _), = fk.contexts.table.values()
         later = ctx.own_errors.ops = _Later(ctx.own_errors.ops)
         Context.land_all = _withholding(1)
         try:
@@ -183,7 +183,7 @@ def warm_reads(rank: int, world: int) -> dict:
             if seed == 0:
                 y = t.module.launch(fk, **inp)
             else:
-                storages = {x.untyped_storage().data_ptr() for ctx, _ in fk._contexts.values() for x in (ctx.signals, ctx.ctx)}
+                storages = {x.untyped_storage().data_ptr() for ctx, _ in fk.contexts.table.values() for x in (ctx.signals, ctx.ctx)}
                 with CountingHostAccess(storages, seen, (*READS, "__setitem__"),
                                         accept=lambda name, args: name != "__setitem__" or isinstance(args[0], int)):
                     y = t.module.launch(fk, **inp)

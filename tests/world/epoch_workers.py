@@ -48,13 +48,13 @@ def run_across_the_wrap(rank: int, world: int) -> dict:
         errs = []
         for it in range(5):
             if it == 1:
-                for ctx, _ in fused._contexts.values():
+                for ctx, _ in fused.contexts.table.values():
                     ctx.epoch = NEAR
                     if ctx.producer:
                         _counters_near_the_wrap(ctx)
             inp = mod.inputs(rank, world, shape, torch.float32, seed=it)
             got, ref = mod.launch(fused, **inp), mod.reference(**inp)
             errs.append(float(torch.nan_to_num((got - ref).abs(), nan=float("inf")).max()))
-        (ctx, _), = fused._contexts.values()
+        (ctx, _), = fused.contexts.table.values()
         out[name] = {"errs": errs, "epoch": ctx.epoch, "word": int(ctx.ctx[0]), "counters": _counters(ctx) if ctx.producer else None}
     return out

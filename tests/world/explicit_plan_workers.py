@@ -52,7 +52,7 @@ def run_full_forms(rank: int, world: int, cases: list[dict], latency_s: float) -
             errs.append((got["full"].float() - ref.float()).abs().max().item() / scale)
             if "minimal" in got:
                 apart = max(apart, (got["full"] - got["minimal"]).abs().max().item() / scale)
-        ctx, _ = next(iter(fused["full"]._contexts.values()))
+        ctx, _ = next(iter(fused["full"].contexts.table.values()))
         out.append({"case": case, "errs": errs, "tol": mod.TOLERANCE[torch.float32], "apart": apart,
                     "algorithm": getattr(ctx.plan, "algorithm", None)})
     return out

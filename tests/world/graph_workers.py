@@ -19,7 +19,7 @@ def sends_follow_the_graph(rank: int, world: int) -> dict:
         out["errs"].append((y - ref).abs().max().item())
         sends = sorted(op.last_trace.sends.items(), key=lambda kv: kv[1][0])  # (chunk, peer) by when the send began
         out["sent"].append([list(key) for key, _ in sends])
-        (ctx, _), = op._contexts.values()
+        (ctx, _), = op.contexts.table.values()
         if seed == 0:
             out["graph"] = ctx.graph.text()
             out["explained"] = explain.for_template("ag_gemm", world, rank, shape, 2, "ring").text()

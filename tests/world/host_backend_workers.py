@@ -88,12 +88,12 @@ def run_templates(rank: int, world: int, cases: list[dict]) -> list[dict]:
             ref = mod.reference(**inp)
             diff = torch.nan_to_num((got.float() - ref.float()).abs(), nan=float("inf"))
             worst = max(worst, float(diff.max()) / max(1.0, float(ref.float().abs().max())))
-        backend = next(type(b).__name__ for _, b in fused._contexts.values())
-        shared = any(getattr(b, "shared_device", False) for _, b in fused._contexts.values())
-        handshake = {type(getattr(b, "handshake", None)).__name__ for _, b in fused._contexts.values()}
+        backend = next(type(b).__name__ for _, b in fused.contexts.table.values())
+        shared = any(getattr(b, "shared_device", False) for _, b in fused.contexts.table.values())
+        handshake = {type(getattr(b, "handshake", None)).__name__ for _, b in fused.contexts.table.values()}
         out.append({**case, "worst": worst, "tolerance": mod.TOLERANCE[torch.float32], "backend": backend, "shared_device": shared,
                     "handshake": handshake, "warm_host_handshakes": host_handshakes[0],
-                    "epochs": [ctx.epoch for ctx, _ in fused._contexts.values()]})
+                    "epochs": [ctx.epoch for ctx, _ in fused.contexts.table.values()]})
     return out
 
 
@@ -228,7 +228,7 @@ def run_p2p_reduce_scatter_traced(rank: int, world: int) -> dict:
         tr = fused.last_trace
         out["sent_before_end"].append(tr.sent_before_end())
         out["sent"].append(sorted(tr.sent))
-    out["reducer"] = [type(b.reducer).__name__ for _, b in fused._contexts.values()]
+    out["reducer"] = [type(b.reducer).__name__ for _, b in fused.contexts.table.values()]
     return out
 
 
@@ -293,7 +293,7 @@ def run_nccl_rounds_beside_the_kernel(rank: int, world: int) -> dict:
     finally:
         nccl._run = real_run
     out["threads"] = sorted(threads)
-    out["asynchronous"] = [b.asynchronous for _, b in fused._contexts.values()]
+    out["asynchronous"] = [b.asynchronous for _, b in fused.contexts.table.values()]
     late = t.fused(chunks_per_rank=1, order="ring", backend="nccl", poison_receive=True, timeout_s=1)
     out["late"] = []
     for it in range(2 if rank == world - 1 else 3):  # the others' third launch is refused before any transfer

@@ -94,13 +94,13 @@ def run_cases(rank: int, world: int, cases: list[dict]) -> dict:
                 err = float(diff.max().item() / max(1.0, ref.abs().max().item()))
                 out["errors"].append((f"{case['id']} epoch{epoch}", err, TOL[case["dtype"]]))
                 traces.append(fused.last_trace)
-            (ctx, _), = fused._contexts.values()
+            (ctx, _), = fused.contexts.table.values()
             (table, ranges, exec_order), = ctx.orders.values()
             t = fused.build()
             out["traces"][case["id"]] = traces
             out["tables"][case["id"]] = {
                 "table": table.tolist(), "ranges": ranges, "exec_order": exec_order,
-                "remap": t.persistent.remap, "tile_start": t.persistent.tile_start, "probe": fused._built[2] is not None,
+                "remap": t.persistent.remap, "tile_start": t.persistent.tile_start, "probe": fused.kernel.built[2] is not None,
                 "position": ctx.plan.position(), "local": [rank * case["chunks"] + i for i in range(case["chunks"])],
                 "n_chunks": ctx.n_chunks,
             }

@@ -33,7 +33,7 @@ def run_all_reduce(rank: int, world: int) -> dict:
         out["sent"].append(sorted(tr.sent))
     fused.synchronize()
     out["host_waits_after_first"] = host_waits[0]
-    out["reducer"] = [type(b.reducer).__name__ for _, b in fused._contexts.values()]
+    out["reducer"] = [type(b.reducer).__name__ for _, b in fused.contexts.table.values()]
     return out
 
 

@@ -93,15 +93,15 @@ def many_shapes(rank: int, world: int, shapes: int, max_contexts: int) -> dict:
     fused.build()
     buffers, alive = [], []
     for s in range(shapes):
-        ctx, _ = fused._context(torch.empty(2, 1 + s), dist.group.WORLD, {})
+        ctx, _ = fused.contexts.get(torch.empty(2, 1 + s), dist.group.WORLD, {})
         buffers.append(weakref.ref(ctx.buffer))
         del ctx  # an evicted context has no other reference: its buffer goes at once
         alive.append(sum(ref() is not None for ref in buffers))
-    kept = len(fused._contexts)
+    kept = len(fused.contexts.table)
     fused.release()
     gc.collect()
     return {"alive": alive, "kept": kept, "after_release": sum(ref() is not None for ref in buffers),
-            "contexts_after_release": len(fused._contexts)}
+            "contexts_after_release": len(fused.contexts.table)}
 
 
 def evictions(rank: int, world: int) -> dict:
@@ -113,7 +113,7 @@ def evictions(rank: int, world: int) -> dict:
     errors, made = [], []
     for s, cols in enumerate([1, 2, 3, 4, 5, 1, 5]):
         errors.append(launch_and_check(fused, 2, seed=s, cols=cols))
-        made.append(sorted(key[1][1] for key in fused._contexts))
+        made.append(sorted(key[1][1] for key in fused.contexts.table))
     other = _operator()
     if rank == 1:
         other.max_contexts = 3

@@ -205,7 +205,7 @@ class Problem:
 def _order_problems(fused, label: str) -> list[str]:
     """Every tile-order table the runtime built must be a permutation of the grid."""
     out = []
-    for ctx, _ in fused._contexts.values():
+    for ctx, _ in fused.contexts.table.values():
         for key, (order, ranges, exec_order) in ctx.orders.items():
             from syncopy.runtime.launch.order import slot_records, slot_tiles
 
@@ -316,7 +316,7 @@ def run_overlap(rank: int, world: int, kernel: str, chunks: int, latency_s: floa
         p.launch(fused)
         errors.append((f"{kernel} epoch{epoch}", p.error(), TOL["float32"]))
         traces.append(fused.last_trace)
-    (ctx, _), = fused._contexts.values()
+    (ctx, _), = fused.contexts.table.values()
     return {"traces": traces, "errors": errors, "arrival_plan": list(ctx.plan.arrival),
             "local_chunks": [rank * chunks + i for i in range(chunks)]}
 
@@ -365,7 +365,7 @@ def run_tile_tags(rank: int, world: int, rows: int, chunks: int, orders: list) -
                     "n": n,
                     "count": count.tolist(),
                     "err": float(torch.nan_to_num((out - ref_out).abs(), nan=float("inf")).max().item()),
-                    "tables": [(slot_tiles(order_t, n), exec_order) for ctx, _ in fused._contexts.values()
+                    "tables": [(slot_tiles(order_t, n), exec_order) for ctx, _ in fused.contexts.table.values()
                                for order_t, _, exec_order in ctx.orders.values()],
                     "trace": tr,
                 })
@@ -409,7 +409,7 @@ def say_reported(rank: int, tag: str = "reported") -> None:
 
 def _epochs(fused) -> list[int]:
     """The launch count of each context of `fused` (a launch that begins moves its context's epoch)."""
-    return [ctx.epoch for ctx, _ in fused._contexts.values()]
+    return [ctx.epoch for ctx, _ in fused.contexts.table.values()]
 
 
 def run_drop(rank: int, world: int, order, drop: tuple[int, int], chunks: int, timeout_s: float) -> dict:
@@ -551,7 +551,7 @@ def run_producer_matrix(rank: int, world: int, cases: list[dict]) -> list[dict]:
             ref = mod.reference(**inp)
             scale = max(1.0, ref.float().abs().max().item())
             errs.append((got.float() - ref.float()).abs().max().item() / scale)
-            ctx, _ = next(iter(fused._contexts.values()))
+            ctx, _ = next(iter(fused.contexts.table.values()))
             algorithms.add(ctx.plan.algorithm)
         tol = mod.TOLERANCE[dtype]
         out.append({"case": case, "errs": errs, "ok": all(e <= tol for e in errs), "algorithms": sorted(algorithms),
@@ -622,7 +622,7 @@ def run_explicit(rank: int, world: int, example: str, rows: int) -> dict:
             p.launch(fused)
             errors.append((f"{label} epoch{epoch}", p.error(), TOL["float32"]))
             traces.append(fused.last_trace)
-        (ctx, _), = fused._contexts.values()
+        (ctx, _), = fused.contexts.table.values()
         out[label] = {"errors": errors, "traces": traces, "arrival": list(ctx.plan.arrival),
                       "flags": {g: list(ctx.plan.flags(g)) for g in range(ctx.n_chunks)},
                       "position": ctx.plan.position(), "problems": _order_problems(fused, label)}
@@ -666,7 +666,7 @@ def run_auto(rank: int, world: int, rows_list: list[int], bandwidth_Bps: float) 
         out[rows] = {"errors": errors, "chunks": fused.resolved_chunks_per_rank, "order": fused.resolved_order,
                      "resolution": fused.last_resolution, "planned": fused.last_trace.planned,
                      "summary": fused.last_trace.summary(),
-                     "plan_chunks": next(ctx.plan.chunks_per_rank for key, (ctx, _) in fused._contexts.items() if key[1][0] == rows)}
+                     "plan_chunks": next(ctx.plan.chunks_per_rank for key, (ctx, _) in fused.contexts.table.items() if key[1][0] == rows)}
     return out
 
 
@@ -782,7 +782,7 @@ def run_shapes_diverge_then_retry(rank: int, world: int, timeout_s: float) -> di
     except Exception as exc:
         out["same_group"] = _exc_info(exc)
     # Refused before anything moved: the fresh operator never got as far as a context (no shape check, no transfer).
-    out["same_group"]["contexts"] = len(fresh._contexts)
+    out["same_group"]["contexts"] = len(fresh.contexts.table)
     pg = dist.new_group(ranks=list(range(world)), backend="gloo")
     inp = t.module.inputs(rank, world, (8, 16, 16), torch.float32)
     got = t.module.launch(t.fused(chunks_per_rank=2, timeout_s=timeout_s), **inp, group=pg)

@@ -1,75 +1,94 @@
-"""A launch's arguments by name, checked once per call form, and the launch options Triton takes."""
+"""A launch's arguments by name, checked once per call form, and the launch options Triton takes: the
+first step of a launch, `Binder.bind(args, kwargs) -> BoundCall`."""
 from __future__ import annotations
 
 import inspect
+from typing import NamedTuple
 
 import torch
 
 from syncopy.errors import LaunchError
+from syncopy.runtime.where import interpreting
 
 
 _LAUNCH_OPTIONS = {"num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion", "warmup", "ir_override"}
 
 
-class Binding:
-    """How a launch's arguments are bound by name and checked (FusedKernel mixes this in)."""
+class BoundCall(NamedTuple):
+    """One launch's call, bound: the kernel's arguments by name (the communicated tensor as passed: this
+    rank's shard), that shard, and the launch options (num_warps, ...) for Triton."""
 
-    # What Triton's wrappers call on the kernel they wrap, so that `@triton.heuristics` may sit above
-    # `@syncopy.overlap` too. (`@triton.autotune` belongs below it: timing a fused launch would
-    # launch collectives a different number of times on each rank.)
+    arguments: dict
+    shard: torch.Tensor
+    options: dict
+
+
+class Binder:
+    """How an operator's launches bind their arguments by name and check them. `op` is the operator
+    (api.FusedKernel): its kernel's signature, schedule and autotune/heuristics wrappers."""
+
+    def __init__(self, op):
+        self.op = op
+        self.kernel = op.local.fn.__name__
+        self.positions: dict[tuple, list[str]] = {}  # (positions, keywords) of a launch -> the names of its positions
+
     @property
-    def arg_names(self) -> list[str]:
-        return list(self.signature.parameters)
+    def parameters(self):
+        return self.op.signature.parameters
 
-    def run(self, *args, grid, warmup=False, group=None, **kwargs):
-        if warmup:
-            raise LaunchError(f"'{self.local.fn.__name__}': a fused kernel cannot be warmed up alone; launch it")
-        return self._serialised_launch(grid, args, kwargs, group)
-
-    def _run_local(self, grid, call_args: dict, options: dict, group) -> None:
-        """The local kernel, with the config (and heuristics) a fused launch of these arguments takes."""
-        call_args, options = self._tuned(grid, call_args, options, group, lambda: torch.empty_like(call_args[self.schedule.tensors[0]]))
-        self.local[grid](**call_args, **options)
-
-    def _bind(self, args, kwargs):
+    def bind(self, args, kwargs) -> BoundCall:
+        """The launch's call bound by name, checked; the launch options taken out of `kwargs` (which
+        keeps the kernel's own keyword arguments)."""
         # A kernel parameter named like a launch option (`num_stages: tl.constexpr`) is that parameter,
         # as under plain Triton, whose binder takes the kernel's parameters first.
-        options = {k: kwargs.pop(k) for k in list(kwargs) if k in _LAUNCH_OPTIONS and k not in self.signature.parameters}
+        options = {k: kwargs.pop(k) for k in list(kwargs) if k in _LAUNCH_OPTIONS and k not in self.parameters}
         self._refuse_splits(kwargs)
-        arguments = self._arguments(args, kwargs)
+        arguments = self.arguments(args, kwargs)
         self._refuse_interpreted_bf16(arguments)
-        shard = arguments.get(self.schedule.tensors[0])
+        schedule = self.op.schedule
+        shard = arguments.get(schedule.tensors[0])
         if not isinstance(shard, torch.Tensor):
-            raise LaunchError(f"argument '{self.schedule.tensors[0]}' must be this rank's shard as a tensor, got {type(shard).__name__}")
+            raise LaunchError(f"argument '{schedule.tensors[0]}' must be this rank's shard as a tensor, got {type(shard).__name__}")
         if shard.device.type not in ("cpu", "cuda"):
             raise LaunchError(
-                f"'{self.schedule.tensors[0]}' is on a {shard.device.type} device, which syncopy cannot launch on; pass CPU tensors "
+                f"'{schedule.tensors[0]}' is on a {shard.device.type} device, which syncopy cannot launch on; pass CPU tensors "
                 "(gloo backend) or CUDA tensors (p2p or nccl backend)"
             )
-        if self.schedule.dim >= shard.dim():
+        if schedule.dim >= shard.dim():
             raise LaunchError(
-                f"schedule dim {self.schedule.dim} but '{self.schedule.tensors[0]}' has {shard.dim()} dimensions; set `dim:` below {shard.dim()}"
+                f"schedule dim {schedule.dim} but '{schedule.tensors[0]}' has {shard.dim()} dimensions; set `dim:` below {shard.dim()}"
             )
         if not shard.is_contiguous():
-            raise LaunchError(f"'{self.schedule.tensors[0]}' must be contiguous; pass {self.schedule.tensors[0]}.contiguous()")
-        for name in self.schedule.tensors[1:]:
+            raise LaunchError(f"'{schedule.tensors[0]}' must be contiguous; pass {schedule.tensors[0]}.contiguous()")
+        for name in schedule.tensors[1:]:
             self._check_listed(name, arguments.get(name), shard)
-        return arguments, shard, options
+        return BoundCall(arguments, shard, options)
+
+    def refuse_grad(self, args, kwargs) -> None:
+        """A launch records no autograd graph: refuse inputs that require grad (with grad enabled),
+        rather than return a result whose gradients would silently be missing."""
+        if not torch.is_grad_enabled():
+            return
+        for key, value in [*zip(self.parameters, args), *kwargs.items()]:
+            if isinstance(value, torch.Tensor) and value.requires_grad:
+                raise LaunchError(f"launch of '{self.kernel}': argument '{key}' requires grad, but fused operators are "
+                                  f"not differentiable yet (its gradient would be lost); pass {key}.detach(), or launch under "
+                                  "torch.no_grad() or torch.inference_mode()")
 
     def _refuse_splits(self, kwargs: dict) -> None:
         """Split sizes reach here only on the launch paths that do not take them (a launch takes
         them out first, runtime/transport/splits.py): the thread and loopback worlds."""
         from syncopy.runtime.transport import splits
 
-        left = [k for k in (splits.INPUT, splits.OUTPUT) if k in kwargs and k not in self.signature.parameters]
+        left = [k for k in (splits.INPUT, splits.OUTPUT) if k in kwargs and k not in self.parameters]
         if left:
-            raise LaunchError(f"launch of '{self.local.fn.__name__}': uneven all_to_all splits ({', '.join(left)}) run on CPU worlds "
+            raise LaunchError(f"launch of '{self.kernel}': uneven all_to_all splits ({', '.join(left)}) run on CPU worlds "
                               "(processes, gloo) only so far, not in thread or loopback worlds; launch with equal splits there")
 
     def _check_listed(self, name: str, value, shard: torch.Tensor) -> None:
         """Another listed tensor (`tensor: [K, V]`): a contiguous shard beside the first one, with
         as many rows along `dim` (its dtype and other sizes are its own)."""
-        first, dim = self.schedule.tensors[0], self.schedule.dim
+        first, dim = self.op.schedule.tensors[0], self.op.schedule.dim
         if not isinstance(value, torch.Tensor):
             raise LaunchError(f"argument '{name}' (listed in `tensor:`) must be this rank's shard as a tensor, got {type(value).__name__}")
         if value.device != shard.device:
@@ -81,16 +100,17 @@ class Binding:
         if not value.is_contiguous():
             raise LaunchError(f"'{name}' must be contiguous; pass {name}.contiguous()")
 
-    def _tuned(self, grid, arguments: dict, options: dict, group, scratch) -> tuple[dict, dict]:
+    def tuned(self, grid, arguments: dict, options: dict, group, scratch) -> tuple[dict, dict]:
         """`arguments` and `options` with what an autotune/heuristics wrapper adds (runtime/launch/tuning.py):
         meta-parameters go with the arguments (a grid function sees them), the rest with the options.
         `scratch()` makes the tensor that stands for the communicated one while configs are timed."""
-        if self.tuning is None:
+        tuning = self.op.tuning
+        if tuning is None:
             return arguments, options
-        tensor = self.schedule.tensors[0]
-        added = self.tuning.resolve({**arguments, **options}, grid=grid, group=group, timeout_s=self.timeout_s,
-                                    timing=lambda named: {**named, tensor: scratch()})
-        params = self.signature.parameters
+        tensor = self.op.schedule.tensors[0]
+        added = tuning.resolve({**arguments, **options}, grid=grid, group=group, timeout_s=self.op.timeout_s,
+                               timing=lambda named: {**named, tensor: scratch()})
+        params = self.parameters
         return ({**arguments, **{k: v for k, v in added.items() if k in params}},
                 {**options, **{k: v for k, v in added.items() if k not in params}})
 
@@ -98,31 +118,29 @@ class Binding:
         """The Triton interpreter (CPU worlds) keeps bfloat16 as its bit patterns and computes on those
         (tl.dot and arithmetic alike: relative errors of 1e9 and more, the local kernel's too), so a
         bf16 launch there could only be silently wrong: refuse it. Compiled (GPUs), bf16 is as any dtype."""
-        from syncopy.runtime.where import interpreting
-
         if not interpreting():
             return
         for key, value in arguments.items():
             if isinstance(value, torch.Tensor) and value.dtype == torch.bfloat16:
-                raise LaunchError(f"launch of '{self.local.fn.__name__}': argument '{key}' is bfloat16, which the Triton interpreter "
+                raise LaunchError(f"launch of '{self.kernel}': argument '{key}' is bfloat16, which the Triton interpreter "
                                   "(TRITON_INTERPRET=1) computes on as raw bits, so every result would be wrong; use float32 or "
                                   "float16 on CPU worlds (bf16 runs on GPUs)")
 
-    def _arguments(self, args: tuple, kwargs: dict) -> dict:
+    def arguments(self, args: tuple, kwargs: dict) -> dict:
         """The launch's arguments by name. How a call's positions map to names is bound (and its
         argument list checked) once per (number of positions, keywords); launch after launch only
         the values change, and each is still checked to be something a kernel takes."""
         key = (len(args), tuple(kwargs))
-        names = self._positions.get(key)
+        names = self.positions.get(key)
         if names is None:
             try:
-                bound = self.signature.bind_partial(*args, **kwargs)
+                bound = self.op.signature.bind_partial(*args, **kwargs)
             except TypeError as exc:
-                raise LaunchError(f"launch of '{self.local.fn.__name__}': {exc}; pass the local kernel's arguments") from None
-            self._check_arguments(bound.arguments)
-            plain = all(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in list(self.signature.parameters.values())[:len(args)])
+                raise LaunchError(f"launch of '{self.kernel}': {exc}; pass the local kernel's arguments") from None
+            self.check_arguments(bound.arguments)
+            plain = all(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in list(self.parameters.values())[:len(args)])
             if plain:
-                self._positions[key] = list(self.signature.parameters)[:len(args)]
+                self.positions[key] = list(self.parameters)[:len(args)]
             return bound.arguments
         arguments = dict(zip(names, args))
         arguments.update(kwargs)
@@ -131,12 +149,12 @@ class Binding:
                 self._check_value(name, value)
         return arguments
 
-    def _check_arguments(self, arguments: dict) -> None:
+    def check_arguments(self, arguments: dict) -> None:
         """Every argument the local kernel needs is there (constexprs with defaults may be left out),
         and each is something a Triton kernel takes: a tensor, or a hashable scalar (not a list)."""
-        name = self.local.fn.__name__
-        supplied = self.tuning.supplied() if self.tuning is not None else set()  # by autotune configs, heuristics
-        missing = [p.name for p in self.signature.parameters.values()
+        name = self.kernel
+        supplied = self.op.tuning.supplied() if self.op.tuning is not None else set()  # by autotune configs, heuristics
+        missing = [p.name for p in self.parameters.values()
                    if p.default is inspect.Parameter.empty and p.name not in arguments and p.name not in supplied
                    and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
         if missing:
@@ -151,5 +169,5 @@ class Binding:
         try:
             hash(value)
         except TypeError:
-            raise LaunchError(f"launch of '{self.local.fn.__name__}': argument '{key}' is a {type(value).__name__}, which a Triton "
+            raise LaunchError(f"launch of '{self.kernel}': argument '{key}' is a {type(value).__name__}, which a Triton "
                               "kernel cannot take; pass a torch tensor (or a number, for a scalar argument)") from None

@@ -106,7 +106,7 @@ def _retire(ctx: Context, backend) -> None:
     """Let a context go: a GPU backend's launches that may still use its buffers finish first (an
     error among them is raised here), then the backend frees what it made (events, worker threads);
     a world of one's error ring likewise (its copies land in pinned memory the ring frees)."""
-    own = getattr(ctx, "own_errors", None)  # a world of one's (FusedKernel._own_errors)
+    own = getattr(ctx, "own_errors", None)  # a world of one's (sequence._own_errors)
     try:
         if deferred(backend):
             backend.check(wait=True)
@@ -127,18 +127,21 @@ def _close(ctx: Context, backend) -> None:
 
 
 class Contexts:
-    """How a launch finds or makes its context, collectively on first use (FusedKernel mixes this in)."""
+    """An operator's contexts, per (group, shard shape, dtype, device, listed tensors): found, or made
+    collectively on first use, and let go past the budgets. `op` is the operator (api.FusedKernel),
+    whose settings (schedule, backend, timeout, link, faults, budgets) the contexts are made with."""
 
-    #: The budgets of the contexts kept per group (see the module's docstring); None: the environment's, or the default.
-    max_contexts: int | None = None
-    max_context_bytes: int | None = None
-    #: Rows per rank to provision the buffers for (max_rows=): every shape up to it shares one buffer.
-    max_rows: int | None = None
+    def __init__(self, op):
+        self.op = op
+        self.table: dict[tuple, tuple[Context, object]] = {}  # key -> (context, backend); the most recently used last
+        self.arenas: dict = {}  # (group token, dtype, device) -> Arena (max_rows=)
+        self.last_stream: dict = {}  # (group token, CUDA device) -> the stream of the last launch there
 
-    def context_budget(self) -> tuple[int, int]:
+    def budget(self) -> tuple[int, int]:
         """(contexts, bytes) this operator keeps per process group."""
-        count = self.max_contexts if self.max_contexts is not None else _budget_from_env("SYNCOPY_MAX_CONTEXTS", MAX_CONTEXTS)
-        nbytes = (self.max_context_bytes if self.max_context_bytes is not None
+        op = self.op
+        count = op.max_contexts if op.max_contexts is not None else _budget_from_env("SYNCOPY_MAX_CONTEXTS", MAX_CONTEXTS)
+        nbytes = (op.max_context_bytes if op.max_context_bytes is not None
                   else _budget_from_env("SYNCOPY_MAX_CONTEXT_BYTES", MAX_CONTEXT_BYTES))
         return count, nbytes
 
@@ -149,56 +152,56 @@ class Contexts:
         for the launches still running first."""
         token = None if group is None else control.group_token(group)
         with _cache_lock:
-            keys = [k for k in self._contexts if token is None or k[0] == token]
-            dropped = [self._contexts.pop(k) for k in keys]
-            for k in [k for k in self._arenas if token is None or k[0] == token]:
-                del self._arenas[k]  # the shared buffer goes with the last context using it
+            keys = [k for k in self.table if token is None or k[0] == token]
+            dropped = [self.table.pop(k) for k in keys]
+            for k in [k for k in self.arenas if token is None or k[0] == token]:
+                del self.arenas[k]  # the shared buffer goes with the last context using it
         for ctx, backend in dropped:
             _retire(ctx, backend)
         control.release_destroyed()  # and syncopy's internal groups of groups destroyed meanwhile
 
-    def _context(self, shard: torch.Tensor, group, args: dict, uneven: bool = False) -> tuple[Context, object]:
+    def get(self, shard: torch.Tensor, group, args: dict, uneven: bool = False) -> tuple[Context, object]:
         # The group by its token, never by id(): a destroyed group's id may come back with another group.
         # The device with its index: a context's buffers and signal pad live on one GPU.
         # Uneven splits: one context whatever the rows (they change every launch, and differ between ranks).
-        key = self._context_key(shard, group, args, uneven)
+        key = self.key(shard, group, args, uneven)
         with _cache_lock:
-            hit = self._contexts.pop(key, None)
+            hit = self.table.pop(key, None)
             if hit is not None:
-                self._contexts[key] = hit  # the most recently used is the last
+                self.table[key] = hit  # the most recently used is the last
                 return hit
         self._release_destroyed()
         ctx, backend = self._new_context(shard, group, args, uneven)
         with _cache_lock:
-            self._contexts[key] = (ctx, backend)
+            self.table[key] = (ctx, backend)
             evicted = self._over_budget(key[0])
         for old in evicted:
             _retire(*old)
         return ctx, backend
 
-    def _context_key(self, shard: torch.Tensor, group, args: dict, uneven: bool = False) -> tuple:
-        return (control.group_token(group), _shard_shape(shard, uneven), shard.dtype, shard.device, self._listed_shapes(args))
+    def key(self, shard: torch.Tensor, group, args: dict, uneven: bool = False) -> tuple:
+        return (control.group_token(group), _shard_shape(shard, uneven), shard.dtype, shard.device, self.listed_shapes(args))
 
-    def _touch_context(self, args: tuple, kwargs: dict, group) -> bool:
+    def touch(self, args: tuple, kwargs: dict, group) -> bool:
         """Does a launch with these arguments find its context made (no first launch, which meets the
         peers over the group)? If so it becomes the most recently used, so that no other launch's new
         context evicts it before it runs (a pipeline's side thread, runtime/pipeline/__init__.py)."""
-        bound, shard, _ = self._bind(tuple(args), dict(kwargs))
-        key = self._context_key(shard, checked_group(group), bound)
+        bound, shard, _ = self.op.binder.bind(tuple(args), dict(kwargs))
+        key = self.key(shard, checked_group(group), bound)
         with _cache_lock:
-            hit = self._contexts.pop(key, None)
+            hit = self.table.pop(key, None)
             if hit is not None:
-                self._contexts[key] = hit
+                self.table[key] = hit
         return hit is not None
 
     def _over_budget(self, token: int) -> list[tuple[Context, object]]:
         """Take out `token`'s least recently used contexts past the budget (under _cache_lock)."""
-        count, nbytes = self.context_budget()
-        mine = [k for k in self._contexts if k[0] == token]  # least recently used first
-        total = sum(self._contexts[k][0].nbytes for k in mine)
+        count, nbytes = self.budget()
+        mine = [k for k in self.table if k[0] == token]  # least recently used first
+        total = sum(self.table[k][0].nbytes for k in mine)
         evicted = []
         while len(mine) > 1 and (len(mine) > count or total > nbytes):
-            ctx, backend = self._contexts.pop(mine.pop(0))
+            ctx, backend = self.table.pop(mine.pop(0))
             total -= ctx.nbytes
             evicted.append((ctx, backend))
         return evicted
@@ -208,59 +211,59 @@ class Contexts:
         control.release_destroyed()
         alive = control.live_tokens()
         with _cache_lock:
-            dropped = [self._contexts.pop(k) for k in [k for k in self._contexts if k[0] not in alive]]
-            for k in [k for k in self._last_stream if k[0] not in alive]:
-                del self._last_stream[k]
+            dropped = [self.table.pop(k) for k in [k for k in self.table if k[0] not in alive]]
+            for k in [k for k in self.last_stream if k[0] not in alive]:
+                del self.last_stream[k]
         for ctx, backend in dropped:
             _close(ctx, backend)  # their group is gone: nothing of theirs can still be waited for
 
-    def _listed_shapes(self, args: dict) -> tuple:
+    def listed_shapes(self, args: dict) -> tuple:
         """(shape, dtype) of each other listed tensor (`tensor: [K, V]`): part of a context's key."""
-        return tuple((tuple(args[n].shape), args[n].dtype) for n in self.schedule.tensors[1:])
+        return tuple((tuple(args[n].shape), args[n].dtype) for n in self.op.schedule.tensors[1:])
 
     def _new_context(self, shard: torch.Tensor, group, args: dict, uneven: bool = False) -> tuple[Context, object]:
         """The context of `shard`'s shape on `group`: made collectively, every rank's shard, schedule
         and context budget checked against the others'."""
         world, rank = dist.get_world_size(group), dist.get_rank(group)
-        extras = self._listed_shapes(args)
+        extras = self.listed_shapes(args)
         # A world of one moves nothing: its "backend" is the local copy in _launch.
         backend = None
         # `auto` is resolved by rank 0 alone and travels with the shape check below, so that every
         # rank lowers the same plan even where their environments (SYNCOPY_HARDWARE, GPU names) differ.
         # A failure is carried as text, so that every rank raises it instead of rank 0 alone.
-        choice = self._resolve(shard, world, args) if self.schedule.planned and rank == 0 else None
+        choice = self.resolve(shard, world, args) if self.op.schedule.planned and rank == 0 else None
         # Every rank must bring the same shard shape: check once, collectively, and fail everywhere.
         # It carries an id for the context: rank 0's is taken, so the ranks agree on it (gloo tags).
         # verify_chunks and the injected faults too: a rank that checksums its chunks cannot talk to one that
         # does not, and the faults' check below is collective.
-        mine = (_shard_shape(shard, uneven), str(shard.dtype), self.schedule.key(), choice, next(context_ids), self.context_budget(),
-                str(extras), bool(getattr(self, "verify_chunks", False)), self._fault_spec())
+        mine = (_shard_shape(shard, uneven), str(shard.dtype), self.op.schedule.key(), choice, next(context_ids), self.budget(),
+                str(extras), bool(self.op.verify_chunks), self._fault_spec())
         theirs: list = [mine]
-        what = f"the first launch of {self.local.fn.__name__} with '{self.schedule.tensors[0]}' of shape {list(shard.shape)}"
+        what = f"the first launch of {self.op.local.fn.__name__} with '{self.op.schedule.tensors[0]}' of shape {list(shard.shape)}"
         if world > 1:
             # The first launch of a shape is collective: a rank that never comes is named, in bounded time.
             try:
-                name = self.backend_for(shard.device, group)
+                name = self.op.backend_for(shard.device, group)
                 if name != "gloo":
-                    refuse_listed(self.schedule, name)
-                backend = backends.select(name, shard.device.type)(group, self.timeout_s, self.link, self.faults)
-                control.join(group, self.timeout_s, what)
+                    refuse_listed(self.op.schedule, name)
+                backend = backends.select(name, shard.device.type)(group, self.op.timeout_s, self.op.link, self.op.faults)
+                control.join(group, self.op.timeout_s, what)
                 theirs = [None] * world
                 dist.all_gather_object(theirs, mine, group=backend.group)
             except RuntimeError:  # gloo or the store gave up: a rank is missing (LaunchErrors pass through)
                 raise LaunchError(f"rank {rank}: not every rank of the group reached {what} within "
-                                  f"{control.wait_bound(self.timeout_s):g}s; {control.JOIN_FIX}") from None
+                                  f"{control.wait_bound(self.op.timeout_s):g}s; {control.JOIN_FIX}") from None
         for r, other in enumerate(theirs):
             if other[2] != mine[2]:
                 raise LaunchError(_schedule_difference(r, other[2], rank, mine[2]))
             if other[:2] != mine[:2]:
-                raise LaunchError(self._shard_difference(r, other, rank, mine))
+                raise LaunchError(self.shard_difference(r, other, rank, mine))
             if other[5] != mine[5]:
                 raise LaunchError(f"rank {r} keeps {other[5][0]} contexts of {other[5][1]} bytes per group but rank {rank} "
                                   f"keeps {mine[5][0]} of {mine[5][1]}; give every rank the same max_contexts and "
                                   "max_context_bytes (or $SYNCOPY_MAX_CONTEXTS and $SYNCOPY_MAX_CONTEXT_BYTES)")
             if other[6] != mine[6]:
-                raise LaunchError(f"rank {r} passed the other listed tensors ({', '.join(self.schedule.tensors[1:])}) as "
+                raise LaunchError(f"rank {r} passed the other listed tensors ({', '.join(self.op.schedule.tensors[1:])}) as "
                                   f"{other[6]} but rank {rank} as {mine[6]} (shape, dtype); pass the same on every rank")
             if other[7:] != mine[7:]:
                 raise LaunchError(_option_difference(r, other, rank, mine))
@@ -268,7 +271,7 @@ class Contexts:
             backends.verify_chunks(backend, mine[7])
         # The other listed tensors' (shape, dtype), by keyword: the common case keeps its four arguments.
         storage = self._arena(group, shard) if _can_share(backend) else None
-        ctx = self._make_context(shard, rank, world, theirs[0][3], **({"extras": extras} if extras else {}),
+        ctx = self.make(shard, rank, world, theirs[0][3], **({"extras": extras} if extras else {}),
                                  **({"uneven": True} if uneven else {}), **({"storage": storage} if storage is not None else {}))
         ctx.uid = theirs[0][4]
         if mine[8] and not uneven:  # uneven all_to_all: what each rank sends is known per launch only
@@ -278,16 +281,16 @@ class Contexts:
     def _arena(self, group, shard: torch.Tensor):
         """max_rows=: the arena the main buffers of this group's contexts (of `shard`'s dtype and device)
         share; None without max_rows."""
-        if self.max_rows is None:
+        if self.op.max_rows is None:
             return None
         key = (control.group_token(group), shard.dtype, shard.device)
         with _cache_lock:
-            if key not in self._arenas:
-                self._arenas[key] = Arena(self.max_rows)
-            return self._arenas[key]
+            if key not in self.arenas:
+                self.arenas[key] = Arena(self.op.max_rows)
+            return self.arenas[key]
 
     def _fault_spec(self) -> str:
-        return self.faults.spec() if self.faults is not None else ""
+        return self.op.faults.spec() if self.op.faults is not None else ""
 
     def _check_faults(self, ctx: Context, backend, world: int, what: str) -> None:
         """Every injected fault names a send some rank makes in this context's plans; else one LaunchError
@@ -299,77 +302,77 @@ class Contexts:
                 dist.all_gather_object(theirs, made, group=backend.group)
             except RuntimeError:
                 raise LaunchError(f"rank {ctx.plan.rank}: not every rank of the group reached {what} within "
-                                  f"{control.wait_bound(self.timeout_s):g}s; {control.JOIN_FIX}") from None
+                                  f"{control.wait_bound(self.op.timeout_s):g}s; {control.JOIN_FIX}") from None
             made = set().union(*theirs)
-        problem = links.missing(self.faults, world, made, self.producer, ctx.plan.chunks_per_rank)
+        problem = links.missing(self.op.faults, world, made, self.op.producer, ctx.plan.chunks_per_rank)
         if problem is not None:
             raise FaultError(problem)
 
-    def _make_context(self, shard: torch.Tensor, rank: int, world: int, choice, extras: tuple = (), uneven: bool = False,
+    def make(self, shard: torch.Tensor, rank: int, world: int, choice, extras: tuple = (), uneven: bool = False,
                       storage=None) -> Context:
         """The context of `shard`'s shape for rank `rank` of `world`, lowered with the planner's
         `choice` (None: the schedule as written). `uneven`: split sizes come with each launch
         (Context.relayout); the context starts with every block empty."""
         schedule, resolution = self._lowered(choice)
-        rows = shard.shape[self.schedule.dim]
-        if self.producer:
+        rows = shard.shape[self.op.schedule.dim]
+        if self.op.producer:
             ctx = self._producer_context(shard, rank, world, schedule, storage)
         elif uneven:
             nothing = (0,) * world
             p = planning.all_to_all(schedule, rank, world, 0, splits=(nothing, nothing))
-            ctx = Context(p, tuple(shard.shape), shard.dtype, shard.device, self.schedule.dim)
-        elif self.schedule.pattern == "all_to_all":
+            ctx = Context(p, tuple(shard.shape), shard.dtype, shard.device, self.op.schedule.dim)
+        elif self.op.schedule.pattern == "all_to_all":
             if rows % world:
                 raise LaunchError(
-                    f"all_to_all sends {world} equal blocks of '{self.schedule.tensor}' along dim {self.schedule.dim}, but it "
+                    f"all_to_all sends {world} equal blocks of '{self.op.schedule.tensor}' along dim {self.op.schedule.dim}, but it "
                     f"has {rows} rows; give every rank a multiple of {world} rows (pad the token blocks)"
                 )
             p = planning.all_to_all(schedule, rank, world, rows // world)
             block = list(shard.shape)
-            block[self.schedule.dim] //= world
-            ctx = Context(p, tuple(block), shard.dtype, shard.device, self.schedule.dim, storage=storage)
+            block[self.op.schedule.dim] //= world
+            ctx = Context(p, tuple(block), shard.dtype, shard.device, self.op.schedule.dim, storage=storage)
         else:
             p = planning.all_gather(schedule, rank, world, rows)
-            ctx = Context(p, tuple(shard.shape), shard.dtype, shard.device, self.schedule.dim, extras=extras, storage=storage)
+            ctx = Context(p, tuple(shard.shape), shard.dtype, shard.device, self.op.schedule.dim, extras=extras, storage=storage)
         ctx.schedule, ctx.resolution = schedule, resolution
-        ctx.kernel_file = self._built[0].source.path  # where checked-mode violations point
+        ctx.kernel_file = self.op.kernel.build().transformed.source.path  # where checked-mode violations point
         return ctx
 
-    def _shard_difference(self, r: int, other: tuple, rank: int, mine: tuple) -> str:
+    def shard_difference(self, r: int, other: tuple, rank: int, mine: tuple) -> str:
         """What differs between two ranks' shards, and what to change."""
-        t, pattern = self.schedule.tensor, self.schedule.pattern
+        t, pattern = self.op.schedule.tensor, self.op.schedule.pattern
         (theirs_shape, theirs_dtype), (my_shape, my_dtype) = other[:2], mine[:2]
         if theirs_shape == my_shape:
             return (f"rank {r} passed '{t}' as {theirs_dtype} but rank {rank} passed {my_dtype} (both {list(my_shape)}); "
                     f"{pattern} needs the same dtype on every rank: cast every rank's '{t}' to one dtype")
         dims = [d for d, (a, b) in enumerate(zip(theirs_shape, my_shape)) if a != b] if len(theirs_shape) == len(my_shape) else []
         what = f"size along dim {dims[0]}" if len(dims) == 1 else "shape"
-        fix = " (pad the last shard)" if dims == [self.schedule.dim] else ""
+        fix = " (pad the last shard)" if dims == [self.op.schedule.dim] else ""
         return (f"rank {r} passed '{t}' with shape {list(theirs_shape)} {theirs_dtype} but rank {rank} passed {list(my_shape)} "
                 f"{my_dtype}; {pattern} needs the same {what} on every rank{fix}")
 
     def _lowered(self, choice) -> tuple[Schedule, object]:
         """The schedule to lower, with `choice` (a `_resolve` answer, or None) applied, and the Resolution."""
-        if not self.schedule.planned:
-            return self.schedule, None
+        if not self.op.schedule.planned:
+            return self.op.schedule, None
         status, resolution = choice
         if status == "error":
             raise LaunchError(resolution)
-        return self.schedule.model_copy(update={"chunks_per_rank": resolution.chunks_per_rank, "order": resolution.order}), resolution
+        return self.op.schedule.model_copy(update={"chunks_per_rank": resolution.chunks_per_rank, "order": resolution.order}), resolution
 
-    def _resolve(self, shard: torch.Tensor, world: int, args: dict) -> tuple[str, object]:
+    def resolve(self, shard: torch.Tensor, world: int, args: dict) -> tuple[str, object]:
         """("ok", Resolution) with the planner's chunk count and order for this launch, or ("error", text)."""
         from syncopy.planner import auto
 
-        what = " and ".join(k for k in ("chunks_per_rank", "order") if getattr(self.schedule, k) == AUTO)
+        what = " and ".join(k for k in ("chunks_per_rank", "order") if getattr(self.op.schedule, k) == AUTO)
         try:
             device_name = torch.cuda.get_device_name(shard.device) if shard.device.type == "cuda" else None
-            hardware = auto.hardware_name(self.hardware, shard.device.type, device_name)
-            others = [tuple(v.shape) for k, v in args.items() if isinstance(v, torch.Tensor) and k not in self.schedule.tensors]
+            hardware = auto.hardware_name(self.op.hardware, shard.device.type, device_name)
+            others = [tuple(v.shape) for k, v in args.items() if isinstance(v, torch.Tensor) and k not in self.op.schedule.tensors]
             resolution = auto.resolve(
-                self.schedule.pattern, self.schedule.chunks_per_rank, self.schedule.order, world=world,
-                shard_shape=tuple(shard.shape), dim=self.schedule.dim, dtype=str(shard.dtype), others=others,
-                hardware=hardware, workload=self.workload, link=self.link if shard.device.type == "cpu" else None)
+                self.op.schedule.pattern, self.op.schedule.chunks_per_rank, self.op.schedule.order, world=world,
+                shard_shape=tuple(shard.shape), dim=self.op.schedule.dim, dtype=str(shard.dtype), others=others,
+                hardware=hardware, workload=self.op.workload, link=self.op.link if shard.device.type == "cpu" else None)
         except Exception as exc:  # every rank must hear of it, not only rank 0 (see _context)
             detail = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
             return "error", f"{what} is auto but the planner cannot plan this launch: {detail}"
@@ -378,14 +381,14 @@ class Contexts:
     def _producer_context(self, out: torch.Tensor, rank: int, world: int, schedule: Schedule, storage=None) -> Context:
         """reduce_scatter: `out` is this rank's shard of the result, the kernel writes the full
         partial into our buffer. all_reduce: `out` is the full result, split into world parts."""
-        dim = self.schedule.dim
+        dim = self.op.schedule.dim
         shape = list(out.shape)
         full = None
-        if self.schedule.pattern == "all_reduce":
+        if self.op.schedule.pattern == "all_reduce":
             # Rank d owns rows [d*S, (d+1)*S) with S = ceil(rows / world); the last part may be short.
             full = tuple(shape)
             shape[dim] = -(-shape[dim] // world)
-        nbytes = out.numel() * out.element_size() * (world if self.schedule.pattern == "reduce_scatter" else 1)
+        nbytes = out.numel() * out.element_size() * (world if self.op.schedule.pattern == "reduce_scatter" else 1)
         size = full[dim] if full is not None else shape[dim] * world
-        p = planning.reduce(schedule, rank, world, shape[dim], nbytes, self.one_shot_max_bytes, size=size)
+        p = planning.reduce(schedule, rank, world, shape[dim], nbytes, self.op.one_shot_max_bytes, size=size)
         return Context(p, tuple(shape), out.dtype, out.device, dim, producer=True, full_shape=full, storage=storage)

@@ -2,19 +2,21 @@
 arrival (consumer) or send order (producer), laid out as the table the kernel reads by execution slot."""
 from __future__ import annotations
 
+from typing import NamedTuple
 
 import torch
 
 from syncopy import device as dev
 from syncopy.errors import LaunchError
-from syncopy.passes.names import ASYNC_PROXY_FLAG
 from syncopy.runtime.state import plan as planning
 from syncopy.runtime.state.context import Context
-from syncopy.runtime.where import has_async_proxy, interpreting
+from syncopy.runtime.launch import persistent_order, warmup
+from syncopy.runtime.transport.backends import control
+from syncopy.runtime.where import interpreting, spin_limit
 
 
 def slot_tiles(order: torch.Tensor, n_tiles: int) -> list[int]:
-    """The tile each execution slot runs, read back from an order table (see `FusedKernel._order`)."""
+    """The tile each execution slot runs, read back from an order table (see `TileOrders.order`)."""
     return order[dev.SLOT_WORDS * n_tiles:].tolist()
 
 
@@ -24,31 +26,62 @@ def slot_records(order: torch.Tensor, n_tiles: int) -> list[tuple[int, ...]]:
     return [tuple(flat[k : k + dev.SLOT_WORDS]) for k in range(0, len(flat), dev.SLOT_WORDS)]
 
 
-class TileOrder:
-    """How a launch's tiles are ordered and what the kernel is told of it (FusedKernel mixes this in)."""
+class Order(NamedTuple):
+    """A launch shape's tile order: the table the kernel reads (a slot record per program, then the
+    tile per slot), each tile's chunk range, and the tile each execution slot runs."""
 
-    link_args: dict = {}  # a pipeline's variant: syncopy_in_* / syncopy_out_* (runtime/pipeline/__init__.py)
+    table: torch.Tensor
+    ranges: list
+    exec_order: list
 
-    def _extra(self, ctx: Context, order: torch.Tensor, trace_buf: torch.Tensor, table: bool | None = None) -> dict:
-        if table is None:
-            table = self._built is not None and self._built[2] is not None
-        extra = {"syncopy_ctx": ctx.ctx, "syncopy_signals": ctx.signals, "syncopy_order": order,
-                 "syncopy_trace": trace_buf, "SYNCOPY_TRACE": self.trace, "SYNCOPY_TABLE": table}
-        if self._built[0].binding.descriptors:
-            extra[ASYNC_PROXY_FLAG] = has_async_proxy(ctx.ctx.device)
-        extra.update(self.link_args)  # a pipeline's variant: its links' contexts and signal pads
-        return extra
 
-    def _order(self, ctx: Context, grid, args: dict, backend) -> tuple[torch.Tensor, list, list]:
+def grid3(grid, args: dict) -> tuple[int, int, int]:
+    """The launch's grid as three ints (a grid function called on the arguments)."""
+    g = grid(args) if callable(grid) else grid
+    g = tuple(int(x) for x in g)
+    return (g + (1, 1, 1))[:3]
+
+
+class TileOrders:
+    """How an operator's launches order their tiles, per context and launch shape: probed once (or
+    at every launch where the rows come from loaded data), kept in the context. `op` is the operator
+    (api.FusedKernel): its kernel and probe, schedule and pattern."""
+
+    def __init__(self, op):
+        self.op = op
+
+    def prepared(self, ctx: Context, grid, call_args: dict, options: dict, backend, group) -> Order:
+        """`order`; at the first launch of this launch shape on `ctx`, also the kernel's compile, both
+        done before the launch's waits start and met by every rank (control.prepared): a compile
+        longer than timeout_s times nothing out, and blames no rank."""
+        # Uneven splits: grids follow each rank's received rows, so they differ between ranks and
+        # launches; the first launch of the context is the one every rank prepares together.
+        key = ("uneven",) if ctx.plan.uneven else self.shape_key(grid, call_args)
+        if backend is None or key in ctx.prepared:
+            return self.order(ctx, grid, call_args, backend)
+        op = self.op
+
+        def prepare():
+            spin_limit(op.timeout_s, ctx.buffer.device.type)  # the interpreter measures a poll once: not on the clock
+            ordered = self.order(ctx, grid, call_args, backend)
+            extra = op.kernel.syncopy_args(ctx, ordered.table, ctx.no_trace)
+            warmup.compile_kernel(op.kernel.build().fused, grid, {**call_args, **extra}, options)
+            return ordered
+
+        what = f"the first launch of {op.local.fn.__name__} with grid {list(grid3(grid, call_args))}"
+        ordered = control.prepared(group, op.timeout_s, what, prepare)
+        ctx.prepared[key] = True
+        return ordered
+
+    def order(self, ctx: Context, grid, args: dict, backend) -> Order:
         """Tile order for this launch shape: probe each program's chunk range, sort by arrival."""
-        t, fused, probe, _ = self._built
+        t, _, probe, _ = self.op.kernel.build()
+        producer = self.op.producer
         z_fastest = getattr(backend, "z_fastest", False) if backend is not None else interpreting()
         if t.persistent is not None:
-            # Tiles come from the kernel's own loop: the table is per tile id (runtime/launch/persistent_order.py).
-            from syncopy.runtime.launch import persistent_order as persistent
-
-            return persistent.order(self, ctx, grid, args, sequential=z_fastest)
-        key = self._shape_key(grid, args)
+            # Tiles come from the kernel's own loop: the table is per tile id (persistent_order.py).
+            return self._persistent(ctx, grid, args, probe, sequential=z_fastest)
+        key = self.shape_key(grid, args)
         dims = key[0]
         n = dims[0] * dims[1] * dims[2]
         if ctx.plan.uneven:  # chunks' rows change with each launch's split sizes
@@ -61,11 +94,11 @@ class TileOrder:
         written = None
         if probe is not None:
             ranges, written = self._probe(ctx, grid, args, probe, n)
-        if self.producer:
+        if producer:
             # A probe program that ended before recording (a return the address slice kept) writes nothing.
             ranges = [(lo, hi) if 0 <= lo <= hi else (0, -1) for lo, hi in ranges]
-        tiles = planning.tile_order(ranges, ctx.plan.position(), producer=self.producer)
-        if self.producer:
+        tiles = planning.tile_order(ranges, ctx.plan.position(), producer=producer)
+        if producer:
             self._check_coverage(ctx, ranges, args, written)
             ctx.tiles_per_chunk[key] = self._tiles_per_chunk(ctx, ranges)
         # The table is indexed by hardware linear id; place tiles so that the backend's execution
@@ -83,7 +116,35 @@ class TileOrder:
         for tile in table:
             records += [tile % g0, (tile // g0) % g1, tile // (g0 * g1), *ranges[tile]]
         order = torch.tensor(records + table, dtype=torch.int32, device=ctx.buffer.device)
-        ctx.orders[key] = (order, ranges, [table[s] for s in slots])
+        ctx.orders[key] = Order(order, ranges, [table[s] for s in slots])
+        return ctx.orders[key]
+
+    def _persistent(self, ctx: Context, grid, args: dict, probe, sequential: bool) -> Order:
+        """`order` for a persistent kernel: the table per launch shape, cached in `ctx`."""
+        key = self.shape_key(grid, args)
+        if ctx.plan.uneven:  # chunks' rows change with each launch's split sizes
+            key = (*key, ctx.plan.recv_splits)
+        if key in ctx.orders:
+            return ctx.orders[key]
+        records = None
+        if probe is not None:
+            dummy = torch.zeros(3, dtype=torch.int32, device=ctx.buffer.device)
+            extra = self.op.kernel.syncopy_args(ctx, dummy, dummy, table=False)
+            by_rows = self.probe_rows(ctx, extra)  # rows, not chunks: past the buffer too (see _probe)
+
+            def run(out):
+                probe[grid](**args, **extra, syncopy_probe_out=out)
+
+            records = persistent_order.probe_tiles(run, ctx.buffer.device)
+            if records and by_rows:
+                seen = [r for r in records if r[4] and 0 <= r[0] <= r[1]]
+                self.check_rows(ctx, max((r[1] for r in seen), default=-1) + 1, args)
+                for r in seen:
+                    r[0], r[1] = ctx.unit_of_row(r[0]), ctx.unit_of_row(r[1])
+        remap = self.op.kernel.build().transformed.persistent.remap
+        table, ranges, exec_order = persistent_order.build_table(records, ctx.plan.position(), ctx.n_chunks, remap=remap,
+                                                                 sequential=sequential)
+        ctx.orders[key] = Order(torch.tensor(table, dtype=torch.int32, device=ctx.buffer.device), ranges, exec_order)
         return ctx.orders[key]
 
     def _probe(self, ctx: Context, grid, args: dict, probe, n: int) -> tuple[list[tuple[int, int]], int | None]:
@@ -94,26 +155,26 @@ class TileOrder:
         device._chunk_of_row maps them."""
         out = torch.full((2 * n,), -1, dtype=torch.int32, device=ctx.buffer.device)
         dummy = torch.zeros(1, dtype=torch.int32, device=ctx.buffer.device)
-        extra = self._extra(ctx, dummy, dummy, table=False)
-        by_rows = self._probe_rows(ctx, extra)
+        extra = self.op.kernel.syncopy_args(ctx, dummy, dummy, table=False)
+        by_rows = self.probe_rows(ctx, extra)
         probe[grid](**args, **extra, syncopy_probe_out=out)
         flat = out.tolist()
         ranges = [(flat[2 * i], flat[2 * i + 1]) for i in range(n)]
         if not by_rows:
             return ranges, None
         written = max((hi for lo, hi in ranges if 0 <= lo <= hi), default=-1) + 1
-        self._check_rows(ctx, written, args)
+        self.check_rows(ctx, written, args)
         # Empty ranges (hi < lo) and programs that stored nothing (-1, -1) stay as the probe left them.
         return [(ctx.unit_of_row(lo), ctx.unit_of_row(hi)) if 0 <= lo <= hi else (lo, hi) for lo, hi in ranges], written
 
-    def _probe_rows(self, ctx: Context, extra: dict) -> bool:
+    def probe_rows(self, ctx: Context, extra: dict) -> bool:
         """Make the probe report rows instead of chunks (see _probe), where rows can be told: along
         dim 0 (elsewhere a row is an offset modulo the size). `extra` is the probe's launch arguments."""
-        if self.schedule.dim != 0 or (ctx.plan.rows_per_rank <= 0 and not ctx.plan.uneven):
+        if self.op.schedule.dim != 0 or (ctx.plan.rows_per_rank <= 0 and not ctx.plan.uneven):
             return False
         # A bound that left out a mask changing with the loop (infer._corners) may reach past the
         # buffer where the kernel reads nothing: only its chunks, clamped to the buffer, say anything.
-        if any(a.clamped for g in self._built[0].binding.groups for a in g.accesses):
+        if any(a.clamped for g in self.op.kernel.build().transformed.binding.groups for a in g.accesses):
             return False
         extra["syncopy_ctx"] = ctx.ctx.clone()
         extra["syncopy_ctx"][dev.CTX_CHUNKS.value] = ctx.plan.rows_per_rank
@@ -122,13 +183,13 @@ class TileOrder:
         extra["syncopy_ctx"][dev.CTX_SIZE.value] = 2**31 - 1  # probe_store keeps int32
         return True
 
-    def _check_rows(self, ctx: Context, written: int, args: dict) -> None:
+    def check_rows(self, ctx: Context, written: int, args: dict) -> None:
         """Refuse a grid that touches rows past the communicated buffer, before any transfer starts:
         a consumer would read past the gathered tensor, a producer write past its buffer."""
         size = ctx.plan.size if ctx.plan.uneven else ctx.buffer.shape[ctx.dim]
         if written <= size:
             return
-        tensor, per_rank, world, pattern = self.schedule.tensor, ctx.plan.rows_per_rank, ctx.plan.world, self.schedule.pattern
+        tensor, per_rank, world, pattern = self.op.schedule.tensor, ctx.plan.rows_per_rank, ctx.plan.world, self.op.schedule.pattern
         if pattern == "reduce_scatter":
             if written % world:
                 fix = (f", which {world} ranks cannot share evenly; write a multiple of {world} rows and give '{tensor}' "
@@ -147,20 +208,20 @@ class TileOrder:
         raise LaunchError(f"the grid reads rows up to {written - 1} of '{tensor}' but the {what} '{tensor}' has {size} rows "
                           f"({split}); {fix}")
 
-    def _shape_key(self, grid, args: dict) -> tuple:
+    def shape_key(self, grid, args: dict) -> tuple:
         """What a tile order depends on: the grid and the scalar arguments (tensor shapes are part of the
         context's key already)."""
         scalars = tuple((k, v) for k, v in sorted(args.items()) if not isinstance(v, torch.Tensor))
-        return self._grid(grid, args), scalars
+        return grid3(grid, args), scalars
 
     def _check_coverage(self, ctx: Context, ranges: list[tuple[int, int]], args: dict, written: int | None = None) -> None:
         """A grid may leave chunks unwritten, as the local kernel may leave rows of its output: those
-        chunks keep the partial's initial contents (_init_partial) and are announced at launch start.
+        chunks keep the partial's initial contents (sequence.init_partial) and are announced at launch start.
         Refused only where the output is evidently the wrong size (_should_blame_output_rows)."""
         missing = [g for g in range(ctx.n_chunks) if not ctx.plan.empty(g) and not any(lo <= g <= hi for lo, hi in ranges)]
         if missing and self._should_blame_output_rows(ctx, args, written):
             lo, hi = ctx.plan.bounds(missing[0])
-            tensor, world, size = self.schedule.tensor, ctx.plan.world, ctx.buffer.shape[ctx.dim]
+            tensor, world, size = self.op.schedule.tensor, ctx.plan.world, ctx.buffer.shape[ctx.dim]
             raise LaunchError(
                 f"'{tensor}' has {ctx.plan.rows_per_rank} rows, but reduce_scatter gives each rank its rows of the result "
                 f"(rows / world) and the kernel writes {written} rows: give '{tensor}' {written // world} rows "
@@ -176,7 +237,7 @@ class TileOrder:
         # (a partial grid, a bound like `rows < MW`) means it, and its other rows stay zero.
         # Rows that come from loaded data (fresh_probe) say nothing of the output's size.
         size = ctx.buffer.shape[ctx.dim]
-        return (self.schedule.pattern == "reduce_scatter" and not self._built[0].fresh_probe
+        return (self.op.schedule.pattern == "reduce_scatter" and not self.op.kernel.build().transformed.fresh_probe
                 and written is not None and 0 < written < size
                 and written % ctx.plan.world == 0
                 and any(type(v) is int and v == written for v in args.values())
@@ -189,9 +250,3 @@ class TileOrder:
             for g in range(max(lo, 0), hi + 1):
                 need[g] += 1
         return need
-
-    @staticmethod
-    def _grid(grid, args) -> tuple[int, int, int]:
-        g = grid(args) if callable(grid) else grid
-        g = tuple(int(x) for x in g)
-        return (g + (1, 1, 1))[:3]

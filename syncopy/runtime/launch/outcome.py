@@ -9,9 +9,67 @@ from syncopy.errors import LaunchError, SyncopyCorruptChunk, SyncopyTimeout
 from syncopy.runtime.state.context import Context
 
 
-def _announce_unwritten(ctx: Context, tiles_per_chunk: list[int]) -> None:
+def raise_for_consumer(ctx: Context, transfer, epoch: int, timeout_s: float, checked_file: str | None) -> None:
+    """A consumer launch whose transfers are over (gloo, a world of one): its first failure, in this
+    order: a transfer that failed; a checked-mode violation (`checked_file`: the kernel's file); a
+    wait that timed out (the kernel's error words), a chunk that never came; a peer that dropped out;
+    a corrupt chunk. A failure the transfers caused leaves the context broken."""
+    if transfer is not None and transfer.errors:
+        ctx.broken = repr(transfer.errors[0])
+        raise LaunchError(f"rank {ctx.plan.rank}: transfer failed: {transfer.errors[0]}")
+    if checked_file is not None:
+        _read_check().raise_if_violated(ctx, checked_file)
+    err = ctx.error()
+    c = ctx.plan.chunks_per_rank
+    gone = _dropped_out(transfer)
+    if err is not None:
+        rank, flag, e = err
+        chunk = ctx.plan.chunk_of_flag(flag)  # the kernel waits per unit; name the chunk
+        ctx.broken = f"chunk {chunk} timed out"
+        raise SyncopyTimeout(rank, divmod(chunk, c), e, timeout_s, gone, _advice(gone))
+    if transfer is not None and transfer.lost:
+        ctx.broken = f"chunk {transfer.lost[0]} lost"
+        raise SyncopyTimeout(ctx.plan.rank, divmod(transfer.lost[0], c), epoch, timeout_s, _and("the transfer never completed", gone),
+                             _advice(gone))
+    _raise_if_dropped_out(ctx, epoch, gone, transfer)
+    _raise_if_corrupt(ctx, epoch, transfer)
+
+
+def raise_for_producer(ctx: Context, transfer, epoch: int, timeout_s: float, checked_file: str | None) -> None:
+    """A producer launch whose transfers are over (gloo, a world of one: `transfer` None): a transfer
+    that failed; a partial sum that never came; a chunk never reduced; a peer that dropped out; a
+    corrupt chunk; then a checked-mode violation (`checked_file`: the kernel's file)."""
+    if transfer is not None:
+        if transfer.errors:
+            ctx.broken = repr(transfer.errors[0])
+            raise LaunchError(f"rank {ctx.plan.rank}: transfer failed: {transfer.errors[0]}")
+        gone = _dropped_out(transfer)
+        if transfer.lost:
+            chunk, peer = transfer.lost[0]
+            ctx.broken = f"chunk {chunk} lost"
+            raise SyncopyTimeout(ctx.plan.rank, divmod(chunk, ctx.plan.chunks_per_rank), epoch, timeout_s,
+                                 _and(f"its partial sum from rank {peer} never came", gone), _advice(gone))
+        unfinished = [g for g in ctx.plan.owned if not transfer.final[g].is_set()]
+        if unfinished:
+            ctx.broken = f"chunk {unfinished[0]} never reduced"
+            raise SyncopyTimeout(ctx.plan.rank, divmod(unfinished[0], ctx.plan.chunks_per_rank), epoch, timeout_s,
+                                 _and("it was never reduced", gone), _advice(gone))
+        _raise_if_dropped_out(ctx, epoch, gone, transfer)
+        _raise_if_corrupt(ctx, epoch, transfer)
+    if checked_file is not None:
+        _read_check().raise_if_violated(ctx, checked_file)  # on GPUs a host sync: checked mode only
+
+
+def _read_check():
+    """Checked mode's reports (passes/read_check.py, which needs libcst), imported only when a checked kernel reports."""
+    from syncopy.passes import read_check
+
+    return read_check
+
+
+def announce_unwritten(ctx: Context, tiles_per_chunk: list[int]) -> None:
     """Chunks no tile writes in this launch are final at once (they hold the partial's initial
-    contents): raise their flags now, after _init_partial, so no transfer waits for a tile."""
+    contents): raise their flags now, after init_partial, so no transfer waits for a tile."""
     for g, count in enumerate(tiles_per_chunk):
         if count == 0:
             ctx.signals[dev.SIG_HEADER + g : dev.SIG_HEADER + g + 1] = ctx.word  # a fill: no host sync on GPUs

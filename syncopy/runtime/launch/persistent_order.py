@@ -64,32 +64,3 @@ def build_table(records: list[list[int]] | None, position: dict[int, int], n_chu
         inverse[tile] = slot
     table = [n, *forward, *inverse, *(x for r in ranges for x in r)]
     return table, ranges, [forward[s] for s in slots]
-
-
-def order(fk, ctx, grid, args: dict, sequential: bool):
-    """`FusedKernel._order` for a persistent kernel: the table per launch shape, cached in `ctx`."""
-    t, _, probe, _ = fk._built
-    key = fk._shape_key(grid, args)
-    if ctx.plan.uneven:  # chunks' rows change with each launch's split sizes
-        key = (*key, ctx.plan.recv_splits)
-    if key in ctx.orders:
-        return ctx.orders[key]
-    records = None
-    if probe is not None:
-        dummy = torch.zeros(3, dtype=torch.int32, device=ctx.buffer.device)
-        extra = fk._extra(ctx, dummy, dummy, table=False)
-        by_rows = fk._probe_rows(ctx, extra)  # rows, not chunks: past the buffer too (see FusedKernel._probe)
-
-        def run(out):
-            probe[grid](**args, **extra, syncopy_probe_out=out)
-
-        records = probe_tiles(run, ctx.buffer.device)
-        if records and by_rows:
-            seen = [r for r in records if r[4] and 0 <= r[0] <= r[1]]
-            fk._check_rows(ctx, max((r[1] for r in seen), default=-1) + 1, args)
-            for r in seen:
-                r[0], r[1] = ctx.unit_of_row(r[0]), ctx.unit_of_row(r[1])
-    table, ranges, exec_order = build_table(records, ctx.plan.position(), ctx.n_chunks, remap=t.persistent.remap,
-                                            sequential=sequential)
-    ctx.orders[key] = (torch.tensor(table, dtype=torch.int32, device=ctx.buffer.device), ranges, exec_order)
-    return ctx.orders[key]

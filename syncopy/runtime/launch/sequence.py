@@ -1,23 +1,211 @@
-"""The launch sequence of a fused operator: one launch at a time per group, bind, context, order, epoch,
-transfers, kernel, errors; the producer path; the launch's initial partial."""
+"""The launch of a fused operator, one function over its parts (api.FusedKernel holds them):
+
+    launch(op, grid, args, kwargs, group)     the group's turn, the caller's stream after the last launch's
+      run(op, ...)                            one launch, in order:
+        op.binder.bind                        the call bound by name and checked        -> BoundCall
+        op.contexts.get                       buffers, signal pad, plan (collective once) -> Context, backend
+        op.binder.tuned                       an autotuned kernel's config
+        op.orders.prepared                    the tile order (probed once), compiled once -> Order
+        ctx.begin                             this launch's epoch
+        op.tracer.start                       the trace buffer (trace=True)
+        _start                                the transfers                              -> transfer
+        op.kernel.run                         the fused kernel, then the transfer's join  -> kernel window
+        _settle                               its errors: now, or from the error ring later
+        op.tracer.finish                      the tiles' records (trace=True)
+
+The consumer patterns (all_gather, all_to_all) and the producer ones (reduce_scatter, all_reduce) run
+the same steps; where they differ, the step says so (`op.producer`)."""
 from __future__ import annotations
 
 import contextlib
-import time
 
 import torch
 
 from syncopy.errors import LaunchError, SyncopyTimeout
-from syncopy.runtime.launch import turns
-from syncopy.runtime.transport import splits
-from syncopy.runtime.streams import streamops
-from syncopy.runtime.launch import warmup
-from syncopy.runtime.transport.backends import control
-from syncopy.runtime.state.context import Context
+from syncopy.runtime.launch import outcome, turns
 from syncopy.runtime.launch.contexts import checked_group
-from syncopy.runtime.where import cuda_device, deferred, ensure_allocator, on_device, spin_limit
-from syncopy.runtime.launch.outcome import (_advice, _and, _announce_unwritten, _dropped_out, _raise_if_corrupt, _raise_if_dropped_out)
+from syncopy.runtime.launch.order import grid3
+from syncopy.runtime.state.context import Context
+from syncopy.runtime.streams import streamops
 from syncopy.runtime.streams.error_ring import LaunchErrors
+from syncopy.runtime.transport import splits
+from syncopy.runtime.transport.backends import control
+from syncopy.runtime.where import cuda_device, deferred, ensure_allocator, on_device, spin_limit
+
+
+def launch(op, grid, args, kwargs, group) -> None:
+    """`run`, one at a time per group on this rank, in the mode syncopy's tensor work runs in.
+
+    Threads: a launch reuses the context's buffers and signal pad and steps its epoch, and a
+    first launch talks to the peers over the group's control group, so two launches on one group
+    must not interleave on a rank; a second thread waits here for the first launch to return
+    (launches on other groups go on meanwhile). Which thread goes first is up to the threads: as
+    with torch.distributed collectives, every rank of the group must launch in the same order
+    (the n-th launch of a rank meets the n-th launch of each peer); taking turns per group, not
+    per operator, makes ranks that disagree on the order of two operators wait and time out
+    (naming the rank) instead of pairing one operator's data with the other's. On CUDA, a launch
+    from a thread with another current stream first makes that stream wait for the last
+    launch's (device-side, no host wait).
+
+    Modes: syncopy's own tensor work (buffers, flags, copies, on this thread and on the transfer
+    threads) runs under torch.inference_mode(), whatever the caller's mode: it records no autograd
+    anyway, and in that mode it may update in place both the caller's tensors (inference tensors
+    under the caller's inference_mode) and its own (made once, reused in any later mode)."""
+    op.binder.refuse_grad(args, kwargs)
+    group = checked_group(group)
+    device = cuda_device(args, kwargs)
+    # A pipeline's reader on its side thread (CPU ranks) launches in the turn its writer's thread holds.
+    turn = contextlib.nullcontext() if turns.turn_held() else control.group_lock(group)
+    with _profiled(op.local.fn.__name__), turn, torch.inference_mode(), on_device(device):
+        follow_last_launch(op.contexts.last_stream, control.group_token(group), device)
+        run(op, grid, args, kwargs, group)
+        if op.trace_file is not None and op.last_trace is not None:
+            op.tracer.write(group)
+
+
+def run(op, grid, args, kwargs, group) -> None:
+    """One launch of `op` on `group` (a checked process group whose turn the caller holds); the steps
+    of the module's docstring."""
+    built = op.kernel.build()
+    kwargs = dict(kwargs)
+    split = splits.pop(kwargs, op.signature.parameters, op.schedule.pattern, op.local.fn.__name__)
+    call = op.binder.bind(args, kwargs)
+    ensure_allocator(call.shard.device)
+    uneven = _uneven(op, split, call.shard)
+    ctx, backend = op.contexts.get(call.shard, group, call.arguments, uneven=uneven)
+    if uneven:
+        _relayout(op, ctx, backend, split, call.shard)
+    # An autotuned kernel's config (timed on the local kernel with a scratch tensor: no wait on a chunk).
+    arguments, options = op.binder.tuned(grid, call.arguments, call.options, group, lambda: torch.empty_like(ctx.buffer))
+    op.resolved_chunks_per_rank, op.resolved_order = ctx.schedule.chunks_per_rank, ctx.schedule.order
+    op.last_resolution = ctx.resolution
+    if ctx.broken:
+        raise LaunchError(f"this operator's transfers broke in an earlier launch ({ctx.broken}); re-create the process group")
+    kernel_args = _kernel_arguments(op, ctx, arguments)
+    if backend is not None and not op.producer:
+        g0, g1, g2 = grid3(grid, kernel_args)
+        # Each program is num_ctas CTAs (a cluster on sm_90): what could hold SMs is their product.
+        backend.check_grid(g0 * g1 * g2, built.transformed.persistent is not None, op.local.fn.__name__, call.shard.device,
+                           int(options.get("num_ctas") or 1))
+    order = op.orders.prepared(ctx, grid, kernel_args, options, backend, group)
+    if deferred(backend):
+        backend.check()  # earlier launches that are done: their errors surface here
+    own = _own_errors(op, ctx, built.transformed.checked) if backend is None and not op.producer else None
+    if own is not None:
+        _check_own(ctx, own)  # a world of one: its earlier launches that are done, likewise
+    need = ctx.tiles_per_chunk[op.orders.shape_key(grid, kernel_args)] if op.producer else None
+    if need is not None:
+        ctx.set_targets(need)
+    epoch = ctx.begin(spin_limit(op.timeout_s, call.shard.device.type))
+    trace, trace_buf = op.tracer.start(ctx, epoch, len(order.ranges))
+    transfer = _start(op, ctx, backend, call.shard, epoch, need)
+    window = op.kernel.run(grid, kernel_args, ctx, order.table, trace_buf, options, transfer)
+    _settle(op, ctx, backend, own, transfer, epoch, call.shard, traced=trace is not None)
+    if trace is not None:
+        op.tracer.finish(trace, trace_buf, order.table, order.ranges, order.exec_order, window,
+                         persistent=built.transformed.persistent is not None)
+
+
+def _kernel_arguments(op, ctx: Context, arguments: dict) -> dict:
+    """The user's arguments as the fused kernel takes them: a consumer reads the gathered (received)
+    tensors where the user passed shards; a producer writes its partial into the context's buffer."""
+    call_args = dict(arguments)
+    tensors = op.schedule.tensors
+    if op.producer:
+        call_args[tensors[0]] = ctx.buffer
+        return call_args
+    ctx.extra_shards = [arguments[n] for n in tensors[1:]]
+    call_args.update(zip(tensors, ctx.tensors()))
+    call_args[tensors[0]] = ctx.received()
+    return call_args
+
+
+def _start(op, ctx: Context, backend, shard: torch.Tensor, epoch: int, need: list[int] | None):
+    """This launch's transfers, started before its kernel: the backend's transfer (None in a world of one).
+
+    Consumers: the receive buffers poisoned (poison_receive), this rank's own rows placed, the peers'
+    chunks on their way. Producers: the partial set to what the kernel starts from, `out` poisoned
+    once that is read, the flags of chunks no tile writes raised, the reduction on its way."""
+    if op.producer:
+        init_partial(ctx, shard, op.schedule.pattern)
+        if op.poison_receive and shard.is_floating_point():
+            shard.fill_(float("nan"))  # after init_partial read it: only the reduction may write `out` now
+        outcome.announce_unwritten(ctx, need)
+        return backend.start_reduce(ctx, shard, epoch) if backend is not None else None
+    if op.poison_receive:
+        for buffer in ctx.tensors():
+            if buffer.is_floating_point():
+                buffer.fill_(float("nan"))
+    if backend is None:
+        ctx.place_local(shard)
+        ctx.land_all()
+        return None
+    if op.schedule.pattern == "all_to_all":
+        ctx.source = shard
+    backend.local(ctx, shard)
+    return backend.start(ctx, epoch)
+
+
+def _settle(op, ctx: Context, backend, own: LaunchErrors | None, transfer, epoch: int, shard: torch.Tensor, traced: bool) -> None:
+    """What became of the launch. Where it returned before its kernel ran (a GPU backend, a world of
+    one's error ring), its errors are recorded and raised by a later launch or `synchronize()` (now,
+    if traced: the trace reads the kernel's records anyway); elsewhere they are raised now."""
+    if own is not None:
+        # A world of one, as the deferred backends: the kernel's error words copied behind it, read
+        # once it is done (CPU ranks: now; GPUs: the next launch, synchronize(), or now if it already is).
+        own.record(epoch, own.ops.handle(torch.cuda.current_stream(shard.device)) if shard.is_cuda else None)
+        _check_own(ctx, own, wait=traced)
+        return
+    if getattr(transfer, "deferred", False):
+        # Enqueued, like any CUDA op. Consumers: the error words are read once the kernel is done.
+        # Producers (p2p reduce_scatter): the sends follow the kernel's flags and the reduction the sends.
+        if not op.producer:
+            backend.finish(ctx, epoch)
+            backend.check(wait=traced)
+        elif traced:
+            backend.check(wait=True)
+        return
+    t = op.kernel.build().transformed
+    checked_file = t.source.path if t.checked else None  # checked mode: its report words are read now
+    if op.producer:
+        if transfer is None:
+            shard.copy_(ctx.buffer)  # a world of one: the partial is the result
+        outcome.raise_for_producer(ctx, transfer, epoch, op.timeout_s, checked_file)
+    else:
+        outcome.raise_for_consumer(ctx, transfer, epoch, op.timeout_s, checked_file)
+
+
+def init_partial(ctx: Context, out: torch.Tensor, pattern: str) -> None:
+    """What the kernel's partial holds before its first store, as in the reference: all_reduce,
+    this rank's `out` (the kernel sees the user's C, e.g. for `C += A @ B`); reduce_scatter,
+    zeros (a partial the kernel adds into, or leaves unwritten, starts at zero). Enqueued on the
+    current stream, the kernel's, so on GPUs it is a stream-ordered memset or copy, no host sync.
+    Done at every launch: the kernel's own stores are not proven to cover every element."""
+    if pattern == "all_reduce":
+        ctx.buffer.copy_(out)
+    else:
+        ctx.buffer.zero_()
+
+
+def follow_last_launch(last_stream: dict, token: int, device) -> None:
+    """On CUDA, this launch's stream waits for the last launch's on the group when they differ
+    (threads have their own current streams; both launches use the same buffers). `last_stream`:
+    the operator's (group token, device) -> stream of its last launch there (Contexts.last_stream)."""
+    if device is None:
+        return
+    stream, last = torch.cuda.current_stream(device), last_stream.get((token, device))
+    if last is not None and last != stream:
+        stream.wait_stream(last)
+    last_stream[(token, device)] = stream
+
+
+def synchronize(op) -> None:
+    """Wait for `op`'s launches so far and raise the first error among them (FusedKernel.synchronize)."""
+    for ctx, backend in list(op.contexts.table.values()):
+        if deferred(backend):
+            backend.check(wait=True)
+        elif backend is None and getattr(ctx, "own_errors", None) is not None:
+            _check_own(ctx, ctx.own_errors, wait=True)
 
 
 def _profiled(kernel: str):
@@ -28,295 +216,39 @@ def _profiled(kernel: str):
     return contextlib.nullcontext()
 
 
-class LaunchSequence:
-    """The launch itself, consumer and producer (FusedKernel mixes this in; the steps it calls are the
-    other mixins of syncopy/runtime)."""
+def _uneven(op, split, shard: torch.Tensor) -> bool:
+    """Does this launch give split sizes? (What no count can fix is refused here, on every rank alike.)"""
+    if split is None:
+        return False
+    splits.check_static(shard, op.schedule.tensor, op.schedule.dim, op.local.fn.__name__)
+    return True
 
-    def _serialised_launch(self, grid, args, kwargs, group):
-        """`_launch`, one at a time per group on this rank, in the mode syncopy's tensor work runs in.
 
-        Threads: a launch reuses the context's buffers and signal pad and steps its epoch, and a
-        first launch talks to the peers over the group's control group, so two launches on one group
-        must not interleave on a rank; a second thread waits here for the first launch to return
-        (launches on other groups go on meanwhile). Which thread goes first is up to the threads: as
-        with torch.distributed collectives, every rank of the group must launch in the same order
-        (the n-th launch of a rank meets the n-th launch of each peer); taking turns per group, not
-        per operator, makes ranks that disagree on the order of two operators wait and time out
-        (naming the rank) instead of pairing one operator's data with the other's. On CUDA, a launch
-        from a thread with another current stream first makes that stream wait for the last
-        launch's (device-side, no host wait).
+def _relayout(op, ctx: Context, backend, split, shard: torch.Tensor) -> None:
+    """Uneven all_to_all: check and exchange this launch's counts (every rank hears of a rank's
+    mistake), then lower its plan into the context."""
+    from syncopy.runtime.state import plan as planning
 
-        Modes: syncopy's own tensor work (buffers, flags, copies, on this thread and on the transfer
-        threads) runs under torch.inference_mode(), whatever the caller's mode: it records no autograd
-        anyway, and in that mode it may update in place both the caller's tensors (inference tensors
-        under the caller's inference_mode) and its own (made once, reused in any later mode)."""
-        self._refuse_grad(args, kwargs)
-        group = checked_group(group)
-        device = cuda_device(args, kwargs)
-        # A pipeline's reader on its side thread (CPU ranks) launches in the turn its writer's thread holds.
-        turn = contextlib.nullcontext() if turns.turn_held() else control.group_lock(group)
-        with _profiled(self.local.fn.__name__), turn, torch.inference_mode(), on_device(device):
-            self._follow_last_launch(control.group_token(group), device)
-            result = self._launch(grid, args, kwargs, group)
-            if self.trace_file is not None and self.last_trace is not None:
-                self._write_trace(group)
-            return result
+    plan, kernel = ctx.plan, op.local.fn.__name__
+    send, said, error = splits.local(split, shard, op.schedule.tensor, op.schedule.dim, plan.world, kernel)
+    group = backend.group if backend is not None else None
+    recv = splits.exchange(send, said, error, group, plan.world, plan.rank, kernel)
+    ctx.relayout(planning.all_to_all(ctx.schedule, plan.rank, plan.world, 0, splits=(send, recv)))
 
-    def _refuse_grad(self, args, kwargs) -> None:
-        """A launch records no autograd graph: refuse inputs that require grad (with grad enabled),
-        rather than return a result whose gradients would silently be missing."""
-        if not torch.is_grad_enabled():
-            return
-        for key, value in [*zip(self.signature.parameters, args), *kwargs.items()]:
-            if isinstance(value, torch.Tensor) and value.requires_grad:
-                raise LaunchError(f"launch of '{self.local.fn.__name__}': argument '{key}' requires grad, but fused operators are "
-                                  f"not differentiable yet (its gradient would be lost); pass {key}.detach(), or launch under "
-                                  "torch.no_grad() or torch.inference_mode()")
 
-    def _follow_last_launch(self, token: int, device) -> None:
-        """On CUDA, this launch's stream waits for the last launch's on the group when they differ
-        (threads have their own current streams; both launches use the same buffers)."""
-        if device is None:
-            return
-        stream, last = torch.cuda.current_stream(device), self._last_stream.get((token, device))
-        if last is not None and last != stream:
-            stream.wait_stream(last)
-        self._last_stream[(token, device)] = stream
-
-    def _launch(self, grid, args, kwargs, group):
-        group = checked_group(group)
-        self.build()
-        t, fused, probe, _ = self._built
-        kwargs = dict(kwargs)
-        split = splits.pop(kwargs, self.signature.parameters, self.schedule.pattern, self.local.fn.__name__)
-        bound, shard, options = self._bind(args, kwargs)
-        ensure_allocator(shard.device)
-        uneven = self._uneven(split, shard)
-        ctx, backend = self._context(shard, group, bound, uneven=uneven)
-        if uneven:
-            self._relayout(ctx, backend, split, shard)
-        # An autotuned kernel's config (timed on the local kernel with a scratch tensor: no wait on a chunk).
-        bound, options = self._tuned(grid, bound, options, group, lambda: torch.empty_like(ctx.buffer))
-        self.resolved_chunks_per_rank, self.resolved_order = ctx.schedule.chunks_per_rank, ctx.schedule.order
-        self.last_resolution = ctx.resolution
-        if ctx.broken:
-            raise LaunchError(f"this operator's transfers broke in an earlier launch ({ctx.broken}); re-create the process group")
-        if self.producer:
-            return self._launch_producer(grid, bound, shard, options, ctx, backend, group)
-        call_args = dict(bound)
-        ctx.extra_shards = [bound[n] for n in self.schedule.tensors[1:]]
-        call_args.update(zip(self.schedule.tensors, ctx.tensors()))
-        call_args[self.schedule.tensors[0]] = ctx.received()
-        if backend is not None:
-            g0, g1, g2 = self._grid(grid, call_args)
-            # Each program is num_ctas CTAs (a cluster on sm_90): what could hold SMs is their product.
-            backend.check_grid(g0 * g1 * g2, t.persistent is not None, self.local.fn.__name__, shard.device,
-                               int(options.get("num_ctas") or 1))
-        order, ranges, exec_order = self._prepared_order(ctx, grid, call_args, options, backend, group)
-        if deferred(backend):
-            backend.check()  # earlier launches that are done: their errors surface here
-        own = self._own_errors(ctx, t.checked) if backend is None else None
-        if own is not None:
-            _check_own(ctx, own)  # a world of one: its earlier launches that are done, likewise
-        epoch = ctx.begin(spin_limit(self.timeout_s, shard.device.type))
-        trace, trace_buf = self._new_trace(ctx, epoch, len(ranges))
-        if self.poison_receive:
-            for buffer in ctx.tensors():
-                if buffer.is_floating_point():
-                    buffer.fill_(float("nan"))
-        if backend is None:
-            ctx.place_local(shard)
-            ctx.land_all()
-            transfer = None
-        else:
-            if self.schedule.pattern == "all_to_all":
-                ctx.source = shard
-            backend.local(ctx, shard)
-            transfer = backend.start(ctx, epoch)
-        k0, k1 = self._run_kernel(fused, grid, call_args, ctx, order, trace_buf, options, transfer)
-        if own is not None:
-            # A world of one, as the deferred backends: the kernel's error words copied behind it,
-            # read once it is done (CPU ranks: now; GPUs: the next launch, synchronize(), or now if
-            # it already is; a traced launch waits for it).
-            own.record(epoch, own.ops.handle(torch.cuda.current_stream(shard.device)) if shard.is_cuda else None)
-            _check_own(ctx, own, wait=trace is not None)
-            if trace is not None:
-                self._finish_trace(trace, trace_buf, order, ranges, exec_order, (k0, k1), persistent=t.persistent is not None)
-            return None
-        if getattr(transfer, "deferred", False):
-            # Enqueued, like any CUDA op: the error words are read once the kernel is done (the
-            # next launch, synchronize(), or now if it already is; a traced launch waits for it).
-            backend.finish(ctx, epoch)
-            backend.check(wait=trace is not None)
-            if trace is not None:
-                self._finish_trace(trace, trace_buf, order, ranges, exec_order, (k0, k1), persistent=t.persistent is not None)
-            return None
-        if transfer is not None and transfer.errors:
-            ctx.broken = repr(transfer.errors[0])
-            raise LaunchError(f"rank {ctx.plan.rank}: transfer failed: {transfer.errors[0]}")
-        if t.checked:
-            _read_check().raise_if_violated(ctx, t.source.path)
-        err = ctx.error()
-        c = ctx.plan.chunks_per_rank
-        gone = _dropped_out(transfer)
-        if err is not None:
-            rank, flag, e = err
-            chunk = ctx.plan.chunk_of_flag(flag)  # the kernel waits per unit; name the chunk
-            ctx.broken = f"chunk {chunk} timed out"
-            raise SyncopyTimeout(rank, divmod(chunk, c), e, self.timeout_s, gone, _advice(gone))
-        if transfer is not None and transfer.lost:
-            ctx.broken = f"chunk {transfer.lost[0]} lost"
-            raise SyncopyTimeout(ctx.plan.rank, divmod(transfer.lost[0], c), epoch, self.timeout_s, _and("the transfer never completed", gone),
-                                 _advice(gone))
-        _raise_if_dropped_out(ctx, epoch, gone, transfer)
-        _raise_if_corrupt(ctx, epoch, transfer)
-        if trace is not None:
-            self._finish_trace(trace, trace_buf, order, ranges, exec_order, (k0, k1), persistent=t.persistent is not None)
+def _own_errors(op, ctx: Context, checked: bool) -> LaunchErrors | None:
+    """A world of one's consumer context: the ring its launches' error words are copied into
+    (made at its first launch), so that a launch never reads a device word on the host (a
+    device sync on GPUs). None in checked mode, whose launch reads its report words after the
+    kernel anyway (read_check.raise_if_violated)."""
+    if checked:
         return None
-
-    def _uneven(self, split, shard: torch.Tensor) -> bool:
-        """Does this launch give split sizes? (What no count can fix is refused here, on every rank alike.)"""
-        if split is None:
-            return False
-        splits.check_static(shard, self.schedule.tensor, self.schedule.dim, self.local.fn.__name__)
-        return True
-
-    def _relayout(self, ctx: Context, backend, split, shard: torch.Tensor) -> None:
-        """Uneven all_to_all: check and exchange this launch's counts (every rank hears of a rank's
-        mistake), then lower its plan into the context."""
-        from syncopy.runtime.state import plan as planning
-
-        plan, kernel = ctx.plan, self.local.fn.__name__
-        send, said, error = splits.local(split, shard, self.schedule.tensor, self.schedule.dim, plan.world, kernel)
-        group = backend.group if backend is not None else None
-        recv = splits.exchange(send, said, error, group, plan.world, plan.rank, kernel)
-        ctx.relayout(planning.all_to_all(ctx.schedule, plan.rank, plan.world, 0, splits=(send, recv)))
-
-    def synchronize(self) -> None:
-        """Wait for this operator's launches so far and raise the first error among them
-        (SyncopyTimeout, naming rank, chunk and epoch). On GPUs a warm launch returns once its work
-        is enqueued, like any CUDA op (p2p with one rank per GPU, and a world of one); its errors
-        surface at the next launch of the same shape or here. CPU launches return when they are done and raise at once."""
-        for ctx, backend in list(self._contexts.values()):
-            if deferred(backend):
-                backend.check(wait=True)
-            elif backend is None and getattr(ctx, "own_errors", None) is not None:
-                _check_own(ctx, ctx.own_errors, wait=True)
-
-    def _own_errors(self, ctx: Context, checked: bool) -> LaunchErrors | None:
-        """A world of one's consumer context: the ring its launches' error words are copied into
-        (made at its first launch), so that a launch never reads a device word on the host (a
-        device sync on GPUs). None in checked mode, whose launch reads its report words after the
-        kernel anyway (read_check.raise_if_violated)."""
-        if checked:
-            return None
-        errors = getattr(ctx, "own_errors", None)
-        if errors is None:
-            cuda = ctx.signals.is_cuda
-            ops = streamops.cuda_ops() if cuda else streamops.HostOps()
-            errors = ctx.own_errors = LaunchErrors(ctx, ops, (lambda t: t.pin_memory()) if cuda else (lambda t: t), self.timeout_s)
-        return errors
-
-    def _prepared_order(self, ctx: Context, grid, call_args: dict, options: dict, backend, group):
-        """`_order`; at the first launch of this launch shape on `ctx`, also the kernel's compile, both
-        done before the launch's waits start and met by every rank (control.prepared): a compile
-        longer than timeout_s times nothing out, and blames no rank."""
-        # Uneven splits: grids follow each rank's received rows, so they differ between ranks and
-        # launches; the first launch of the context is the one every rank prepares together.
-        key = ("uneven",) if ctx.plan.uneven else self._shape_key(grid, call_args)
-        if backend is None or key in ctx.prepared:
-            return self._order(ctx, grid, call_args, backend)
-
-        def prepare():
-            spin_limit(self.timeout_s, ctx.buffer.device.type)  # the interpreter measures a poll once: not on the clock
-            ordered = self._order(ctx, grid, call_args, backend)
-            extra = self._extra(ctx, ordered[0], ctx.no_trace)
-            warmup.compile_kernel(self._built[1], grid, {**call_args, **extra}, options)
-            return ordered
-
-        what = f"the first launch of {self.local.fn.__name__} with grid {list(self._grid(grid, call_args))}"
-        ordered = control.prepared(group, self.timeout_s, what, prepare)
-        ctx.prepared[key] = True
-        return ordered
-
-    def _launch_producer(self, grid, bound: dict, out: torch.Tensor, options: dict, ctx: Context, backend, group=None):
-        """reduce_scatter / all_reduce: the kernel writes its full partial result into our buffer and
-        announces chunks; the transfer threads reduce them into `out` while later tiles compute.
-
-        The kernel runs as the reference runs it: on a partial that starts as the user's `out`
-        (all_reduce) or as zeros (reduce_scatter), so atomics, read-modify-write epilogues and
-        elements no tile writes give what `fused.reference` gives."""
-        _, fused, _, _ = self._built
-        call_args = dict(bound)
-        call_args[self.schedule.tensor] = ctx.buffer
-        order, ranges, exec_order = self._prepared_order(ctx, grid, call_args, options, backend, group)
-        need = ctx.tiles_per_chunk[self._shape_key(grid, call_args)]
-        if deferred(backend):
-            backend.check()  # earlier launches that are done: their errors surface here
-        ctx.set_targets(need)
-        epoch = ctx.begin(spin_limit(self.timeout_s, out.device.type))
-        trace, trace_buf = self._new_trace(ctx, epoch, len(ranges))
-        self._init_partial(ctx, out)
-        if self.poison_receive and out.is_floating_point():
-            out.fill_(float("nan"))  # after _init_partial read it: only the reduction may write `out` now
-        _announce_unwritten(ctx, need)
-        transfer = backend.start_reduce(ctx, out, epoch) if backend is not None else None
-        k0, k1 = self._run_kernel(fused, grid, call_args, ctx, order, trace_buf, options, transfer)
-        if getattr(transfer, "deferred", False):
-            # Enqueued (p2p reduce_scatter, one rank per GPU): the sends follow the kernel's flags and
-            # the reduction follows the sends on the device; errors surface at the next launch or
-            # synchronize() (a traced launch waits for them now).
-            if trace is not None:
-                backend.check(wait=True)
-                self._finish_trace(trace, trace_buf, order, ranges, exec_order, (k0, k1))
-            return None
-        if transfer is None:
-            out.copy_(ctx.buffer)  # a world of one: the partial is the result
-        else:
-            if transfer.errors:
-                ctx.broken = repr(transfer.errors[0])
-                raise LaunchError(f"rank {ctx.plan.rank}: transfer failed: {transfer.errors[0]}")
-            gone = _dropped_out(transfer)
-            if transfer.lost:
-                chunk, peer = transfer.lost[0]
-                ctx.broken = f"chunk {chunk} lost"
-                raise SyncopyTimeout(ctx.plan.rank, divmod(chunk, ctx.plan.chunks_per_rank), epoch, self.timeout_s,
-                                     _and(f"its partial sum from rank {peer} never came", gone), _advice(gone))
-            unfinished = [g for g in ctx.plan.owned if not transfer.final[g].is_set()]
-            if unfinished:
-                ctx.broken = f"chunk {unfinished[0]} never reduced"
-                raise SyncopyTimeout(ctx.plan.rank, divmod(unfinished[0], ctx.plan.chunks_per_rank), epoch, self.timeout_s,
-                                     _and("it was never reduced", gone), _advice(gone))
-            _raise_if_dropped_out(ctx, epoch, gone, transfer)
-            _raise_if_corrupt(ctx, epoch, transfer)
-        if self._built[0].checked:
-            _read_check().raise_if_violated(ctx, self._built[0].source.path)  # on GPUs a host sync: checked mode only
-        if trace is not None:
-            self._finish_trace(trace, trace_buf, order, ranges, exec_order, (k0, k1))
-        return None
-
-    def _init_partial(self, ctx: Context, out: torch.Tensor) -> None:
-        """What the kernel's partial holds before its first store, as in the reference: all_reduce,
-        this rank's `out` (the kernel sees the user's C, e.g. for `C += A @ B`); reduce_scatter,
-        zeros (a partial the kernel adds into, or leaves unwritten, starts at zero). Enqueued on the
-        current stream, the kernel's, so on GPUs it is a stream-ordered memset or copy, no host sync.
-        Done at every launch: the kernel's own stores are not proven to cover every element."""
-        if self.schedule.pattern == "all_reduce":
-            ctx.buffer.copy_(out)
-        else:
-            ctx.buffer.zero_()
-
-    def _run_kernel(self, fused, grid, call_args: dict, ctx: Context, order, trace_buf, options: dict, transfer) -> tuple[float, float]:
-        """The fused kernel, then the transfer's join (whatever the kernel raised); (start, end) in
-        seconds from the launch's start, for the trace."""
-        k0 = time.perf_counter() - ctx.t0
-        try:
-            fused[grid](**call_args, **self._extra(ctx, order, trace_buf), **options)
-        finally:
-            k1 = time.perf_counter() - ctx.t0
-            if transfer is not None:
-                transfer.join()
-        return k0, k1
+    errors = getattr(ctx, "own_errors", None)
+    if errors is None:
+        cuda = ctx.signals.is_cuda
+        ops = streamops.cuda_ops() if cuda else streamops.HostOps()
+        errors = ctx.own_errors = LaunchErrors(ctx, ops, (lambda t: t.pin_memory()) if cuda else (lambda t: t), op.timeout_s)
+    return errors
 
 
 def _check_own(ctx: Context, errors: LaunchErrors, wait: bool = False) -> None:
@@ -329,10 +261,3 @@ def _check_own(ctx: Context, errors: LaunchErrors, wait: bool = False) -> None:
         src, index = exc.chunk
         ctx.broken = f"chunk {src * ctx.plan.chunks_per_rank + index} timed out"
         raise
-
-
-def _read_check():
-    """Checked mode's reports (passes/read_check.py, which needs libcst), imported only when a checked kernel reports."""
-    from syncopy.passes import read_check
-
-    return read_check

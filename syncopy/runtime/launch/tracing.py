@@ -15,10 +15,14 @@ CLOCK_WRAP = 1 << 31  # the kernel's clocks are microseconds modulo 2^31 (device
 TRACED_LAUNCHES = 32
 
 
-class Tracing:
-    """How a traced launch records its tiles (FusedKernel mixes this in)."""
+class Tracer:
+    """How an operator's traced launches record their tiles: `op` is the operator (api.FusedKernel),
+    whose `trace` turns it on and whose `last_trace` and `traced_launches` receive the records."""
 
-    def _write_trace(self, group) -> None:
+    def __init__(self, op):
+        self.op = op
+
+    def write(self, group) -> None:
         """`trace="run.json"`: rank 0 gathers every rank's trace of this launch over syncopy's control
         group (bounded by timeout_s) and rewrites the file with the latest launches."""
         import torch.distributed as dist
@@ -26,28 +30,29 @@ class Tracing:
         from syncopy.runtime.trace import chrome_trace
         from syncopy.runtime.transport.backends import control
 
-        cg = control.control_group(group, self.timeout_s)
+        op = self.op
+        cg = control.control_group(group, op.timeout_s)
         first = dist.get_global_rank(cg, 0)
         gathered = [None] * dist.get_world_size(cg) if dist.get_rank() == first else None
-        dist.gather_object(self.last_trace, gathered, dst=first, group=cg)
+        dist.gather_object(op.last_trace, gathered, dst=first, group=cg)
         if gathered is not None:
-            self.traced_launches = [*self.traced_launches, gathered][-TRACED_LAUNCHES:]
-            chrome_trace.write(self.trace_file, self.traced_launches)
+            op.traced_launches = [*op.traced_launches, gathered][-TRACED_LAUNCHES:]
+            chrome_trace.write(op.trace_file, op.traced_launches)
 
-    def _new_trace(self, ctx: Context, epoch: int, n_tiles: int) -> tuple[Trace | None, torch.Tensor]:
+    def start(self, ctx: Context, epoch: int, n_tiles: int) -> tuple[Trace | None, torch.Tensor]:
         """This launch's Trace (None without trace=True) and the buffer its tiles record starts in."""
-        trace = None
-        if self.trace:
+        trace, op = None, self.op
+        if op.trace:
             trace = Trace(ctx.plan.rank, epoch, {g: ctx.plan.bounds(g) for g in range(ctx.n_chunks)}, total_chunks=ctx.n_chunks,
-                          producer=self.producer, started_at=ctx.t0_wall, t0_perf=ctx.t0, kernel=self.local.fn.__name__,
+                          producer=op.producer, started_at=ctx.t0_wall, t0_perf=ctx.t0, kernel=op.local.fn.__name__,
                           planned=ctx.resolution.describe() if ctx.resolution is not None else "")
         ctx.trace = trace
         if trace is not None:
             return trace, torch.zeros(TRACE_WORDS * n_tiles, dtype=torch.int32, device=ctx.buffer.device)
         return None, ctx.no_trace
 
-    def _finish_trace(self, trace: Trace, trace_buf: torch.Tensor, order: torch.Tensor, ranges: list, exec_order: list,
-                      kernel_s: tuple[float, float], persistent: bool = False) -> None:
+    def finish(self, trace: Trace, trace_buf: torch.Tensor, order: torch.Tensor, ranges: list, exec_order: list,
+               kernel_s: tuple[float, float], persistent: bool = False) -> None:
         """Tile starts from the kernel's records (slot -> tile through the order table), then publish."""
         n_tiles, w = len(ranges), TRACE_WORDS
         flat = trace_buf.tolist()
@@ -58,7 +63,7 @@ class Tracing:
         trace.tile_starts = sorted(((by_slot[s], flat[w * s] - 1, flat[w * s + 1]) for s in ran), key=lambda x: x[1])
         trace.kernel_s = kernel_s
         trace.tile_times = _tile_times({by_slot[s]: (flat[w * s + 2], flat[w * s + 3]) for s in ran}, trace, kernel_s)
-        self.last_trace = trace
+        self.op.last_trace = trace
 
 
 def _tile_times(clocks: dict, trace: Trace, kernel_s: tuple[float, float]) -> dict:

@@ -1,7 +1,7 @@
 """The compile step of a first launch, kept apart from its waits: on GPUs Triton compiles the fused
 kernel at its first launch with a new specialisation, which may take longer than `timeout_s` (a
 minute for a 3-rank fp16 all_reduce); the launch compiles it before its transfers and waits start
-(LaunchSequence._prepared_order), and every rank meets the others once compiled (control.prepared)."""
+(TileOrders.prepared), and every rank meets the others once compiled (control.prepared)."""
 from __future__ import annotations
 
 from syncopy.runtime.where import interpreting

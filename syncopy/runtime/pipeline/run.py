@@ -11,6 +11,7 @@ import torch
 
 from syncopy.errors import LaunchError, SyncopyError, SyncopyTimeout
 from syncopy.runtime.where import interpreting, on_device, spin_limit
+from syncopy.runtime.launch.order import grid3
 from syncopy.runtime.launch.turns import held_turn
 from syncopy.runtime.pipeline.edges import Edge, Launch, infer_edges, structure, writer_chunks
 from syncopy.runtime.pipeline.links import LinkSignals, Reader, link_args
@@ -22,47 +23,6 @@ _recording = threading.local()
 def recording():
     """The pipeline whose `with` block this thread is in, or None."""
     return getattr(_recording, "pipeline", None)
-
-
-class Linking:
-    """How an operator takes part in a pipeline (FusedKernel mixes this in): its linked variants."""
-
-    #: A pipeline's variant: {"wait": tensor, "notify": tensor}, the tensors linked to its neighbours.
-    link_roles: dict = {}
-
-    def linked(self, wait: str | None = None, notify: str | None = None):
-        """This operator as a pipeline runs it: its tiles wait for the chunks of `wait` that the
-        operator before it announces, and announce the chunks of `notify` they finish (either None).
-        A new operator with its own contexts; the link's context and signal pad come in `link_args`."""
-        import copy
-
-        variant = copy.copy(self)
-        variant.link_roles = {k: v for k, v in (("wait", wait), ("notify", notify)) if v is not None}
-        variant.link_args = {}
-        variant._built = None
-        variant._positions, variant._contexts, variant._last_stream, variant._arenas = {}, {}, {}, {}
-        variant._build_lock = threading.Lock()
-        variant.traced_launches, variant.last_trace = [], None
-        variant.trace_file = None  # the pipeline writes one trace of all its operators
-        variant._link_probe = None
-        return variant
-
-    def link_probe(self):
-        """The probe that counts this variant's tiles per chunk of the tensor it announces: the
-        reduce_scatter probe of the user's kernel on that tensor (its store-address slice, built once)."""
-        with self._build_lock:
-            if getattr(self, "_link_probe", None) is None:
-                from syncopy.emit import source as emit
-                from syncopy.frontend.source import from_jit
-                from syncopy.passes import transform
-                from syncopy.schedule import from_dict
-
-                writes = from_dict({"pattern": "reduce_scatter", "kernel": self.local.fn.__name__, "tensor": self.link_roles["notify"],
-                                    "dim": 0, "chunks_per_rank": 1, "order": "ring"})
-                t = transform(from_jit(self.local), writes)
-                self._link_probe = emit.load(t, self.local.fn.__globals__)[1]
-        return self._link_probe
-
 
 
 @dataclass
@@ -127,7 +87,7 @@ class Pipeline:
 
     def add(self, op, grid, args, kwargs, group) -> None:
         """Record a launch made inside the `with` block (FusedKernel.__getitem__ calls this)."""
-        bound, _, _ = op._bind(tuple(args), dict(kwargs))
+        bound, _, _ = op.binder.bind(tuple(args), dict(kwargs))
         self._recorded.append(Launch(op, grid, tuple(args), dict(kwargs), group, bound))
         return None
 
@@ -209,7 +169,7 @@ class Pipeline:
     def _beside(self, plan: Plan, launches: list[Launch]) -> None:
         """CPU ranks: the reader's launch on a side thread, started first (its tiles wait for the link's
         chunks as they would on the device), the writer's on this thread, in the group's turn this
-        thread holds for both (FusedKernel._serialised_launch); then the side thread is joined and its
+        thread holds for both (runtime/launch/sequence.py, launch); then the side thread is joined and its
         error, if any, raised (the writer's first: a reader starves of a writer that failed). Both
         contexts are made (`_side_thread_refused`): neither launch talks to the peers but by its
         tagged transfers. A writer that fails before its kernel raises once the reader's waits ran out."""
@@ -262,7 +222,7 @@ class Pipeline:
     def _placement(self, plan: Plan, launches: list[Launch], device) -> Placement:
         """`place` for this launch, decided once per launch shapes of the operators (a warm plan's)."""
         chain = len(launches) == 2 and [(e.src, e.dst) for e in plan.edges] == [(0, 1)]
-        key = tuple(v._shape_key(x.grid, x.bound) for v, x in zip(plan.variants, launches))
+        key = tuple(v.orders.shape_key(x.grid, x.bound) for v, x in zip(plan.variants, launches))
         # Warm: these launch shapes ran before. A new grid compiles (and meets the peers) in its
         # operator's launch, which must not happen while the other operator already spins.
         warm = key in plan.placements
@@ -300,7 +260,7 @@ class Pipeline:
         for variant, x in zip(plan.variants, launches):
             if variant.schedule.pattern == "all_to_all":
                 return f"{x.name} is an all_to_all, which exchanges its split sizes with the peers at every launch"
-            if not variant._touch_context(x.args, x.kwargs, x.group):
+            if not variant.contexts.touch(x.args, x.kwargs, x.group):
                 return f"{x.name} makes its context for these shapes at this launch (it meets the peers)"
         if not _interpreter_threads():
             return "this Triton's interpreter cannot run two kernels at once in a process"
@@ -351,7 +311,7 @@ class Pipeline:
             stages, contexts = [], []
             names = [v.local.fn.__name__ for v in plan.variants]
             for i, v in enumerate(plan.variants):
-                ctx = next(reversed(v._contexts.values()))[0]  # the context of the shape launched last: this plan's
+                ctx = next(reversed(v.contexts.table.values()))[0]  # the context of the shape launched last: this plan's
                 contexts.append(ctx)
                 # The operator's name in the graph is what its context's transfers are picked by: two
                 # launches of one kernel (or two kernels of one name) get "name#2", "name#3", ...
@@ -406,7 +366,7 @@ class Pipeline:
             variant = self._variants[key] = op.linked(wait=wait, notify=notify)
             variant.trace = variant.trace or self.trace
             variant._pipeline_op = op  # keeps the user's operator (and so its id) alive with the variant
-            variant._finish_trace = self._trace_finisher(variant._finish_trace)
+            variant.tracer.finish = self._trace_finisher(variant.tracer.finish)
         return variant
 
     def _trace_finisher(self, finish):
@@ -436,7 +396,7 @@ class Pipeline:
     def _tiles_per_chunk(self, variant, writer: Launch, link: LinkSignals) -> list[int]:
         """How many of the writer's tiles store into each chunk of the link, from its probe (once per
         launch shape: the grid and the scalar arguments)."""
-        key = variant._shape_key(writer.grid, writer.bound)
+        key = variant.orders.shape_key(writer.grid, writer.bound)
         need = link.tiles_per_chunk.get(key)
         if need is None:
             need = link.tiles_per_chunk[key] = _probe_writes(variant, writer, link)
@@ -481,8 +441,8 @@ class Pipeline:
 def _probe_writes(variant, writer: Launch, link: LinkSignals) -> list[int]:
     """Tiles per chunk of the link's tensor that the writer's grid stores into, counted by running the
     writer's store-address slice (the reduce_scatter probe of the same kernel) against the link's context."""
-    probe = variant.link_probe()
-    g0, g1, g2 = variant._grid(writer.grid, writer.bound)
+    probe = variant.kernel.link_probe()
+    g0, g1, g2 = grid3(writer.grid, writer.bound)
     n = g0 * g1 * g2
     out = torch.full((2 * n,), -1, dtype=torch.int32, device=link.ctx.device)
     dummy = torch.zeros(1, dtype=torch.int32, device=link.ctx.device)
@@ -513,12 +473,12 @@ def _cuda_device(launches: list[Launch]):
 
 def _backend_of(variant):
     """The backend of the variant's last launched context (None: a world of one, no transfers)."""
-    return next(reversed(variant._contexts.values()))[1] if variant._contexts else None
+    return next(reversed(variant.contexts.table.values()))[1] if variant.contexts.table else None
 
 
 def _ctas(variant, x: Launch) -> int:
     """CTAs a launch can hold at once: its programs times num_ctas (a cluster on sm_90)."""
-    g0, g1, g2 = variant._grid(x.grid, x.bound)
+    g0, g1, g2 = grid3(x.grid, x.bound)
     return g0 * g1 * g2 * int(x.kwargs.get("num_ctas") or 1)
 
 
@@ -531,21 +491,21 @@ def _reader_first_ok(variant, backend) -> bool:
     host than a small writer kernel runs (module doc), and it enqueues only fills, write-values, its
     kernel and a copy of its result, no host sync (sequence.py). Not in checked mode, whose launch
     reads its report words after the kernel."""
-    return backend is None and bool(variant.producer) and not (variant._built is not None and variant._built[0].checked)
+    return backend is None and bool(variant.producer) and not (variant.kernel.built is not None and variant.kernel.built.transformed.checked)
 
 
 def _forked(variant, x: Launch, side) -> None:
     """The reader's launch on the side stream follows its last launch through the fork alone.
 
     A launch from another stream than its operator's last one makes its stream wait for that one
-    (LaunchSequence._follow_last_launch): at the first launch beside the writer that is the caller's
+    (sequence.follow_last_launch): at the first launch beside the writer that is the caller's
     stream, which holds the writer once it is enqueued first, so the reader would wait for all of it.
     The fork already put the side stream after everything the caller's stream held before this
     launch (the reader's own last launch too)."""
     from syncopy.runtime.transport.backends import control
     from syncopy.runtime.launch.contexts import checked_group
 
-    variant._last_stream[(control.group_token(checked_group(x.group)), _cuda_device([x]))] = side
+    variant.contexts.last_stream[(control.group_token(checked_group(x.group)), _cuda_device([x]))] = side
 
 
 def _clock_starts(trace_buf: torch.Tensor) -> list[int]:

@@ -59,7 +59,7 @@ class Arena:
         return self.flat[:n].view(shape)
 
 
-context_ids = itertools.count()  # ids of this process's contexts (a launch takes rank 0's, see FusedKernel._context)
+context_ids = itertools.count()  # ids of this process's contexts (a launch takes rank 0's, see Contexts.get)
 
 
 def _word(t: torch.Tensor, i: int) -> torch.Tensor:
@@ -138,7 +138,7 @@ class Context:
         self.epoch = 0
         # Per launch shape (grid and scalar arguments): its tile order table, ranges and execution order.
         self.orders: dict[tuple, tuple[torch.Tensor, list[tuple[int, int]], list[int]]] = Recent(MAX_LAUNCH_SHAPES)
-        self.prepared: dict[tuple, bool] = Recent(MAX_LAUNCH_SHAPES)  # launch shapes compiled and met (LaunchSequence._prepared_order)
+        self.prepared: dict[tuple, bool] = Recent(MAX_LAUNCH_SHAPES)  # launch shapes compiled and met (TileOrders.prepared)
         self.broken: str | None = None
         # Set by the launcher: the schedule as lowered (auto resolved) and the planner's choice, if any.
         self.schedule = None

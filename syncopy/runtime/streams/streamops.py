@@ -33,6 +33,7 @@ import weakref
 import torch
 
 from syncopy.errors import LaunchError
+from syncopy.runtime.where import switch_threads_often
 
 CU_STREAM_WAIT_VALUE_GEQ = 0  # (int32)(*addr - value) >= 0: a cyclic comparison, epochs may wrap
 CU_STREAM_MEM_OP_WRITE_VALUE_32 = 2
@@ -207,6 +208,7 @@ class HostStream:
     _STOP = object()
 
     def __init__(self, deadline_s: float = 60.0, name: str = "syncopy-stream"):
+        switch_threads_often()  # its waits must pass while an interpreted kernel runs on another thread
         self.deadline_s = deadline_s
         self.errors: list[BaseException] = []
         self._work: queue.SimpleQueue = queue.SimpleQueue()

@@ -38,6 +38,7 @@ import time
 import torch
 
 from syncopy import device as dev
+from syncopy.runtime.launch.sequence import init_partial
 from syncopy.runtime.where import ensure_allocator, spin_limit
 from syncopy.errors import LaunchError, SyncopyTimeout
 from syncopy.runtime.streams import graph_epochs as graphs
@@ -261,8 +262,8 @@ class LoopbackWorld:
 
     def _new_loop(self, shard: torch.Tensor, args: dict) -> _Loop:
         # One process plays every rank here: the planner's choice needs no exchange.
-        choice = self.fk._resolve(shard, self.world, args) if self.fk.schedule.planned else None
-        ctx = self.fk._make_context(shard, self.rank, self.world, choice)
+        choice = self.fk.contexts.resolve(shard, self.world, args) if self.fk.schedule.planned else None
+        ctx = self.fk.contexts.make(shard, self.rank, self.world, choice)
         ctx.ctx[dev.CTX_SPIN_LIMIT.value] = spin_limit(self.fk.timeout_s, self.engine.device_type)
         return _Loop(ctx, tuple(shard.shape), self.engine, self.fk.timeout_s)
 
@@ -327,9 +328,8 @@ class LoopbackWorld:
         host0 = time.perf_counter()
         fk, eng = self.fk, self.engine
         capturing = eng.capturing()
-        fk.build()
-        _, fused, _, _ = fk._built
-        bound, shard, options = fk._bind(args, dict(kwargs))
+        fused = fk.kernel.build().fused
+        bound, shard, options = fk.binder.bind(args, dict(kwargs))
         ensure_allocator(shard.device)
         key = (tuple(shard.shape), shard.dtype)
         if capturing:
@@ -349,7 +349,7 @@ class LoopbackWorld:
             if capturing or self.graph or loop.device_epoch is not None:
                 raise LaunchError("graph capture covers all_gather launches on the loopback world; launch reduce_scatter "
                                   "without torch.cuda.graph (and without graph=True)")
-            order, _, _ = fk._order(ctx, grid, call, None)
+            order = fk.orders.order(ctx, grid, call, None).table
             return self._launch_producer(loop, grid, call, order, shard, options, peers, sync, timeline, host0)
         order, extra = self._launch_args(loop, grid, call)
         if copies is None:  # a capture records the copies before the kernel (a CPU replay paces them on the side stream)
@@ -546,7 +546,7 @@ class LoopbackWorld:
         call = dict(bound)
         if loop is not None:
             call[self.fk.schedule.tensor] = loop.ctx.buffer
-        if loop is None or self.fk._shape_key(grid, call) not in loop.ctx.orders:
+        if loop is None or self.fk.orders.shape_key(grid, call) not in loop.ctx.orders:
             raise LaunchError("launch once with these shapes, grid and scalars before capturing: the first launch "
                               "probes the kernel's tiles and reads the answer back, which a capture cannot")
 
@@ -623,7 +623,7 @@ class LoopbackWorld:
         The emulation sends every chunk straight to its owner (the direct algorithm); ring plans
         pass running sums between peers, which one process cannot play."""
         fk, ctx, ops, eng = self.fk, loop.ctx, self.ops, self.engine
-        fused, plan = fk._built[1], ctx.plan
+        fused, plan = fk.kernel.build().fused, ctx.plan
         if plan.pattern != "reduce_scatter" or plan.algorithm != "direct":
             raise LaunchError(f"the loopback world emulates reduce_scatter sent straight to each owner, not {plan.pattern} "
                               f"({plan.algorithm}); use pattern reduce_scatter with order local_first or a list of peer offsets")
@@ -638,13 +638,13 @@ class LoopbackWorld:
         ops.record(loop.side_mark, hs)
         ops.wait_event(hc, loop.side_mark)
         ctx.epoch = epoch = ctx.epoch + 1
-        tiles = ctx.tiles_per_chunk[fk._shape_key(grid, call)]
+        tiles = ctx.tiles_per_chunk[fk.orders.shape_key(grid, call)]
         ctx.targets = [wrap32(t + k) for t, k in zip(ctx.targets, tiles)]
         # One driver call: the epoch, the error words cleared, this launch's targets and the flag of
         # every chunk no tile writes (final at once). The send and receive streams start after the
         # mark below, so the order of these writes and the partial's initialisation is theirs alone.
         start_producer(ops, wire.starts, (loop.epoch_word, loop.errors.words, wire.targets, wire.flags), tiles, ctx.targets, epoch, hc)
-        fk._init_partial(ctx, out)  # what the partial holds before the kernel's stores, as in the reference
+        init_partial(ctx, out, fk.schedule.pattern)  # what the partial holds before the kernel's stores, as in the reference
         # Both streams start after this launch's targets are written (flags of earlier epochs are
         # below `epoch`: the waits cannot pass early).
         ops.record(loop.compute_mark, hc)
@@ -670,7 +670,7 @@ class LoopbackWorld:
         if not eng.concurrent:
             transfers()
         events.mark("kernel", cur)
-        fused[grid](**call, **fk._extra(ctx, order, ctx.no_trace), **options)
+        fused[grid](**call, **fk.kernel.syncopy_args(ctx, order, ctx.no_trace), **options)
         events.mark("end", cur)
         events.host("kernel launched", host0)
         if eng.concurrent:
@@ -784,20 +784,20 @@ def start_producer(ops, starts: dict, words: tuple, tiles, targets: list[int], e
 
 
 def launch_args(fk: FusedKernel, loop: _Loop, grid, call: dict) -> tuple[torch.Tensor, dict]:
-    """The tile order (FusedKernel._order) and the kernel's extra arguments of this launch shape,
-    kept per loop: the order depends on the grid and the scalar arguments (what _shape_key holds:
+    """The tile order (TileOrders.order) and the kernel's extra arguments of this launch shape,
+    kept per loop: the order depends on the grid and the scalar arguments (what TileOrders.shape_key holds:
     here the argument names in call order, then the values with None for each tensor, which skips
     its sort), and the extra arguments on the context, the order and the operator's trace switch.
     Tensors other than the communicated one (their data pointers) go to the kernel as passed, never
     into a key; a kernel probed at every launch (rows from loaded data) is never served from it."""
     key = None
-    if isinstance(grid, tuple) and not fk._built[0].fresh_probe:  # a callable grid is evaluated by _order, a list is not hashable
+    if isinstance(grid, tuple) and not fk.kernel.build().transformed.fresh_probe:  # a callable grid is evaluated by order(), a list is not hashable
         key = (grid, fk.trace, tuple(call), tuple([None if isinstance(v, torch.Tensor) else v for v in call.values()]))
         hit = loop.launch_args.get(key)
         if hit is not None:
             return hit
-    order = fk._order(loop.ctx, grid, call, None)[0]
-    hit = (order, fk._extra(loop.ctx, order, loop.ctx.no_trace))
+    order = fk.orders.order(loop.ctx, grid, call, None).table
+    hit = (order, fk.kernel.syncopy_args(loop.ctx, order, loop.ctx.no_trace))
     if key is not None:
         loop.launch_args[key] = hit
     return hit

@@ -130,7 +130,7 @@ class ThreadPipeline:
     def _need(self, plan: Plan, edge, writer: Launch, link) -> list[int]:
         """The writer's tiles per chunk of the link (its probe, once per launch shape; the same on every rank)."""
         variant = plan.variants[edge.src]
-        key = (edge, variant._shape_key(writer.grid, writer.bound))
+        key = (edge, variant.orders.shape_key(writer.grid, writer.bound))
         if key not in plan.need:
             plan.need[key] = _probe_writes(variant, writer, link)
         return plan.need[key]

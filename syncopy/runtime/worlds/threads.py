@@ -66,6 +66,7 @@ import triton
 import triton.language as tl
 
 from syncopy import device as dev
+from syncopy.runtime.launch.sequence import init_partial
 from syncopy.runtime.where import ensure_allocator, spin_limit
 from syncopy.errors import LaunchError
 from syncopy.runtime.streams import streamops
@@ -261,9 +262,8 @@ class ThreadWorld:
 
     def _launch(self, grids, args, kwargs, join: bool, withhold: frozenset, links: list[dict] | None = None) -> list[_Rank]:
         fk = self.fk
-        fk.build()
-        fused = fk._built[1]
-        bound = [fk._bind(a, k) for a, k in zip(args, kwargs)]  # (arguments, shard, launch options) per rank
+        fused = fk.kernel.build().fused
+        bound = [fk.binder.bind(a, k) for a, k in zip(args, kwargs)]  # (arguments, shard, launch options) per rank
         shards = [b[1] for b in bound]
         ensure_allocator(shards[0].device)
         key, ranks = self._ranks(shards, bound)
@@ -279,8 +279,8 @@ class ThreadWorld:
             if links is not None:
                 fk.link_args = links[rk.rank]  # the probe of the first launch of a shape takes them too
             if fk.producer:
-                order = fk._order(rk.ctx, g, call, None)[0]
-                extra = fk._extra(rk.ctx, order, rk.ctx.no_trace)
+                order = fk.orders.order(rk.ctx, g, call, None).table
+                extra = fk.kernel.syncopy_args(rk.ctx, order, rk.ctx.no_trace)
             else:
                 extra = launch_args(fk, rk, g, call)[1]
             if links is not None:  # this rank's links, at every launch (launch_args keeps extras per shape, not per link)
@@ -390,11 +390,11 @@ class ThreadWorld:
             ctx, hc = rk.ctx, ops.handle(rk.stream)
             ops.wait_event(hc, start)
             self.timelines[rk.rank].mark("start", rk.stream)
-            tiles = ctx.tiles_per_chunk[fk._shape_key(grid, call)]
+            tiles = ctx.tiles_per_chunk[fk.orders.shape_key(grid, call)]
             ctx.targets = [wrap32(t + k) for t, k in zip(ctx.targets, tiles)]
             start_producer(ops, rk.starts, rk.start_words, tiles, ctx.targets, epoch, hc)  # one driver call
             with self._using(rk.stream):
-                fk._init_partial(ctx, outs[rk.rank])
+                init_partial(ctx, outs[rk.rank], fk.schedule.pattern)
             ops.record(rk.fork, hc)
 
         def sends():
@@ -461,18 +461,18 @@ class ThreadWorld:
                 raise LaunchError(f"rank {r} passed '{self.fk.schedule.tensors[0]}' as {list(s.shape)} {s.dtype} on {s.device} but rank 0 "
                                   f"passed {list(first.shape)} {first.dtype} on {first.device}; every rank's shard must match")
         fk = self.fk
-        extras = fk._listed_shapes(bound[0][0])
+        extras = fk.contexts.listed_shapes(bound[0][0])
         for r, (arguments, _, _) in enumerate(bound):
-            if fk._listed_shapes(arguments) != extras:
+            if fk.contexts.listed_shapes(arguments) != extras:
                 raise LaunchError(f"rank {r} passed the listed tensors {', '.join(fk.schedule.tensors[1:])} with shapes and dtypes "
-                                  f"{fk._listed_shapes(arguments)} but rank 0 {extras}; every rank's shards must match")
+                                  f"{fk.contexts.listed_shapes(arguments)} but rank 0 {extras}; every rank's shards must match")
         key = (tuple(first.shape), first.dtype, *((extras,) if extras else ()))
         if key not in self.worlds:
             # One process plays every rank: the planner's choice needs no exchange.
-            choice = fk._resolve(first, self.world, bound[0][0]) if fk.schedule.planned else None
+            choice = fk.contexts.resolve(first, self.world, bound[0][0]) if fk.schedule.planned else None
             ranks = []
             for r in range(self.world):
-                ctx = fk._make_context(shards[r], r, self.world, choice, **({"extras": extras} if extras else {}))
+                ctx = fk.contexts.make(shards[r], r, self.world, choice, **({"extras": extras} if extras else {}))
                 ctx.ctx[dev.CTX_SPIN_LIMIT.value] = spin_limit(fk.timeout_s, self.engine.device_type)
                 ranks.append(_Rank(self, ctx, key[0]))
             if fk.producer:

@@ -51,7 +51,7 @@ def group_token(group) -> int:
 
 def group_lock(group) -> threading.RLock:
     """The lock under which this process launches on `group` and creates its internal groups (threads
-    launch too; see FusedKernel._serialised_launch). One per group: a launch waits for the group's
+    launch too; see runtime/launch/sequence.py, launch). One per group: a launch waits for the group's
     other ranks, and must not hold up another group's."""
     with _table_lock:
         return _locks.setdefault(group, threading.RLock())

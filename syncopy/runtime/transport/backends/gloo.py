@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import queue
 import random
-import sys
 import threading
 import time
 from datetime import timedelta
@@ -21,6 +20,7 @@ import torch
 import torch.distributed as dist
 
 from syncopy.runtime.transport.backends import checksum, control
+from syncopy.runtime.where import switch_threads_often
 from syncopy.runtime.transport.backends.control import control_group, mark_broken, transport_text, wait_bound
 from syncopy.runtime.state.context import Context
 from syncopy.runtime.transport.reduction import sum_in_rank_order
@@ -130,7 +130,7 @@ class _Threads:
 
     def _guard(self, fn, *args):
         try:
-            # Grad and inference mode are per thread: run in the launch's (FusedKernel._serialised_launch),
+            # Grad and inference mode are per thread: run in the launch's (runtime/launch/sequence.py, launch),
             # so that this thread may write the caller's tensors made under torch.inference_mode().
             with torch.inference_mode():
                 fn(*args)
@@ -496,10 +496,7 @@ class GlooBackend:
         self.timeout_s = timeout_s
         self.link = link or links.default
         self.faults = faults or Faults()
-        # A spinning interpreter thread holds the GIL between switches; switch often so the
-        # receive thread raises flags promptly.
-        if sys.getswitchinterval() > 0.001:
-            sys.setswitchinterval(0.001)
+        switch_threads_often()  # the receive threads raise flags beside a spinning interpreted kernel
 
     def check_grid(self, programs: int, persistent: bool, kernel: str, device, ctas_per_program: int = 1) -> None:
         """Every grid runs here: the interpreter runs programs one after another."""

@@ -252,7 +252,7 @@ class HostStreams(CudaStreams):
             event.clear()
 
         def run():
-            with torch.inference_mode():  # the buffers are inference tensors (LaunchSequence), and modes are per thread
+            with torch.inference_mode():  # the buffers are inference tensors (launch.sequence), and modes are per thread
                 body(None)  # stream ops done at once, on this worker: in order with the round
             if event is not None:
                 event.set()  # only when the round completed: a failed stream skips the rest
