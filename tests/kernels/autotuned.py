@@ -3,6 +3,9 @@
 matmul_kernel   Triton's tutorial matmul (python/tutorials/03-matrix-multiplication.py): `@triton.autotune`
                 over `@triton.jit`, the signature laid out with trailing `#` comments, a grid that is a
                 lambda of META; decorated by a call, `syncopy.overlap(schedule)(matmul_kernel)`.
+row_sums_whole_blocks  a row sum over K in whole blocks only, with `prune_configs_by` dropping the
+                configs whose BLOCK_K does not divide K (config 0 for K = 24): a pruned config
+                computes a wrong sum, so only the pruned choice is right.
 split_k_fused   a split-K GEMM adding its partial products into C with atomics: `@syncopy.overlap` stacked
                 above `@triton.autotune` (each config's pre_hook zeroes C, as split-K needs) above
                 `@triton.heuristics` (EVEN_K, from the config's BLOCK_K) above `@triton.jit`.
@@ -180,3 +183,25 @@ def softmax_rows(out_ptr, in_ptr, in_row_stride, out_row_stride, n_rows, n_cols,
         output_row_start_ptr = out_ptr + row_idx * out_row_stride
         output_ptrs = output_row_start_ptr + col_offsets
         tl.store(output_ptrs, softmax_output, mask=mask)
+
+
+def _whole_blocks_of_k(configs, nargs, **kwargs):
+    """prune_configs_by's early_config_prune: the configs whose BLOCK_K divides K."""
+    return [c for c in configs if nargs["K"] % c.kwargs["BLOCK_K"] == 0]
+
+
+@triton.autotune(
+    configs=[triton.Config({"BLOCK_K": 32}), triton.Config({"BLOCK_K": 8})],
+    key=["K"],
+    prune_configs_by={"early_config_prune": _whole_blocks_of_k},
+)
+@triton.jit
+def row_sums_whole_blocks(X, Y, M, K, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Y[m] = the sum of X[m, :], K summed in whole blocks of BLOCK_K (the configs left by pruning divide K)."""
+    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    acc = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    for kb in range(0, K // BLOCK_K):
+        rk = kb * BLOCK_K + tl.arange(0, BLOCK_K)
+        x = tl.load(X + rm[:, None] * K + rk[None, :], mask=rm[:, None] < M, other=0.0)
+        acc += tl.sum(x, axis=1)
+    tl.store(Y + rm, acc, mask=rm < M)

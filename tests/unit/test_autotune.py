@@ -64,6 +64,20 @@ def test_a_config_index_out_of_range_is_one_line(monkeypatch, value):
                                "set it to an index 0..1")
 
 
+def test_interpreter_picks_among_the_configs_pruning_leaves(monkeypatch):
+    # Issue 30, D: config 0 (BLOCK_K 32) does not divide K = 24 and is pruned; index 0 is the kept one.
+    monkeypatch.delenv(tuning.CONFIG_ENV, raising=False)
+    named = dict(X=torch.zeros(8, 24), Y=torch.zeros(8), M=8, K=24, BLOCK_M=8)
+    assert _resolve(autotuned.row_sums_whole_blocks, named)["BLOCK_K"] == 8
+    # Where both are left (K = 32), index 0 is the list's first again.
+    assert _resolve(autotuned.row_sums_whole_blocks, dict(named, X=torch.zeros(8, 32), K=32))["BLOCK_K"] == 32
+    monkeypatch.setenv(tuning.CONFIG_ENV, "1")
+    with pytest.raises(LaunchError) as info:
+        _resolve(autotuned.row_sums_whole_blocks, named)
+    assert str(info.value) == ("SYNCOPY_AUTOTUNE_CONFIG='1' but kernel 'row_sums_whole_blocks' after its prune_configs_by has 1 "
+                               "autotune configs; set it to an index 0..0")
+
+
 def test_the_choice_is_cached_per_key(monkeypatch):
     monkeypatch.delenv(tuning.CONFIG_ENV, raising=False)
     base, layers = tuning.unwrap(autotuned.matmul_kernel)

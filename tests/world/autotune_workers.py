@@ -106,8 +106,40 @@ def run_softmax_num_stages(rank: int, world: int, rows: int) -> dict:
         return {"errors": [], "failure": traceback.format_exc()}
 
 
+def run_pruned_row_sums(rank: int, world: int, rows: int) -> dict:
+    """An autotuner whose prune_configs_by drops config 0 for K = 24 (tests/kernels/autotuned.py): the
+    fused kernel and its reference both run the kept config, three launches of new data, fp32."""
+    import torch
+
+    import syncopy
+    from tests.kernels import autotuned
+
+    try:
+        fused = syncopy.overlap({"pattern": "all_gather", "tensor": "X", "dim": 0, "chunks_per_rank": 2},
+                                poison_receive=True)(autotuned.row_sums_whole_blocks)
+        errors, reference = [], []
+        for launch in range(3):
+            torch.manual_seed(100 * launch + rank)
+            x = torch.randn(rows, 24)
+            m = world * rows
+            y, ref = torch.full((m,), float("nan")), torch.full((m,), float("nan"))
+            fused[(triton_cdiv(m, 4),)](x, y, m, 24, BLOCK_M=4)
+            fused.reference[(triton_cdiv(m, 4),)](x, ref, m, 24, BLOCK_M=4)
+            want = _gathered(x).sum(1)
+            errors.append(_error(y, want))
+            reference.append(_error(ref, want))
+        return {"errors": errors, "reference": reference, "config": autotuned.row_sums_whole_blocks.best_config.kwargs}
+    except Exception:
+        return {"errors": [], "failure": traceback.format_exc()}
+
+
+def triton_cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
 def run_split_k_and_softmax(rank: int, world: int, rows: int) -> dict:
-    out = {"split_k": run_split_k(rank, world, rows), "softmax": run_softmax_num_stages(rank, world, rows)}
+    out = {"split_k": run_split_k(rank, world, rows), "softmax": run_softmax_num_stages(rank, world, rows),
+           "pruned": run_pruned_row_sums(rank, world, rows)}
     # Last, as it sets $SYNCOPY_AUTOTUNE_CONFIG for the rest of this rank's life: the tutorial with config 1.
     out["tutorial_config1"] = run_tutorial_matmul(rank, world, 11, "1")
     return out

@@ -14,7 +14,8 @@ from tests.world.harness import spawn
 TOL = {"fp16": 1e-2, "fp32": 1e-4}
 # The default config's run sets nothing process-wide: a job of the shared world of 2 (tests/world/shared.py,
 # a spawn of its own cost seconds); the world-3 cases below set the config and an import hook, so they spawn.
-shared.register(__name__, 2, {"tutorial matmul": (f"{aw.__name__}:run_tutorial_matmul", (20, None))})
+shared.register(__name__, 2, {"tutorial matmul": (f"{aw.__name__}:run_tutorial_matmul", (20, None)),
+                              "pruned row sums": (f"{aw.__name__}:run_pruned_row_sums", (10,))})
 
 
 def _check(results: list[dict], tol: float) -> None:
@@ -52,3 +53,22 @@ def test_overlap_stacked_above_autotune_and_heuristics(world3_split_k_and_softma
 def test_parameter_named_like_a_launch_option_is_the_parameter(world3_split_k_and_softmax):
     # The softmax tutorial's `num_stages: tl.constexpr`, passed as num_stages=2: as under plain Triton.
     _check([r["softmax"] for r in world3_split_k_and_softmax], TOL["fp32"])
+
+
+def _check_pruned(results: list[dict]) -> None:
+    # NaN-aware: `not e <= tol` holds for NaN, and every launch of both the fused kernel and its reference is listed.
+    for rank, r in enumerate(results):
+        assert "failure" not in r, f"rank {rank}:\n{r['failure']}"
+        assert len(r["errors"]) == len(r["reference"]) == 3, r
+        assert not [e for e in r["errors"] + r["reference"] if not e <= TOL["fp32"]], (rank, r)
+        assert r["config"] == {"BLOCK_K": 8}, r  # config 0 (BLOCK_K 32) does not divide K = 24: pruned, as Triton prunes it
+
+
+@pytest.mark.world
+def test_the_interpreter_runs_a_config_pruning_leaves_world2():
+    _check_pruned(shared.results(__name__, 2, "pruned row sums"))
+
+
+@pytest.mark.world
+def test_the_interpreter_runs_a_config_pruning_leaves_world3(world3_split_k_and_softmax):
+    _check_pruned([r["pruned"] for r in world3_split_k_and_softmax])

@@ -17,8 +17,9 @@ How an autotuner with several configs picks one:
   every rank launches the same config; it is cached per (group, key), so later launches time
   nothing and say nothing.
 - interpreted (CPU worlds, TRITON_INTERPRET=1): Triton cannot time configs without a GPU driver,
-  so the choice is fixed: the config at index $SYNCOPY_AUTOTUNE_CONFIG of the autotuner's list as
-  written (default 0, the first), the same on every rank.
+  so the choice is fixed: the config at index $SYNCOPY_AUTOTUNE_CONFIG (default 0, the first) of the
+  configs `prune_configs_by` leaves for the launch's arguments (pruned as Triton prunes, with a
+  scratch tensor for the communicated one), the same on every rank; `fused.reference` takes the same.
 
 An autotuner with one config (or whose pruning leaves one) uses it, as Triton does.
 """
@@ -124,7 +125,10 @@ class Tuning:
         key = (index, *where, tuning_key(tuner, named))
         if key not in self._chosen:
             if fixed:
-                config = tuner.configs[config_index(len(tuner.configs), f"kernel '{self.name}'")]
+                # As Triton: the configs its prune_configs_by leaves for these arguments, then the index.
+                configs = _pruned(tuner, timing(named))
+                pruned = "" if len(configs) == len(tuner.configs) else " after its prune_configs_by"
+                config = configs[config_index(len(configs), f"kernel '{self.name}'{pruned}")]
             else:
                 config = _timed(tuner, named, grid, group, timing, timeout_s)
             self._chosen[key] = tuner.best_config = config
@@ -137,12 +141,22 @@ def _group_token(group) -> int:
     return control.group_token(group)
 
 
+def _pruned(tuner, args: dict) -> list:
+    """The configs `prune_configs_by` leaves for a launch with `args` (by name), as Triton's own run
+    prunes them before it picks: a config the kernel cannot run with these arguments is never taken."""
+    tuner.nargs = args  # what Triton's pruning reads
+    try:
+        return tuner.prune_configs({})
+    finally:
+        tuner.nargs = None
+
+
 def _timed(tuner, named: dict, grid, group, timing, timeout_s: float):
     """Time the configs on the local kernel (Triton's benchmarker and hooks), agree on the first rank's choice."""
     args = timing(named)
-    tuner.nargs = args  # what Triton's hooks and pruning read
+    configs = _pruned(tuner, args)
+    tuner.nargs = args  # what Triton's hooks read
     try:
-        configs = tuner.prune_configs({})
         if len(configs) > 1:
             timings = {c: tuner._bench(config=c, grid=grid, warmup=False, **args) for c in configs}
             mine = min(range(len(configs)), key=lambda i: timings[configs[i]])
