@@ -146,7 +146,7 @@ def _follow_helper(ks: KernelSource, call: cst.Call, derived: set[str], dim: int
     sub = KernelSource(ks.path, ks.module, helper, ks.positions, ks.line_offset)
     try:
         b = _infer(sub, handed[0], dim, None, False, None, depth + 1)
-    except (KernelError, InferenceError):
+    except InferenceError:  # rows it cannot follow: the caller waits for every chunk (a refusal is never swallowed)
         return None
     if b.persistent is not None or b.copy_base:
         return None
@@ -391,6 +391,33 @@ def _reads(ks: KernelSource, stmt: cst.CSTNode, derived: set[str], tensor: str, 
                     out += [(call, _Followed(x), None) for x in followed]
                 break
     return out
+
+
+def _refuse_helper_stores(ks: KernelSource, func: cst.FunctionDef, derived: set[str], tensor: str, depth: int = 0) -> None:
+    """An all-gathered input is read-only: a store through a pointer into it inside a @triton.jit helper
+    of this file it is handed to (followed into the helpers that helper calls) is refused at the store,
+    naming the helper, whether or not inference can follow the helper's rows."""
+    if depth > 8:
+        return
+    defs = helpers.jit_helpers(ks)
+    local = helpers.local_names(func)
+    for call in cu.calls_in(func.body):
+        helper = defs.get(helpers.helper_name(call, local) or "")
+        env = helpers.bind_args(helper, call, ks) if helper is not None else None
+        if env is None:
+            continue
+        for param in [p for p, code in env.items() if cu.names_in(cst.parse_expression(code)) & derived]:
+            mine = _derived_names(helper, param)
+            for store in cu.calls_in(helper.body):
+                name = cu.call_name(store) or ""
+                ptr = cu.arg(store, 0, "pointer") if name.rsplit(".", 1)[-1] in cu.WRITE_CALLS else None
+                if ptr is not None and cu.names_in(ptr) & mine:
+                    raise KernelError(
+                        f"the kernel writes into '{tensor}' ({name} in helper '{helper.name.value}', handed it as "
+                        f"'{param}'); an all-gathered input is read-only, so write results to another argument",
+                        ks.location(store),
+                    )
+            _refuse_helper_stores(ks, helper, mine, tensor, depth + 1)
 
 
 def _literal_int(code: str) -> int | None:
@@ -1150,6 +1177,8 @@ def _infer(ks: KernelSource, tensor: str, dim: int, rows: str | None, writes: bo
     base = BASE_NAME if reassigned else tensor
     binding = TensorBinding(tensor, dim, base, reassigned, explicit_rows=rows)
     derived = _derived_names(func, tensor)
+    if not writes:
+        _refuse_helper_stores(ks, func, derived, tensor)
     descs = _descriptors(ks, func, derived, tensor, dim)
     binding.descriptors = uses_descriptors(ks, func, derived)
     body = list(func.body.body)

@@ -1,0 +1,100 @@
+"""An all-gathered input is read-only (issue 30, E): a store into it, made by the kernel or by a
+@triton.jit helper it is handed to (at any depth, whether or not inference can follow the helper's
+rows), is refused before the first launch in one located line; the refusal is never swallowed into
+the "wait for every chunk" fallback, whose peers would then send the modified rows on."""
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from syncopy.errors import KernelError
+from syncopy.frontend.source import find_kernel
+from syncopy.passes import transform
+from syncopy.schedule import Schedule
+
+HEAD = '''\
+import triton
+import triton.language as tl
+'''
+
+# A running max written back into the gathered tensor through a helper (the issue's case); the
+# kernel's own reads are plain rows of A.
+HELPER_STORES = HEAD + '''
+
+@triton.jit
+def keep_max(row_ptr, acc, N, BN: tl.constexpr):
+    cols = tl.arange(0, BN)
+    tl.store(row_ptr + cols, tl.maximum(acc, tl.load(row_ptr + cols, mask=cols < N)), mask=cols < N)
+
+
+@triton.jit
+def rowmax(A, Y, N, BN: tl.constexpr):
+    row = tl.program_id(0)
+    acc = tl.load(A + row * N + tl.arange(0, BN), mask=tl.arange(0, BN) < N, other=0.0)
+    keep_max(A + row * N, acc, N, BN)
+    tl.store(Y + row, tl.max(acc, axis=0))
+'''
+
+# The store two helpers deep, the outer helper's rows unreadable to inference (a loaded offset).
+NESTED = HEAD + '''
+
+@triton.jit
+def poke(p, v):
+    tl.atomic_max(p, v)
+
+
+@triton.jit
+def via_index(base, idx_ptr, v):
+    k = tl.load(idx_ptr)
+    poke(base + k, v)
+
+
+@triton.jit
+def rowmax(A, IDX, Y, N, BN: tl.constexpr):
+    row = tl.program_id(0)
+    acc = tl.load(A + row * N + tl.arange(0, BN), mask=tl.arange(0, BN) < N, other=0.0)
+    via_index(A, IDX, tl.max(acc, axis=0))
+    tl.store(Y + row, tl.max(acc, axis=0))
+'''
+
+# A helper that only reads through the pointer it is handed is followed, as before.
+HELPER_READS = HEAD + '''
+
+@triton.jit
+def row_of(row_ptr, N, BN: tl.constexpr):
+    return tl.load(row_ptr + tl.arange(0, BN), mask=tl.arange(0, BN) < N, other=0.0)
+
+
+@triton.jit
+def rowmax(A, Y, N, BN: tl.constexpr):
+    row = tl.program_id(0)
+    acc = row_of(A + row * N, N, BN)
+    tl.store(Y + row, tl.max(acc, axis=0))
+'''
+
+
+def _refusal(text: str, pattern: str = "all_gather") -> str:
+    with pytest.raises(KernelError) as info:
+        transform(find_kernel(textwrap.dedent(text), "kern.py", "rowmax"), Schedule(pattern=pattern, tensor="A"))
+    return str(info.value)
+
+
+@pytest.mark.parametrize("pattern", ["all_gather", "all_to_all"])
+def test_a_store_in_a_helper_handed_the_gathered_input_is_refused_at_the_store(pattern):
+    assert _refusal(HELPER_STORES, pattern) == (
+        "kern.py:8:5: the kernel writes into 'A' (tl.store in helper 'keep_max', handed it as 'row_ptr'); an all-gathered input "
+        "is read-only, so write results to another argument")
+
+
+def test_a_store_two_helpers_deep_behind_rows_inference_cannot_follow_is_refused():
+    assert _refusal(NESTED) == (
+        "kern.py:7:5: the kernel writes into 'A' (tl.atomic_max in helper 'poke', handed it as 'p'); an all-gathered input "
+        "is read-only, so write results to another argument")
+
+
+def test_a_helper_that_only_reads_is_followed():
+    # Its rows, written in the caller's names, bound the wait (not "every chunk").
+    t = transform(find_kernel(HELPER_READS, "kern.py", "rowmax"), Schedule(pattern="all_gather", tensor="A"))
+    assert ("syncopy_device.chunk_range_masked((A + row * N) + tl.arange(0, BN), tl.arange(0, BN) < N, A, syncopy_ctx, True)"
+            in t.code())
