@@ -94,6 +94,10 @@ class TensorBinding:
     descriptors: bool = False
     # The context pointer its waits read (one block per listed tensor: its own row stride).
     ctx: str = "syncopy_ctx"
+    # The kernel's non-constexpr parameters that multiply an index in the tensor's pointer arithmetic
+    # (or give a tensor descriptor's row stride): its strides as the launch passes them, which the
+    # runtime checks against the gathered (reduce_scatter: the full partial's) layout.
+    scales: tuple[str, ...] = ()
 
 
 @dataclass
@@ -1254,7 +1258,52 @@ def _infer(ks: KernelSource, tensor: str, dim: int, rows: str | None, writes: bo
         g.data = any(_is_data(a, data) for a in g.accesses)
     if not writes:
         binding.no_remap = _why_no_remap(binding, helper_pid)
+    binding.scales = _scales(ks, derived, tensor)
     return binding
+
+
+def _scales(ks: KernelSource, derived: set[str], tensor: str) -> tuple[str, ...]:
+    """The kernel's non-constexpr parameters that multiply something in the arithmetic of a pointer
+    into the tensor (an assignment of a derived pointer, or a load's or store's pointer argument), or
+    are a tensor descriptor's strides over it: where the launch passes the tensor's strides."""
+    p = ks.func.params
+    constexpr = {x.name.value for x in (*p.posonly_params, *p.params, *p.kwonly_params)
+                 if x.annotation is not None and ks.code(x.annotation.annotation).endswith("constexpr")}
+    exprs: list[cst.CSTNode] = []
+
+    class V(cst.CSTVisitor):
+        def visit_Assign(self, n: cst.Assign) -> None:
+            if _pointer_names(n.value) & derived:
+                exprs.append(n.value)
+
+        def visit_AugAssign(self, n: cst.AugAssign) -> None:
+            if set(cu.target_names(n.target)) & derived:
+                exprs.append(n.value)
+
+        def visit_Call(self, n: cst.Call) -> None:
+            leaf = (cu.call_name(n) or "").rsplit(".", 1)[-1]
+            first = cu.arg(n, 0, "pointer") if leaf in ("load", *cu.WRITE_CALLS) else cu.arg(n, 0, "base")
+            if first is not None and _pointer_names(first) & derived:
+                exprs.append(first)
+                if leaf == "make_tensor_descriptor":
+                    strides = cu.arg(n, 2, "strides")
+                    exprs.extend([strides] if strides is not None else [])
+
+    ks.func.body.visit(V())
+    names: set[str] = set()
+    for e in exprs:
+        for node in _walk(e):
+            if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply):
+                names |= {side.value for side in (node.left, node.right) if isinstance(side, cst.Name)}
+        if isinstance(e, (cst.List, cst.Tuple)):  # a descriptor's strides: each is one
+            names |= {el.value.value for el in e.elements if isinstance(el.value, cst.Name)}
+    return tuple(sorted(names & (set(ks.params) - constexpr - {tensor})))
+
+
+def _walk(node: cst.CSTNode):
+    yield node
+    for child in node.children:
+        yield from _walk(child)
 
 
 def _why_no_remap(binding: TensorBinding, helper_pid: str) -> str:

@@ -64,6 +64,34 @@ class Binder:
             self._check_listed(name, arguments.get(name), shard)
         return BoundCall(arguments, shard, options)
 
+    def check_strides(self, call: BoundCall, world: int, transformed) -> None:
+        """The launch passes the communicated tensor at its per-rank size and everything else as for the
+        tensor the kernel sees: the gathered one (reduce_scatter: the full partial), whose strides differ
+        from the shard's where `dim` is not 0. A stride argument (a parameter that scales the tensor's
+        pointer arithmetic, found by inference) that equals a stride of the shard as passed where the
+        two differ, and no stride of the tensor the kernel sees, is refused, naming the value to pass."""
+        schedule = self.op.schedule
+        if world == 1 or schedule.pattern not in ("all_gather", "reduce_scatter"):
+            return
+        for binding in (transformed.binding, *getattr(transformed, "others", ())):
+            shard = call.arguments.get(binding.tensor)
+            if not isinstance(shard, torch.Tensor) or schedule.dim >= shard.dim():
+                continue
+            shape = list(shard.shape)
+            shape[schedule.dim] *= world
+            seen = _contiguous_strides(shape)
+            for name in getattr(binding, "scales", ()):
+                value = call.arguments.get(name)
+                if type(value) is not int or value in seen:
+                    continue
+                dims = [d for d, stride in enumerate(shard.stride()) if stride == value and stride != seen[d]]
+                if dims:
+                    what = "reads the gathered" if schedule.pattern == "all_gather" else "writes the full partial"
+                    raise LaunchError(
+                        f"launch of '{self.kernel}': '{name}' is {value}, the stride of dim {dims[0]} of '{binding.tensor}' as "
+                        f"passed (this rank's shard, shape {list(shard.shape)}), but the kernel {what} '{binding.tensor}' "
+                        f"(shape {shape}, strides {tuple(seen)}): pass {name}={seen[dims[0]]}")
+
     def refuse_grad(self, args, kwargs) -> None:
         """A launch records no autograd graph: refuse inputs that require grad (with grad enabled),
         rather than return a result whose gradients would silently be missing."""
@@ -171,3 +199,11 @@ class Binder:
         except TypeError:
             raise LaunchError(f"launch of '{self.kernel}': argument '{key}' is a {type(value).__name__}, which a Triton "
                               "kernel cannot take; pass a torch tensor (or a number, for a scalar argument)") from None
+
+
+def _contiguous_strides(shape: list[int]) -> list[int]:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= size
+    return strides[::-1]

@@ -26,7 +26,9 @@ def run(op, grid, args, kwargs, group) -> None:
     kwargs = dict(kwargs)
     schedule = op.schedule
     split = splits.pop(kwargs, op.signature.parameters, schedule.pattern, op.local.fn.__name__)
-    bound, shard, options = op.binder.bind(args, kwargs)
+    call = op.binder.bind(args, kwargs)
+    op.binder.check_strides(call, dist.get_world_size(group), op.kernel.build().transformed)
+    bound, shard, options = call
     ensure_allocator(shard.device)
     if op.producer:
         return _producer(op, grid, bound, shard, options, group)

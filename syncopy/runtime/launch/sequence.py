@@ -2,7 +2,7 @@
 
     launch(op, grid, args, kwargs, group)     the group's turn, the caller's stream after the last launch's
       run(op, ...)                            one launch, in order:
-        op.binder.bind                        the call bound by name and checked        -> BoundCall
+        op.binder.bind, check_strides         the call bound by name and checked        -> BoundCall
         op.contexts.get                       buffers, signal pad, plan (collective once) -> Context, backend
         op.binder.tuned                       an autotuned kernel's config
         op.orders.prepared                    the tile order (probed once), compiled once -> Order
@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 
 import torch
+import torch.distributed as dist
 
 from syncopy.errors import LaunchError, SyncopyTimeout
 from syncopy.runtime.launch import outcome, turns
@@ -70,6 +71,7 @@ def run(op, grid, args, kwargs, group) -> None:
     kwargs = dict(kwargs)
     split = splits.pop(kwargs, op.signature.parameters, op.schedule.pattern, op.local.fn.__name__)
     call = op.binder.bind(args, kwargs)
+    op.binder.check_strides(call, dist.get_world_size(group), built.transformed)
     ensure_allocator(call.shard.device)
     uneven = _uneven(op, split, call.shard)
     ctx, backend = op.contexts.get(call.shard, group, call.arguments, uneven=uneven)

@@ -1,7 +1,10 @@
-"""An all-gathered input is read-only (issue 30, E): a store into it, made by the kernel or by a
-@triton.jit helper it is handed to (at any depth, whether or not inference can follow the helper's
-rows), is refused before the first launch in one located line; the refusal is never swallowed into
-the "wait for every chunk" fallback, whose peers would then send the modified rows on."""
+"""The communicated tensor as the kernel sees it (issue 30, E and F).
+
+E: an all-gathered input is read-only: a store into it, made by the kernel or by a @triton.jit helper
+it is handed to (at any depth, whether or not inference can follow the helper's rows), is refused
+before the first launch in one located line; the refusal is never swallowed into the "wait for
+every chunk" fallback, whose peers would then send the modified rows on.
+F: its strides are the gathered tensor's (reduce_scatter: the full partial's), not the shard's."""
 from __future__ import annotations
 
 import textwrap
@@ -98,3 +101,42 @@ def test_a_helper_that_only_reads_is_followed():
     t = transform(find_kernel(HELPER_READS, "kern.py", "rowmax"), Schedule(pattern="all_gather", tensor="A"))
     assert ("syncopy_device.chunk_range_masked((A + row * N) + tl.arange(0, BN), tl.arange(0, BN) < N, A, syncopy_ctx, True)"
             in t.code())
+
+
+# -- strides given for the shard (issue 30, F): the unit side; worlds 2 and 3 in tests/world/test_strides.py --
+
+def _call(fused, shard, **scalars):
+    from syncopy.runtime.launch.binding import BoundCall
+
+    return BoundCall({fused.schedule.tensor: shard, **scalars}, shard, {})
+
+
+def test_a_producer_given_its_shards_strides_is_told_the_full_partials():
+    import torch
+
+    import syncopy
+    from syncopy.errors import LaunchError
+    from syncopy.templates.gemm_rs.kernel import gemm_rs_kernel
+
+    fused = syncopy.overlap({"pattern": "reduce_scatter", "tensor": "C", "dim": 1, "chunks_per_rank": 1})(gemm_rs_kernel)
+    t = fused.kernel.build().transformed
+    assert t.binding.scales == ("stride_cm", "stride_cn")
+    out = torch.empty(8, 4)  # this rank's columns of C = A @ B (8 x 12 over 3 ranks)
+    with pytest.raises(LaunchError) as info:
+        fused.binder.check_strides(_call(fused, out, stride_cm=4, stride_cn=1), 3, t)
+    assert str(info.value) == ("launch of 'gemm_rs_kernel': 'stride_cm' is 4, the stride of dim 0 of 'C' as passed (this rank's "
+                               "shard, shape [8, 4]), but the kernel writes the full partial 'C' (shape [8, 12], strides (12, 1)): "
+                               "pass stride_cm=12")
+    fused.binder.check_strides(_call(fused, out, stride_cm=12, stride_cn=1), 3, t)  # the full partial's: taken
+    fused.binder.check_strides(_call(fused, out, stride_cm=4, stride_cn=1), 1, t)  # a world of one: they are the same
+
+
+def test_along_dim_0_the_shards_strides_are_the_gathered_ones():
+    import torch
+
+    import syncopy
+    from syncopy.templates.ag_gemm.kernel import ag_gemm_kernel
+
+    fused = syncopy.overlap({"pattern": "all_gather", "tensor": "A", "dim": 0, "chunks_per_rank": 1})(ag_gemm_kernel)
+    a = torch.empty(8, 6)
+    fused.binder.check_strides(_call(fused, a, stride_am=6, stride_ak=1), 4, fused.kernel.build().transformed)
