@@ -21,6 +21,10 @@ A counter the loop steps itself (`tile += NUM_SMS`) keeps the user's line and ge
 
 The probe runs the same loop, cut at the tile's wait, and records every tile's chunk range, the
 program that ran it and when (`probe_store_tile`): the order table is indexed by tile id.
+
+Proven or as written (docs/how-it-works.md): the tile id is remapped only where the probe saw every
+tile visited once and inference proved nothing carries from one tile to the next
+(`PersistentLoop.remap`); otherwise tiles keep the loop's order.
 """
 from __future__ import annotations
 

@@ -13,6 +13,10 @@ sends (and peers reduce) that chunk while later tiles still compute.
     # syncopy: announce the finished chunks
     syncopy_device.notify_chunks(syncopy_signals, syncopy_ctx, syncopy_lo, syncopy_hi)
 
+Proven or as written (docs/how-it-works.md): the range is the stores' rows as inference bounds them;
+the proof of those bounds for every store (affinity, `%`, every corner) is the open part C of the
+issue of that name.
+
 Every tile counts itself exactly once, on every path: a `return` before the announcement (a
 triangular mask's `if pid_n > pid_m: return`, a tile skipped by a loaded flag) is preceded by the
 same count, over the tile's range from the probe table, which is what the chunk's target was made

@@ -5,6 +5,10 @@
 `syncopy_order` holds a permutation of the grid built per launch shape from the probe kernel: tiles
 whose rows are local first, then in the order their chunks arrive. A permutation, so a bijection.
 The same record gives the tile's chunk range, which the first wait (or the notify) uses.
+
+Proven or as written (docs/how-it-works.md): applied only where inference proved the first read's
+rows follow from the program id alone (TensorBinding.no_remap is empty); otherwise tiles keep their
+launch order and the transformed source says why.
 """
 from __future__ import annotations
 
