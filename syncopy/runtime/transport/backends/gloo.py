@@ -454,7 +454,10 @@ class ReduceTransfer(_Threads):
             g = step.chunk
             if step.value == "partial":
                 self._wait_ready(g)
-                data = ctx.chunk_view(g)
+                # Its rows as they are when its flag rises, as a GPU's copy engine reads them then:
+                # taken after the link's delay instead, a chunk announced before its last store would
+                # leave complete, and an early announcement would go unseen.
+                data = ctx.chunk_view(g).clone(memory_format=torch.contiguous_format)
             else:
                 event = self.summed[g] if step.value == "sum" else self.final[g]
                 if not event.wait(self.timeout_s):
