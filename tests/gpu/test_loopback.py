@@ -5,6 +5,7 @@ import random
 
 import pytest
 import torch
+from tests import oracles
 
 pytestmark = [
     pytest.mark.gpu,
@@ -178,7 +179,7 @@ def test_thousand_back_to_back_launches_random_rows():
         verify = i % 25 == 0
         err = _run_ag_gemm(fk, 4, rows, 64, 64, torch.float16, lw=lw, seed=i if verify else 0, poison=verify)
         if verify:
-            worst = max(worst, err)
+            worst = oracles.worst([worst, err])
     assert worst < 2e-2
 
 

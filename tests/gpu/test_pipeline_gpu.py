@@ -18,6 +18,7 @@ import traceback
 
 import pytest
 import torch
+from tests import oracles
 
 CUDA = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1"
 WORLD_TIMEOUT_S = float(os.environ.get("SYNCOPY_GPU_WORLD_TIMEOUT_S", 120))
@@ -87,7 +88,7 @@ def numerics(rank: int, world: int, backend: str, shapes=((128, 64, 256), (96, 6
         parts = _inputs(world, shape, seed)
         y = _launch(op, parts, rank, device)
         op.pipeline.synchronize()
-        worst = max(worst, _rel_err(y, _reference(parts, rank, device)))
+        worst = oracles.worst([worst, _rel_err(y, _reference(parts, rank, device))])
         placements.append((op.pipeline.placement.side, op.pipeline.placement.reader_first, op.pipeline.placement.why))
     return {"worst": worst, "placements": placements}
 
@@ -149,7 +150,7 @@ def sync_free(rank: int, world: int, whole: bool, timeout_s: float = 20.0) -> di
         torch.cuda.set_sync_debug_mode("default")
         sequence.launch = own_launch
     op.pipeline.synchronize()
-    return {"worst": max(_rel_err(y, _reference(p, rank, device)) for y, p in zip(ys, parts[1:])),
+    return {"worst": oracles.worst(_rel_err(y, _reference(p, rank, device)) for y, p in zip(ys, parts[1:])),
             "side": op.pipeline.placement.side}
 
 

@@ -9,6 +9,7 @@ import torch
 import triton
 
 from tests.unit.test_threads_cpu import reference, run_template
+from tests.oracles import worst
 
 pytestmark = [
     pytest.mark.gpu,
@@ -65,7 +66,7 @@ def test_warm_launches_never_sync_the_host_and_overlapping_launches_stay_correct
     tw = ThreadWorld(fk, world)
     grid, args, ref, cs = _ag_calls(world, 1000, 256, 128, 0)
     tw.launch(grid, args, dict(META), sync=True)
-    assert max(_err(c, ref) for c in cs) < 2e-2
+    assert worst(_err(c, ref) for c in cs) < 2e-2
     cases = [_ag_calls(world, 1000, 256, 128, seed) for seed in range(1, 7)]
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
@@ -76,7 +77,7 @@ def test_warm_launches_never_sync_the_host_and_overlapping_launches_stay_correct
         torch.cuda.set_sync_debug_mode(0)
     tw.synchronize()
     for seed, (_, _, ref, cs) in enumerate(cases, start=1):
-        assert max(_err(c, ref) for c in cs) < 2e-2, f"launch {seed}"
+        assert worst(_err(c, ref) for c in cs) < 2e-2, f"launch {seed}"
 
 
 @pytest.mark.parametrize("name,shape,options", [("gemm_rs", (1024, 256, 128), dict(order="local_first")),
@@ -116,7 +117,7 @@ def test_withheld_chunk_raises_at_synchronize_naming_rank_chunk_and_epoch():
     tw = ThreadWorld(fk, 2)
     grid, args, ref, cs = _ag_calls(2, 256, 128, 64, 0)
     tw.launch(grid, args, dict(META), sync=True)
-    assert max(_err(c, ref) for c in cs) < 2e-2
+    assert worst(_err(c, ref) for c in cs) < 2e-2
     grid, args, _, _ = _ag_calls(2, 256, 128, 64, 1)
     tw.launch(grid, args, dict(META), withhold=frozenset({3}))  # rank 1's second chunk never reaches rank 0
     with pytest.raises(SyncopyTimeout) as e:
@@ -171,4 +172,4 @@ def test_a_grid_that_fills_the_gpu_in_both_push_modes(pushes):
     for seed in range(2):
         grid, args, ref, cs = _ag_calls(4, 1024, 1024, 256, seed)
         tw.launch(grid, args, dict(META), sync=True)
-        assert max(_err(c, ref) for c in cs) < 2e-2, f"launch {seed}"
+        assert worst(_err(c, ref) for c in cs) < 2e-2, f"launch {seed}"

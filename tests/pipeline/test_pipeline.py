@@ -15,6 +15,7 @@ from syncopy import explain
 from syncopy.runtime.pipeline.edges import Edge, Launch, infer_edges
 from tests.pipeline import workers
 from tests.world.harness import spawn
+from tests.oracles import worst
 
 
 def _mlp_launches(world=2, rows=8, n=16, f=24):
@@ -112,7 +113,7 @@ def test_the_readers_tiles_wait_on_the_device_for_rows_the_writer_announces():
 
 def test_varying_token_counts_share_buffers_made_once_at_max_rows():
     for r in spawn(workers.varying_tokens, 2, [12, 5, 12], 12):
-        assert max(r["errs"]) < 1e-4
+        assert worst(r["errs"]) < 1e-4
         assert all(s == r["storages"][0] for s in r["storages"]), "a shape up to max_rows got buffers of its own"
         assert r["grown"] == [1, 1, 1]  # gathered X, the partial of Y, H: one allocation each, at max_rows
 
@@ -129,18 +130,18 @@ def test_a_shape_that_comes_back_runs_on_its_own_link(linked_world2):
     # next launch of that shape never raised its flags: the reader starved (here at launch 4, chunk 0).
     for r in linked_world2:
         r = r["changing"]
-        assert r["errors"] == [] and len(r["errs"]) == 4 and max(r["errs"]) < 1e-4 and r["plans"] == 2
+        assert r["errors"] == [] and len(r["errs"]) == 4 and worst(r["errs"]) < 1e-4 and r["plans"] == 2
 
 
 def test_a_compiled_module_calls_the_pipeline_as_one_custom_operator(linked_world2):
     for r in linked_world2:
         r = r["compiled"]
-        assert max(r["errs"]) < 1e-4 and r["fake_shape"] == r["shape"] == (8, 16)
+        assert worst(r["errs"]) < 1e-4 and r["fake_shape"] == r["shape"] == (8, 16)
 
 
 def test_the_pipeline_custom_operator_is_differentiable_with_both_backward_gemms_fused(linked_world2):
     for r in linked_world2:
-        assert set(r["autograd"]) == {"y", "dx", "dw1", "dw2"} and max(r["autograd"].values()) < 1e-4, r["autograd"]
+        assert set(r["autograd"]) == {"y", "dx", "dw1", "dw2"} and worst(r["autograd"].values()) < 1e-4, r["autograd"]
 
 
 def test_a_warm_launch_reads_no_link_word_from_the_device(linked_world2):
@@ -148,7 +149,7 @@ def test_a_warm_launch_reads_no_link_word_from_the_device(linked_world2):
     # their error words come back through the pinned ring; a torch read or write of them would count.
     for r in linked_world2:
         r = r["warm"]
-        assert r["touched"] == [] and max(r["errs"]) < 1e-4 and r["epochs"] == [3], r
+        assert r["touched"] == [] and worst(r["errs"]) < 1e-4 and r["epochs"] == [3], r
 
 
 def test_a_starved_link_is_named_even_when_the_readers_transfers_give_up_first(linked_world2):

@@ -18,6 +18,7 @@ from syncopy.runtime.state.plan import all_gather, reduce
 from syncopy.schedule import Schedule
 from tests.host_access import READS, CountingHostAccess
 from tests.world.harness import INSTANT, spawn
+from tests.oracles import worst
 
 ADVICE = "check that every rank launched the kernel with the same shapes, or raise timeout_s"
 
@@ -196,7 +197,7 @@ def warm_reads(rank: int, world: int) -> dict:
 def test_a_warm_world1_launch_reads_no_device_word_on_the_host():
     (r,) = spawn(warm_reads, 1, link=INSTANT, checked=False)
     for name in ("ag_gemm", "gemm_rs", "tp_mlp"):
-        assert r[name]["seen"] == [] and max(r[name]["errs"]) < 1e-4, (name, r[name])
+        assert r[name]["seen"] == [] and worst(r[name]["errs"]) < 1e-4, (name, r[name])
         assert r[name]["words"] == (4 if name == "tp_mlp" else 2)  # each context's signal pad and context words
     checked = r["ag_gemm checked"]
-    assert "tolist" in checked["seen"] and max(checked["errs"]) < 1e-4, checked  # the hook does see a readback
+    assert "tolist" in checked["seen"] and worst(checked["errs"]) < 1e-4, checked  # the hook does see a readback

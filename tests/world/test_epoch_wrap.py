@@ -7,6 +7,7 @@ import pytest
 
 from tests.world import epoch_workers as workers
 from tests.world import shared
+from tests.oracles import worst
 
 shared.register(__name__, 2, {"across the wrap": (f"{workers.__name__}:run_across_the_wrap", ())})  # tests/world/shared.py
 
@@ -16,7 +17,7 @@ def test_consumer_and_producer_launches_cross_the_int32_wrap():
     for rank, r in enumerate(shared.results(__name__, 2, "across the wrap")):
         for name in ("ag_gemm", "gemm_rs", "gemm_ar"):
             got = r[name]
-            assert max(got["errs"]) < 1e-3, (rank, name, got)
+            assert worst(got["errs"]) < 1e-3, (rank, name, got)
             assert got["epoch"] == workers.NEAR + 4 == 2**31 + 1, got
             assert got["word"] == -(2**31) + 1, got  # what the kernels read: the wrapped word
             if name != "ag_gemm":

@@ -6,6 +6,7 @@ import pytest
 
 from tests.world import graph_workers
 from tests.world.harness import IN_ORDER, spawn
+from tests.oracles import worst
 
 pytestmark = pytest.mark.world
 
@@ -13,7 +14,7 @@ pytestmark = pytest.mark.world
 def test_a_ranks_sends_leave_in_its_graphs_order():
     world = 2
     for rank, r in enumerate(spawn(graph_workers.sends_follow_the_graph, world, link=IN_ORDER)):
-        assert max(r["errs"]) < 1e-4
+        assert worst(r["errs"]) < 1e-4
         assert r["graph"] == r["explained"] and r["same_graph"]
         peer, mine = 1 - rank, [2 * rank, 2 * rank + 1]
         # Launch 1 sends this rank's chunks in the plan's order; launch 2, after the graph's send nodes

@@ -10,6 +10,7 @@ import pytest
 from tests.world.harness import spawn
 from tests.world import shared, workers
 from tests.world.workers import once
+from tests.oracles import worst
 
 CASES = {
     2: [
@@ -79,7 +80,7 @@ def test_chunks_leave_while_later_tiles_still_compute():
     its partial leaves while the tiles of this rank's own rows are still running."""
     results = _overlap()
     for rank, r in enumerate(results):
-        assert max(r["errs"]) <= 1e-4, f"rank {rank}: {r['errs']}"
+        assert worst(r["errs"]) <= 1e-4, f"rank {rank}: {r['errs']}"
         for tr in r["traces"]:
             where = f"rank {rank} epoch {tr.epoch}\n{tr.summary()}"
             peer = 1 - rank

@@ -10,6 +10,7 @@ from syncopy.runtime.transport.backends.control import wait_bound
 from tests.world import timeout_workers as tw
 from tests.world.harness import spawn
 from tests.world.workers import job, once, run_jobs
+from tests.oracles import worst
 
 WORLD = 3
 SLOW = 2
@@ -31,7 +32,7 @@ def _slow_compile() -> list[dict]:
 def test_a_compile_longer_than_every_bound_times_nothing_out():
     assert tw.SLOW_COMPILE_S > wait_bound(tw.TIMEOUT_S) > tw.TIMEOUT_S
     for rank, r in enumerate(_slow_compile()):
-        assert max(r["rows"]) < 1e-4, (rank, r)
+        assert worst(r["rows"]) < 1e-4, (rank, r)
         assert max(r["ar"]) < 2e-2, (rank, r)
         # Every rank's first launch waited for the slow compile (and then ran within its bounds).
         assert min(r["first_s"]) >= tw.SLOW_COMPILE_S * 0.9, (rank, r)

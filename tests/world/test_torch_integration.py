@@ -7,6 +7,7 @@ import pytest
 
 from tests.world import torch_workers as tw
 from tests.world.harness import spawn
+from tests.oracles import worst
 
 pytestmark = pytest.mark.world
 
@@ -30,4 +31,4 @@ def test_the_sequence_parallel_mlp_is_differentiable_through_the_fused_templates
     # AG-GEMM's backward runs GEMM-RS fused and GEMM-RS's runs AG-GEMM fused (Megatron's sequence parallelism).
     for rank, out in enumerate(r["autograd"] for r in world2):
         for step, errs in enumerate(out["errors"]):
-            assert max(errs.values()) < 1e-4, (rank, step, errs)
+            assert worst(errs.values()) < 1e-4, (rank, step, errs)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
+from tests.oracles import worst
 
 
 def profiled_and_compiled(rank: int, world: int) -> dict:
@@ -45,7 +46,7 @@ def profiled_and_compiled(rank: int, world: int) -> dict:
         dist.all_reduce(partial)
         want = partial.chunk(world)[rank] * 0.5
         errors.append((y - want).abs().max().item() / max(1.0, want.abs().max().item()))
-    out["compiled_err"] = max(errors)
+    out["compiled_err"] = worst(errors)
     out["shape"] = tuple(y.shape)
     # 3. The Python wrapper names the group itself; fake tensors give the launch's real shape.
     out["wrapper_shape"] = tuple(ops.ag_gemm(x, up).shape)
