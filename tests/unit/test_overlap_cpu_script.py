@@ -32,10 +32,7 @@ def test_smoke_run_writes_a_calibration_record(tmp_path):
     path = tmp_path / "overlap.json"
     cmd = [sys.executable, str(SCRIPT), "--reps", "1", "--calib-reps", "1", "--shape", "64,32,32", "--chunks", "2",
            "--json", str(path)]
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=60)
-    except subprocess.TimeoutExpired:
-        pytest.skip("the smoke run did not finish in 60 s on this machine")
+    out = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=300)  # a hang fails, never skips
     assert out.returncode == 0, out.stdout + out.stderr
     data = json.loads(path.read_text())
     for key in ("sequential_s", "stream_overlap_s", "fused_s"):

