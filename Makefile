@@ -8,7 +8,7 @@ TORCH_CPU ?= torch==2.13.0
 export TRITON_INTERPRET := 1
 export TRITON_DEFAULT_FP_FUSION ?= 1
 
-.PHONY: test demo install clean
+.PHONY: test demo mutants install clean
 
 install: $(STAMP)
 
@@ -23,6 +23,10 @@ test: $(STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/syncopy demo --world 4
+
+# The mutants of the product the suite must kill (tests/mutants.py); CI runs it before `make test`.
+mutants: $(STAMP)
+	$(PY) -m tests.mutants
 
 clean:
 	rm -rf $(VENV) .pytest_cache .syncopy-cache
