@@ -50,6 +50,7 @@ T, N, R0, R1 = "syncopy_t", "syncopy_n", "syncopy_r0", "syncopy_r1"
 _RANGES = {"range", "tl.range", "triton.language.range"}
 _SIDE_EFFECTS = ("store", "atomic_", "device_print", "device_assert", "scatter")
 _EXPS = {"exp", "exp2"}
+_TL = {f"{m}{sub}" for m in cu.TL_MODULES for sub in ("", ".math")}
 # Updates `x = x <op> t` / `x <op>= t` that reduce associatively and commutatively (`-`: a sum of -t).
 _AUG = (ast.Add, ast.Sub, ast.Mult, ast.BitOr, ast.BitAnd, ast.BitXor)
 _COMMUTATIVE = (ast.Add, ast.Mult, ast.BitOr, ast.BitAnd, ast.BitXor)
@@ -204,10 +205,11 @@ def _stored_and_read(target: ast.AST) -> set[str]:
 
 
 def _call_leaf(node: ast.AST) -> str:
-    if not isinstance(node, ast.Call):
+    """'maximum' for `tl.maximum(...)` (triton.language, tl.math): a Triton function, never a user's
+    helper of the same name; '' for anything else."""
+    if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
         return ""
-    f = node.func
-    return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+    return node.func.attr if ast.unparse(node.func.value) in _TL else ""
 
 
 def _is_name(node: ast.AST, name: str | None = None) -> bool:

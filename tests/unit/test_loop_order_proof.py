@@ -232,3 +232,10 @@ def test_the_factor_taken_after_the_max_moves_on_is_kept():
     text = SOFTMAX.replace("        alpha = tl.exp(m_i - m_safe)\n", "").replace("        m_i = m_new\n", "").replace(
         "        p = tl.exp(", "        m_i = m_new\n        alpha = tl.exp(m_i - m_safe)\n        p = tl.exp(")
     assert "not in its order" in _why(_code(text, "attn", "[K, V]"))
+
+
+def test_a_helper_named_like_a_triton_function_is_not_taken_for_it():
+    helper = "@triton.jit\ndef exp(x):\n    return x * 0.0 + 1.0\n\n\n"
+    text = SOFTMAX.replace("@triton.jit\ndef attn", helper + "@triton.jit\ndef attn").replace("tl.exp(", "exp(")
+    assert "is not the online-softmax rescale" in _why(_code(text, "attn", "[K, V]"))
+    assert _why(_code(SOFTMAX.replace("tl.exp(", "tl.math.exp("), "attn", "[K, V]")) is None
