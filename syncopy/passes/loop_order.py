@@ -177,7 +177,8 @@ def _side_effect(ks: KernelSource, body: cst.CSTNode) -> str:
         if helper is None:
             return f"calls {name}, which is not a @triton.jit function of this file (syncopy cannot see whether it stores)"
         if any(_has_effect(c) for c in cu.calls_in(helper.body)) or helpers.helper_does(ks, helper, _has_effect):
-            return f"calls the helper {name}, which stores, prints or calls what syncopy cannot see (a side effect whose order may matter)"
+            return (f"calls the helper {name}, which stores, prints or calls what syncopy cannot see (a side effect "
+                    "whose order may matter)")
     return ""
 
 
@@ -276,7 +277,8 @@ class _Flow:
         elif isinstance(node, ast.With):
             used = set().union(*(_loads(item.context_expr) for item in node.items))
             self._read(used, node)
-            self._define([i.optional_vars for i in node.items if i.optional_vars is not None], _Def(node, top, used | control, False))
+            bound = [i.optional_vars for i in node.items if i.optional_vars is not None]
+            self._define(bound, _Def(node, top, used | control, False))
             for child in node.body:
                 self._collect(child, top, control, False)
         else:
@@ -289,15 +291,15 @@ class _Flow:
         mine = self.defs.get(name, [])
         return mine[0] if len(mine) == 1 and mine[0].direct else None
 
-    def carried_in(self, names_read: set[str], clean: frozenset = frozenset()) -> set[str]:
-        """The carried values `names_read` depend on, through the body's assignments (`clean`: names
-        taken as depending on none)."""
+    def carried_in(self, names_read: set[str]) -> set[str]:
+        """The carried values `names_read` depend on, through the body's assignments (and the
+        conditions they sit under)."""
         found: set[str] = set()
         seen: set[str] = set()
         todo = list(names_read)
         while todo:
             n = todo.pop()
-            if n in seen or n in clean:
+            if n in seen:
                 continue
             seen.add(n)
             if n in self.carried:
@@ -521,7 +523,7 @@ class _Flow:
         else:
             p = weight(term)
         bad = f"rescaled, but its term {ast.unparse(term)} is not linear in the softmax weights exp(scores - max)"
-        if p is None or p in self.carried or self.carried_in(set().union(set(), *(_loads(o) for o in others))):
+        if p is None or p in self.carried or self.carried_in(set().union(*(_loads(o) for o in others))):
             return bad
         d = self.single(p)
         sub = _exp_of_difference(d.node.value) if d is not None and isinstance(d.node, ast.Assign) else None
