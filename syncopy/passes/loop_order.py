@@ -11,25 +11,31 @@ this rank's own rows first, as the tile reorder does for programs:
         <the loop's body, its per-iteration waits included>
 
 Proven (the whitelist): `for v in range(...)` directly in the kernel's body, no break, continue or
-return, no store, atomic or print anywhere in it (in the @triton.jit helpers it calls too, which must
-be this file's), its variable neither assigned nor read after it, and every value it carries from
-one iteration to the next (assigned in it and defined before it, read after it, or read before its
-assignment) one of:
+return, no store, atomic or print anywhere in it (nor in the @triton.jit helpers it calls, which
+must be this file's), its variable neither assigned in it nor read after it, and every value it
+carries from one iteration to the next (assigned in it and defined before it, read after it, or
+read before its assignment) one of:
   - an accumulator updated once, directly in the loop's body, by an associative and commutative
     reduction (`x += t`, `x -= t`, `x = x + t`, `x *= t`, `|`, `&`, `^`, `x = tl.dot(a, b, x)`)
-    whose term reads no value the loop carries, and read nowhere else in the loop;
-  - a running max or min (`x = tl.maximum(x, t)`, or `x_new = tl.maximum(x, t); x = x_new`) whose
-    term reads no value the loop carries, read by nothing else in the loop;
-  - the online-softmax rescale, recognised exactly: `m_new = tl.maximum(m, tl.max(s, 1))`, the
-    first-block guard `m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)`, `alpha =
-    tl.exp(m - m_safe)`, `p = tl.exp(s - m_safe[:, None])`, accumulators `l = l * alpha + tl.sum(p, 1)`
-    and `acc = acc * alpha[:, None] + tl.dot(p, v)` (exp2 for both exps, p.to(...), either operand
-    order), then `m = m_new`; s and v read nothing the loop carries, m, m_new, m_safe, alpha and p
-    nothing else. Without the guard a block whose scores are all -inf, run first, makes
-    exp(-inf - -inf) = NaN (templates/ag_attention's kernel is guarded).
+    whose term reads no value the loop carries (through its temporaries too), and read nowhere
+    else in the loop;
+  - a running max or min (`x = tl.maximum(x, t)`, or `x_new = tl.maximum(x, t)` ... `x = x_new`)
+    whose term reads no value the loop carries, read by nothing else in the loop;
+  - the online-softmax rescale, recognised exactly: `m_new = tl.maximum(m, tl.max(s, 1))`; the
+    first-block guard `m_safe = tl.where(m_new == float("-inf"), c, m_new)` (c a finite literal;
+    `!=` with the branches swapped, either side of the comparison); `alpha = tl.exp(m - m_safe)`;
+    `p = tl.exp(s - m_safe[:, None])`; accumulators `x = x * alpha[:, None] + t` (or `* alpha`,
+    either operand order at both levels) whose term is `tl.sum(p, 1)`, `tl.dot(p, v)` or `p * w`
+    (`p.to(...)` too); then `m = m_new`, in that order. `tl.exp2` for both exps, or axis 0 with
+    `[None, :]` (no tl.dot then), are the same form. s, v and
+    w read nothing the loop carries; m, m_new, m_safe, alpha and p feed nothing else. Without the
+    guard, a block whose scores are all -inf run first gives exp(-inf - -inf) = NaN (the kernel of
+    templates/ag_attention is guarded). Only Triton's own functions match (`tl.`, `triton.language.`,
+    their `.math`), never a helper of the same name.
 Anything else keeps the written order (each iteration still waits for its own chunks, at its read),
-and a comment before the loop says why. The schedule's `loop_order: arrival` where this is not proven
-is refused in one located line; `as_written` keeps the order without looking.
+and a comment before the loop says why (`syncopy explain KERNEL.py -s S.yaml` lists it). The
+schedule's `loop_order: arrival` where this is not proven is refused in one located line;
+`as_written` keeps the order without looking.
 """
 from __future__ import annotations
 
@@ -469,10 +475,13 @@ class _Flow:
         exp(scores - guard(mn))), else the clause that says what differs."""
         factor, term = self._rescale(x)
         not_rescale = f"rescaled by {ast.unparse(factor)}, which is not the online-softmax rescale exp(max before - max after)"
-        if isinstance(factor, ast.Subscript):
-            alpha = factor.value.id if _is_name(factor.value) and axis is not None and _broadcast(factor, axis) else None
-        else:
+        # A reduced term (tl.sum(p, axis)) has the max's shape: the factor as it is; any other term
+        # has the scores' shape: the factor broadcast along the reduced axis.
+        if _call_leaf(term) == "sum":
             alpha = factor.id if _is_name(factor) else None
+        else:
+            alpha = factor.value.id if isinstance(factor, ast.Subscript) and _is_name(factor.value) and _broadcast(factor, axis) \
+                else None
         a_def = self.single(alpha) if alpha is not None and alpha not in self.carried else None
         sub = _exp_of_difference(a_def.node.value) if a_def is not None and isinstance(a_def.node, ast.Assign) else None
         if sub is None or not _is_name(sub[1], m):
@@ -489,13 +498,15 @@ class _Flow:
         r = mx.args[1] if _is_name(mx.args[0], m) else mx.args[0]
         if _call_leaf(r) != "max" or not r.args or not _is_name(r.args[0]):
             return None, None
+        # The axis is required: a whole-block max broadcast against a running max of rows would
+        # rescale each row by another row's factor, which no shape check here can rule out.
         axis = next((k.value for k in r.keywords if k.arg == "axis"), r.args[1] if len(r.args) > 1 else None)
-        if axis is not None and not (isinstance(axis, ast.Constant) and isinstance(axis.value, int)):
+        if not (isinstance(axis, ast.Constant) and axis.value in (0, 1, -1)):
             return None, None
         s = r.args[0].id
         if s in self.carried or self.carried_in({s}):
             return None, None
-        return s, (None if axis is None else axis.value)
+        return s, axis.value
 
     def _weights(self, term: ast.AST, scores: str, axis, ms: str, exp: str, mn: str) -> list[str] | str:
         """The weight names p (`p = exp(scores - ms[...])`) a rescaled term is linear in, or the clause."""
@@ -510,7 +521,7 @@ class _Flow:
         if leaf == "sum" and term.args:
             p = weight(term.args[0])
             t_axis = next((k.value for k in term.keywords if k.arg == "axis"), term.args[1] if len(term.args) > 1 else None)
-            if axis is not None and not (isinstance(t_axis, ast.Constant) and t_axis.value == axis):
+            if not (isinstance(t_axis, ast.Constant) and t_axis.value == axis):
                 p = None
         elif leaf == "dot" and len(term.args) == 2 and not term.keywords and axis in (1, -1):
             p = weight(term.args[0])
@@ -535,7 +546,7 @@ class _Flow:
             return NO_GUARD
         if not _is_name(base, ms) or e != exp:
             return bad
-        if isinstance(shift, ast.Subscript) != (axis is not None) or (axis is not None and not _broadcast(shift, axis)):
+        if not isinstance(shift, ast.Subscript) or not _broadcast(shift, axis):
             return bad
         return [p]
 
@@ -549,8 +560,8 @@ def _exp_of_difference(node: ast.AST):
     return None
 
 
-def _broadcast(node: ast.Subscript, axis) -> bool:
-    """`v[:, None]` (axis 1), `v[None, :]` (axis 0); with axis None either of them."""
+def _broadcast(node: ast.Subscript, axis: int) -> bool:
+    """`v[:, None]` (axis 1 or -1), `v[None, :]` (axis 0)."""
     s = node.slice
     if not isinstance(s, ast.Tuple) or len(s.elts) != 2:
         return False
@@ -558,7 +569,7 @@ def _broadcast(node: ast.Subscript, axis) -> bool:
              "all" if isinstance(e, ast.Slice) and e.lower is None and e.upper is None and e.step is None else "?"
              for e in s.elts]
     want = {1: ["all", "none"], -1: ["all", "none"], 0: ["none", "all"]}
-    return kinds in (list(want.values()) if axis is None else [want.get(axis)])
+    return kinds == want[axis]
 
 
 def _neg_inf(node: ast.AST) -> bool:

@@ -217,10 +217,17 @@ SOFTMAX = textwrap.dedent(
      "an online-softmax max whose 'm_i' is also read elsewhere in the loop"),
     (("        m_i = m_new\n", "        m_i = m_new\n        acc = acc + m_safe[:, None] * 0.0\n"),
      "an online-softmax max whose 'm_safe' is also read elsewhere in the loop"),
+    (("acc = acc * alpha[:, None] + tl.dot(p, v)", "acc = acc * alpha + tl.dot(p, v)"),
+     "rescaled by alpha, which is not the online-softmax rescale"),
+    (("l_i = l_i * alpha + tl.sum(p, 1)", "l_i = l_i * alpha[:, None] + tl.sum(p, 1)"),
+     "rescaled by alpha[:, None], which is not the online-softmax rescale"),
+    (("m_new = tl.maximum(m_i, tl.max(s, 1))", "m_new = tl.maximum(m_i, tl.max(s))"),
+     "is not `tl.maximum(m_i, tl.max(scores, axis))`"),
 ], ids=["guarded", "guard-not-equal", "guard-reversed", "exp2", "operands-swapped", "guard-of-the-old-max",
         "guard-tests-zero", "factor-exp2-weights-exp", "scaled-weights", "weights-wrong-axis", "sum-wrong-axis",
         "term-plus-constant", "factor-wrong-axis", "max-of-shifted-scores", "l-twice", "max-read-after-it-moves",
-        "max-read-by-a-counter", "acc-twice"])
+        "max-read-by-a-counter", "acc-twice", "dot-factor-not-broadcast", "sum-factor-broadcast",
+        "max-of-the-whole-block"])
 def test_an_online_softmax_is_proven_only_in_its_exact_form(change, why):
     text = SOFTMAX if change is None else SOFTMAX.replace(*change)
     assert (text != SOFTMAX) == (change is not None)
