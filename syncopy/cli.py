@@ -178,7 +178,11 @@ def _chunks(text: str):
 def _explain(args) -> int:
     from syncopy import explain, templates
 
+    if args.schedule is not None or args.name.endswith(".py"):
+        return _explain_kernel(args)
     templates.get(args.name)  # an unknown name is one line
+    if args.world is None:
+        raise SyncopyError(f"syncopy explain {args.name}: a template's graph needs --world N (the number of ranks)")
     if args.world < 1:
         raise SyncopyError(f"--world {args.world}: a world has at least one rank; pass --world N with N >= 1")
     if not 0 <= args.rank < args.world:
@@ -189,6 +193,26 @@ def _explain(args) -> int:
     except ValueError as exc:  # a schedule override the model refuses
         raise SyncopyError(f"syncopy explain {args.name}: {exc}") from None
     print(graph.dot() if args.dot else graph.text())
+    return 0
+
+
+def _explain_kernel(args) -> int:
+    """What the passes decided for the kernel of a file: each `# syncopy:` note at its line."""
+    from syncopy import explain
+    from syncopy.frontend.source import from_file
+    from syncopy.passes import transform
+    from syncopy.schedule import load_schedule
+
+    if args.schedule is None:
+        raise SyncopyError(f"syncopy explain {args.name}: a kernel file needs --schedule S.yaml (the schedule naming its kernel)")
+    schedule = load_schedule(Path(args.schedule))
+    if schedule.kernel is None:
+        raise ScheduleError("missing required key for the CLI; add `kernel: NAME` (the @triton.jit function to transform)",
+                            ScheduleLocation(args.schedule, "kernel"))
+    t = transform(from_file(args.name, schedule.kernel), schedule)
+    print(f"kernel {schedule.kernel} of {args.name}, {schedule.pattern} of {schedule.tensor}:")
+    for line, note in explain.kernel_notes(t):
+        print(f"  {args.name}:{line}: {note}" if line is not None else f"  {args.name}: {note}")
     return 0
 
 
@@ -503,9 +527,11 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("-o", "--output", required=True, metavar="OUT.png", help="the picture (.png, .svg or .pdf)")
     tr.set_defaults(run=_trace)
 
-    ex = command("explain", "print the instruction graph one rank runs for a launch of a template (text, or DOT)")
-    ex.add_argument("name", metavar="NAME", help="template name (see `syncopy templates`)")
-    ex.add_argument("--world", type=int, required=True, metavar="N", help="number of ranks")
+    ex = command("explain", "print the instruction graph one rank runs for a launch of a template (text, or DOT), or what "
+                 "the passes decided for a kernel file (--schedule): each rewrite applied or kept as written, and why")
+    ex.add_argument("name", metavar="NAME", help="template name (see `syncopy templates`), or KERNEL.py with --schedule")
+    ex.add_argument("--schedule", "-s", metavar="S.yaml", help="with KERNEL.py: the chunk schedule naming its kernel")
+    ex.add_argument("--world", type=int, metavar="N", help="number of ranks (templates)")
     ex.add_argument("--rank", type=int, default=0, metavar="R", help="whose graph (default 0)")
     ex.add_argument("--shape", metavar="M,N,K", help="the template's problem shape, as for `syncopy run` (default: its own)")
     ex.add_argument("--chunks", type=_chunks, metavar="C", help="chunks per rank (default: the schedule's)")

@@ -156,6 +156,19 @@ def _column_stats(x, m, gen):
     return (2,), [x, out[0], out[1], m], dict(NC=8, BR=4, BC=4), out
 
 
+def _column_loop(blocks_out):
+    def make(x, m, gen):
+        out = _nan(blocks_out(m), 8)
+        return (1,), [x, out, m], dict(NC=8, BR=4), out
+    return make
+
+
+def _padded_attention(x, m, gen):
+    # Keys at positions >= L are padding: the last rank's blocks are all padding (NaN had they come first).
+    q, out = _t(16, 16, gen=gen), _nan(16, 16)
+    return (1,), [q, x, out, 16, m, m // 2 - 3, 0.25], dict(D=16, BM=16, BN=8), out
+
+
 def _mm_k_gathered(x, m, gen):
     a, c = _t(20, m, gen=gen), _nan(20, 16)
     return (2, 1), [a, x, c, 20, 16, m], dict(BM=16, BN=16, BK=16), c
@@ -186,6 +199,10 @@ RECIPES = {
     "persistent_while_pointers": (11, 24, _rolling_tiles),
     "loop_arrival_colsum": (7, 8, _column_stats),
     "loop_as_written_gemm": (13, 16, _mm_k_gathered),
+    "loop_written_decayed_sum": (8, 8, _column_loop(lambda m: 2)),
+    "loop_written_max_reader": (8, 8, _column_loop(lambda m: 1)),
+    "loop_written_helper_store": (8, 8, _column_loop(lambda m: 1 + _cdiv(m, 4))),
+    "loop_written_unguarded_softmax": (16, 32, _padded_attention),
 }
 
 

@@ -47,6 +47,13 @@ KEEP_ORDER = {"waits_data_rows": "tiles keep their launch order: the rows of its
 # Kernels whose loop over the communicated rows runs in chunk-arrival order (issue 13 item 3): its
 # `for` header becomes a loop over arrival slots, which reassigns the user's loop variable first.
 ARRIVAL = {"loop_arrival_colsum": ("for r0 in range(0, M, BR):", "r0 = 0 + syncopy_device.arrival_iteration(")}
+# Kernels whose loop over the communicated rows keeps its written order because its reorder is not
+# proven (issue 30 part A, one per numbered case): the comment before the loop says why.
+WRITTEN = {"loop_written_decayed_sum": "it carries 'acc' from iteration to iteration (rescaled by 0.5, which is not the "
+                                       "online-softmax rescale",
+           "loop_written_max_reader": "it carries 'count' from iteration to iteration (its update reads 'top'",
+           "loop_written_helper_store": "it calls the helper _save_row, which stores",
+           "loop_written_unguarded_softmax": "(rescaled by exp(max before - max after) without the first-block guard"}
 EXTRA_PARAMS = ["syncopy_ctx", "syncopy_signals", "syncopy_order", "syncopy_trace", "SYNCOPY_TRACE", "SYNCOPY_TABLE"]
 
 
@@ -81,6 +88,10 @@ def test_every_case_is_present():
         "grouped_gemm_1d",
         "loop_arrival_colsum",
         "loop_as_written_gemm",
+        "loop_written_decayed_sum",
+        "loop_written_helper_store",
+        "loop_written_max_reader",
+        "loop_written_unguarded_softmax",
         "masked_loads",
         "persistent_desc_helper",
         "persistent_flat_desc",
@@ -203,6 +214,17 @@ def test_loops_over_the_gathered_rows_wait_per_iteration_in_either_order():
     at = lines.index("for k in range(0, K, BK):")
     assert "syncopy_n" not in " ".join(lines)
     assert lines.index("syncopy_device.wait_chunks(syncopy_signals, syncopy_ctx, syncopy_lo, syncopy_hi)") > at
+
+
+@pytest.mark.parametrize("case", sorted(WRITTEN))
+def test_a_loop_kept_as_written_says_why_and_waits_per_iteration(case):
+    lines = [line.strip() for line in inside(_expected(case), _kernel_name(case)).splitlines()]
+    at = next(i for i, line in enumerate(lines) if line.startswith("for ") and " in range(" in line)
+    note = "# syncopy: this loop keeps its written order (each iteration waits for its own chunks): "
+    assert lines[at - 1].startswith(note) and WRITTEN[case] in lines[at - 1]
+    assert lines[at] in inside((HERE / case / "kernel.py").read_text(), _kernel_name(case))  # the user's header
+    assert "syncopy_n" not in " ".join(lines) and lines.index(
+        "syncopy_device.wait_chunks(syncopy_signals, syncopy_ctx, syncopy_lo, syncopy_hi)") > at
 
 
 def test_two_kernels_other_kernels_are_byte_identical():

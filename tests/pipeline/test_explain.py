@@ -1,8 +1,10 @@
 """`syncopy explain`: the instruction graph one rank runs, as text or DOT, and one-line mistakes."""
 from __future__ import annotations
 
-from syncopy.cli import main
+import pytest
+
 from syncopy import explain
+from syncopy.cli import main
 
 
 def test_explain_tp_mlp_shows_the_down_projection_waiting_on_the_up_projections_signals(capsys):
@@ -39,3 +41,28 @@ def test_explain_a_rank_outside_the_world_is_one_line(capsys):
     assert main(["explain", "ag_gemm", "--world", "2", "--rank", "2"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--rank 2: not a rank of --world 2; pass 0..1" in err
+
+
+def test_explain_a_kernel_file_lists_each_rewrite_kept_as_written_at_its_line(capsys):
+    # Issue 30 A: an unproven loop order is kept as written, and `syncopy explain` says so at the loop.
+    from pathlib import Path
+
+    case = Path(__file__).parents[1] / "golden" / "loop_written_unguarded_softmax"
+    kernel = str(case / "kernel.py")
+    assert main(["explain", kernel, "--schedule", str(case / "schedule.yaml")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"kernel padded_attention of {kernel}, all_gather of KV:"
+    loop = next(i for i, line in enumerate((case / "kernel.py").read_text().splitlines(), 1) if line.strip().startswith("for "))
+    assert lines[1].startswith(f"  {kernel}:{loop}: syncopy: this loop keeps its written order (each iteration waits for its "
+                               "own chunks): it carries 'acc' from iteration to iteration (rescaled by exp(max before - max "
+                               "after) without the first-block guard")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["explain", "ag_gemm"], "syncopy explain ag_gemm: a template's graph needs --world N (the number of ranks)"),
+    (["explain", "k.py"], "syncopy explain k.py: a kernel file needs --schedule S.yaml (the schedule naming its kernel)"),
+], ids=["template-without-world", "kernel-without-schedule"])
+def test_explain_without_what_it_needs_is_one_line(argv, message, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err

@@ -111,7 +111,8 @@ def test_arrival_forced_where_iterations_carry_state_is_one_located_line():
     with pytest.raises(KernelError) as err:
         _fused(ROWS_LOOP, "rows_loop", _schedule("loop_order: arrival\n"))
     assert str(err.value) == ("k.py:9:5: loop_order: arrival, but the loop at line 9 carries 'acc' from iteration to iteration "
-                              "(not a sum into it), so its iterations must keep their order; set loop_order: as_written "
+                              "(rescaled by 0.5, which is not the online-softmax rescale exp(max before - max after)), "
+                              "so its iterations must keep their order; set loop_order: as_written "
                               "(or drop it)")
 
 
