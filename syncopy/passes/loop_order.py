@@ -1,7 +1,8 @@
 """Pass: loop order. A loop whose iterations read other rows of the communicated tensor waits inside,
 per iteration (infer.py, consumer_wait.py). Where the analysis proves that the order of its
-iterations cannot change what the kernel computes (below), it runs them in chunk-arrival order,
-this rank's own rows first, as the tile reorder does for programs:
+iterations cannot change what the kernel computes (below; docs/how-it-works.md, "Proven or as
+written", states the same whitelist for users), it runs them in chunk-arrival order, this rank's
+own rows first, as the tile reorder does for programs:
 
     syncopy_n = syncopy_device.trip_count(0, hi, BN)
     syncopy_r0 = syncopy_device.first_row(<the read's pointer at the first iteration>, K, syncopy_ctx)

@@ -134,8 +134,9 @@ class Schedule(BaseModel):
     loop_order: Literal["arrival", "as_written"] | None = Field(
         default=None, description="how a loop whose iterations read other rows of `tensor` runs (attention's key/value "
         "loop, a GEMM reducing along `dim`): each iteration waits for its own chunks; `arrival` runs the iterations in "
-        "chunk-arrival order, this rank's rows first (refused where iterations carry state other than accumulators), "
-        "`as_written` keeps their order; unset: `arrival` where the loop is seen to only accumulate, else `as_written`. "
+        "chunk-arrival order, this rank's rows first (refused where that order is not proven not to change the result: "
+        "docs/how-it-works.md, \"Loops in arrival order\"), `as_written` keeps their order; unset: `arrival` where the "
+        "loop is proven to run in any order, else `as_written`. "
         "Set, it also moves the waits into loops whose pointer is stepped")
     units_per_rank: StrictInt | None = Field(default=None, ge=1, description="full form: each shard is cut into this many "
                                              "equal units, which `chunks` slices")
