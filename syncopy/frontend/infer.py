@@ -397,6 +397,20 @@ def _reads(ks: KernelSource, stmt: cst.CSTNode, derived: set[str], tensor: str, 
     return out
 
 
+def written_pointers(ks: KernelSource) -> list[str]:
+    """The kernel's parameters it stores into through a pointer computed from them (tl.store or an
+    atomic, in the kernel's own body), in parameter order: the outputs whose rows a launch's grid
+    writes (the runtime checks each one's extent against them)."""
+    stores = [cu.arg(call, 0, "pointer") for call in cu.calls_in(ks.func.body)
+              if (cu.call_name(call) or "").rsplit(".", 1)[-1] in cu.WRITE_CALLS]
+    out = []
+    for name in ks.params:
+        derived = _derived_names(ks.func, name)
+        if any(ptr is not None and cu.names_in(ptr) & derived for ptr in stores):
+            out.append(name)
+    return out
+
+
 def _refuse_helper_stores(ks: KernelSource, func: cst.FunctionDef, derived: set[str], tensor: str, depth: int = 0) -> None:
     """An all-gathered input is read-only: a store through a pointer into it inside a @triton.jit helper
     of this file it is handed to (followed into the helpers that helper calls) is refused at the store,

@@ -140,3 +140,36 @@ def test_along_dim_0_the_shards_strides_are_the_gathered_ones():
     fused = syncopy.overlap({"pattern": "all_gather", "tensor": "A", "dim": 0, "chunks_per_rank": 1})(ag_gemm_kernel)
     a = torch.empty(8, 6)
     fused.binder.check_strides(_call(fused, a, stride_am=6, stride_ak=1), 4, fused.kernel.build().transformed)
+
+
+# -- outputs shorter than the grid writes (issue 30, G): the unit side; worlds 2 and 3 in tests/world/test_argument_shapes.py --
+
+def _ag_gemm_extents(c):
+    import torch
+
+    import syncopy
+    from syncopy.templates.ag_gemm.kernel import ag_gemm_kernel
+
+    fused = syncopy.overlap({"pattern": "all_gather", "tensor": "A", "dim": 0, "chunks_per_rank": 2})(ag_gemm_kernel)
+    m, n, k = 32, 16, 16
+    args = dict(A=torch.randn(m, k), B=torch.randn(k, n), C=c, M=m, N=n, K=k, stride_am=k, stride_ak=1, stride_bk=n,
+                stride_bn=1, stride_cm=c.stride(0), stride_cn=c.stride(1), BLOCK_M=8, BLOCK_N=8, BLOCK_K=8, GROUP_M=1)
+    fused.orders.check_extents((4 * 2,), args)
+
+
+def test_an_output_of_any_layout_is_checked_by_element_offset():
+    import torch
+
+    from syncopy.errors import LaunchError
+
+    _ag_gemm_extents(torch.empty(32, 16))  # fits
+    _ag_gemm_extents(torch.empty(16, 32).t())  # a transposed view that fits: its rows are not its memory order
+    with pytest.raises(LaunchError) as info:
+        _ag_gemm_extents(torch.empty(24, 16))
+    assert str(info.value) == ("launch of 'ag_gemm_kernel': the grid writes rows up to 31 of 'C', which has 24 rows; give 'C' at "
+                               "least 32 rows, or a grid and bounds that write 24")
+    with pytest.raises(LaunchError) as info:
+        _ag_gemm_extents(torch.empty(16, 24).t())  # transposed, 24 of the 32 rows: row 31, column 15 is at 31 + 24 * 15
+    assert str(info.value) == ("launch of 'ag_gemm_kernel': the grid writes 'C' at element offset 391, past its last element "
+                               "(shape [24, 16], strides (1, 24)); give 'C' room for what the grid writes, or a grid and bounds "
+                               "that stay within it")

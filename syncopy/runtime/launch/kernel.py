@@ -37,6 +37,8 @@ class Kernel:
         self._built = built
         self._lock = threading.Lock()  # threads may share an operator: the compile step runs once
         self._link_probe = None
+        self._written: list[str] | None = None
+        self._extent_probes: dict = {}
 
     @property
     def built(self) -> Built | None:
@@ -83,6 +85,44 @@ class Kernel:
                 t = transform(from_jit(op.local), writes)
                 self._link_probe = emit.load(t, op.local.fn.__globals__)[1]
         return self._link_probe
+
+    def written(self) -> list[str]:
+        """The kernel's parameters it stores into through pointers computed from them (frontend/infer.py,
+        written_pointers), found once; none for a kernel from syncopy.load (no local kernel to read)."""
+        with self._lock:
+            if self._written is None:
+                from syncopy.frontend import infer
+                from syncopy.frontend.source import from_jit
+
+                self._written = [] if self.op.loaded else infer.written_pointers(from_jit(self.op.local))
+        return self._written
+
+    def extent_probe(self, output: str):
+        """(the store-address probe of `output`, whether it goes through tensor descriptors), or None:
+        the reduce_scatter probe of the user's kernel on that output, which reports the rows each
+        program writes (TileOrders.check_extents). Built once per output; None where inference cannot
+        bound its stores (its extent then goes unchecked)."""
+        with self._lock:
+            if output not in self._extent_probes:
+                self._extent_probes[output] = self._build_extent_probe(output)
+        return self._extent_probes[output]
+
+    def _build_extent_probe(self, output: str):
+        from syncopy.emit import source as emit
+        from syncopy.errors import InferenceError, KernelError
+        from syncopy.frontend.source import from_jit
+        from syncopy.passes import transform
+        from syncopy.schedule import from_dict
+
+        op = self.op
+        writes = from_dict({"pattern": "reduce_scatter", "kernel": op.local.fn.__name__, "tensor": output, "dim": 0,
+                            "chunks_per_rank": 1, "order": "ring"})
+        try:
+            t = transform(from_jit(op.local), writes)
+        except (InferenceError, KernelError):
+            return None
+        probe = emit.load(t, op.local.fn.__globals__)[1]
+        return (probe, t.binding.descriptors) if probe is not None else None
 
     def syncopy_args(self, ctx: Context, order: torch.Tensor, trace_buf: torch.Tensor, table: bool | None = None) -> dict:
         """The arguments the passes added to the kernel: the context and signal pad, the tile order

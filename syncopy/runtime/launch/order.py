@@ -12,7 +12,8 @@ from syncopy.runtime.state import plan as planning
 from syncopy.runtime.state.context import Context
 from syncopy.runtime.launch import persistent_order, warmup
 from syncopy.runtime.transport.backends import control
-from syncopy.runtime.where import interpreting, spin_limit
+from syncopy.passes.names import ASYNC_PROXY_FLAG
+from syncopy.runtime.where import has_async_proxy, interpreting, spin_limit
 
 
 def slot_tiles(order: torch.Tensor, n_tiles: int) -> list[int]:
@@ -90,6 +91,7 @@ class TileOrders:
         # probe's answer is read back: a host sync that only such kernels pay).
         if key in ctx.orders and not t.fresh_probe:
             return ctx.orders[key]
+        self.check_extents(grid, args)
         ranges: list[tuple[int, int]] = [(0, -1)] * n
         written = None
         if probe is not None:
@@ -119,6 +121,48 @@ class TileOrders:
         ctx.orders[key] = Order(order, ranges, [table[s] for s in slots])
         return ctx.orders[key]
 
+    def check_extents(self, grid, args: dict) -> None:
+        """Refuse a grid that writes past the end of an output, before anything moves. Each output's
+        store-address probe (Kernel.extent_probe) runs against a context in which every element of
+        it is its own chunk and the tensor has no end, so it reports the element offsets each program
+        writes; the largest must lie within the output (any layout: transposed views too)."""
+        kernel = self.op.kernel
+        outputs = [name for name in kernel.written() if name not in self.op.schedule.tensors
+                   and isinstance(args.get(name), torch.Tensor) and args[name].dim() > 0 and args[name].numel() > 0]
+        g0, g1, g2 = grid3(grid, args)
+        n = g0 * g1 * g2
+        for name in outputs:
+            found_probe = kernel.extent_probe(name)
+            if found_probe is None:
+                continue
+            probe, descriptors = found_probe
+            out = args[name]
+            device = out.device
+            ctx = torch.zeros(dev.CTX_LEN, dtype=torch.int64, device=device)
+            for word, value in ((dev.CTX_ROWS, 2**31 - 1), (dev.CTX_CHUNKS, 2**31 - 1), (dev.CTX_WORLD, 1),
+                                (dev.CTX_STRIDE_BYTES, out.element_size()), (dev.CTX_SIZE, 2**31 - 1)):
+                ctx[word.value] = value
+            found = torch.full((2 * n,), -1, dtype=torch.int32, device=device)
+            dummy = torch.zeros(1, dtype=torch.int32, device=device)
+            flag = {ASYNC_PROXY_FLAG: has_async_proxy(device)} if descriptors else {}
+            probe[grid](**args, syncopy_ctx=ctx, syncopy_signals=dummy, syncopy_order=dummy, syncopy_trace=dummy,
+                        SYNCOPY_TRACE=False, SYNCOPY_TABLE=False, **flag, syncopy_probe_out=found)
+            flat = found.tolist()
+            last = max((flat[2 * i + 1] for i in range(n) if 0 <= flat[2 * i] <= flat[2 * i + 1]), default=-1)
+            end = sum((size - 1) * stride for size, stride in zip(out.shape, out.stride()))  # its last element's offset
+            if last > end:
+                self._refuse_extent(name, out, last)
+
+    def _refuse_extent(self, name: str, out: torch.Tensor, last: int) -> None:
+        kernel = self.op.local.fn.__name__
+        if out.is_contiguous():
+            rows, written = out.shape[0], last // out.stride(0) + 1
+            raise LaunchError(f"launch of '{kernel}': the grid writes rows up to {written - 1} of '{name}', which has {rows} "
+                              f"rows; give '{name}' at least {written} rows, or a grid and bounds that write {rows}")
+        raise LaunchError(f"launch of '{kernel}': the grid writes '{name}' at element offset {last}, past its last element "
+                          f"(shape {list(out.shape)}, strides {tuple(out.stride())}); give '{name}' room for what the grid writes, "
+                          "or a grid and bounds that stay within it")
+
     def _persistent(self, ctx: Context, grid, args: dict, probe, sequential: bool) -> Order:
         """`order` for a persistent kernel: the table per launch shape, cached in `ctx`."""
         key = self.shape_key(grid, args)
@@ -126,6 +170,7 @@ class TileOrders:
             key = (*key, ctx.plan.recv_splits)
         if key in ctx.orders:
             return ctx.orders[key]
+        self.check_extents(grid, args)
         records = None
         if probe is not None:
             dummy = torch.zeros(3, dtype=torch.int32, device=ctx.buffer.device)
