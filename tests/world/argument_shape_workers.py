@@ -6,7 +6,7 @@ from __future__ import annotations
 import traceback
 
 
-def run_dim1_strides(rank: int, world: int, launches: int) -> dict:
+def run_dim1_strides(rank: int, world: int, launches: int, poison: bool = True) -> dict:
     import torch
     import torch.distributed as dist
     import triton
@@ -19,7 +19,7 @@ def run_dim1_strides(rank: int, world: int, launches: int) -> dict:
     m, n, per_rank = 16, 8, 6
     k = per_rank * world
     fused = syncopy.overlap({"pattern": "all_gather", "tensor": "A", "dim": 1, "chunks_per_rank": 2},
-                            poison_receive=True)(ag_gemm_kernel)
+                            poison_receive=poison)(ag_gemm_kernel)
     grid = (triton.cdiv(m, 8) * triton.cdiv(n, 8),)
     out: dict = {"refused": None, "errors": []}
     try:
@@ -43,7 +43,7 @@ def run_dim1_strides(rank: int, world: int, launches: int) -> dict:
         return {"refused": None, "errors": [], "failure": traceback.format_exc()}
 
 
-def run_short_output(rank: int, world: int, launches: int) -> dict:
+def run_short_output(rank: int, world: int, launches: int, poison: bool = True) -> dict:
     """AG-GEMM (gathering A along dim 0) into a C of M - 8 rows: refused on every rank, naming C and the
     rows; then launches of new data into a C of M rows, each against torch."""
     import torch
@@ -58,7 +58,7 @@ def run_short_output(rank: int, world: int, launches: int) -> dict:
     rows, n, k = 8, 8, 16
     m = rows * world
     fused = syncopy.overlap({"pattern": "all_gather", "tensor": "A", "dim": 0, "chunks_per_rank": 2},
-                            poison_receive=True)(ag_gemm_kernel)
+                            poison_receive=poison)(ag_gemm_kernel)
     grid = (triton.cdiv(m, 8) * triton.cdiv(n, 8),)
     out: dict = {"refused": None, "errors": []}
     try:

@@ -13,13 +13,17 @@ import math
 import pytest
 
 from tests.world import argument_shape_workers as sw
-from tests.world.harness import spawn
+from tests.world.harness import INSTANT, SLOW, spawn
+
+# The harness's slow reordering link with poisoned receive buffers, and an instant link without.
+LINKS = [pytest.param(SLOW, True, id="slow-poisoned"), pytest.param(INSTANT, False, id="instant")]
 
 
 @pytest.mark.world
+@pytest.mark.parametrize("link, poison", LINKS)
 @pytest.mark.parametrize("world", [2, 3])
-def test_shard_strides_are_refused_and_gathered_strides_are_right(world):
-    results = spawn(sw.run_dim1_strides, world, 3, timeout_s=240)
+def test_shard_strides_are_refused_and_gathered_strides_are_right(world, link, poison):
+    results = spawn(sw.run_dim1_strides, world, 3, poison, link=link, timeout_s=240)
     per_rank = 6
     for rank, r in enumerate(results):
         assert "failure" not in r, f"rank {rank}:\n{r['failure']}"
@@ -31,9 +35,10 @@ def test_shard_strides_are_refused_and_gathered_strides_are_right(world):
 
 
 @pytest.mark.world
+@pytest.mark.parametrize("link, poison", LINKS)
 @pytest.mark.parametrize("world", [2, 3])
-def test_an_output_shorter_than_the_rows_the_grid_writes_is_refused(world):
-    results = spawn(sw.run_short_output, world, 3, timeout_s=240)
+def test_an_output_shorter_than_the_rows_the_grid_writes_is_refused(world, link, poison):
+    results = spawn(sw.run_short_output, world, 3, poison, link=link, timeout_s=240)
     m = 8 * world
     for rank, r in enumerate(results):
         assert "failure" not in r, f"rank {rank}:\n{r['failure']}"
