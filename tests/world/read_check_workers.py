@@ -142,3 +142,38 @@ def run_hold_oracle(rank: int, world: int, launches: int) -> list[dict]:
         out.append({"err": p.error(), "remote": remote, "waited": sorted(g for r in held for g in r["waited"]),
                     "unwaited": sorted(g for r in held for g in r["unwaited"])})
     return out
+
+
+def run_hold_negative_control(rank: int, world: int, launches: int) -> list[dict]:
+    """The hold oracle's negative control: AG-GEMM launched over the first rank's rows only (M = its
+    8 rows), so no tile of any rank reads the other ranks' chunks. The holding link must report those
+    as "unwaited" (released at the hold's bound, no program polling them) and rank 0's chunks, read
+    by every other rank's tiles, as "waited"."""
+    import torch
+    import triton
+
+    import syncopy
+    from syncopy.runtime.transport.link import Hold, Link
+    from syncopy.templates.ag_gemm.kernel import ag_gemm_kernel
+
+    link = Link(latency_s=0.002, hold_until_waited=True, hold_s=3.0)  # far above a tile's time: not a race
+    fused = syncopy.overlap({"pattern": "all_gather", "tensor": "A", "dim": 0, "chunks_per_rank": 2},
+                            poison_receive=True, link=link)(ag_gemm_kernel)
+    rows, n, k = 8, 8, 8
+    out = []
+    for epoch in range(launches):
+        a = torch.randn(rows, k, generator=torch.Generator().manual_seed(10 * epoch + rank))
+        b = torch.randn(k, n, generator=torch.Generator().manual_seed(10 * epoch))
+        c = torch.full((rows, n), float("nan"))
+        before = len(Hold.records)
+        fused[(1,)](a, b, c, rows, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
+                    BLOCK_M=8, BLOCK_N=8, BLOCK_K=8, GROUP_M=1)
+        held = Hold.records[before:]
+        first = torch.empty(world * rows, k)
+        import torch.distributed as dist
+
+        dist.all_gather_into_tensor(first, a)
+        out.append({"err": float(torch.nan_to_num((c - first[:rows] @ b).abs(), nan=float("inf")).max()),
+                    "waited": sorted(g for r in held for g in r["waited"]),
+                    "unwaited": sorted(g for r in held for g in r["unwaited"])})
+    return out
