@@ -176,11 +176,13 @@ class TileOrders:
         # buffer where the kernel reads nothing: only its chunks, clamped to the buffer, say anything.
         if any(a.clamped for g in self.op.kernel.build().transformed.binding.groups for a in g.accesses):
             return False
-        extra["syncopy_ctx"] = ctx.ctx.clone()
-        extra["syncopy_ctx"][dev.CTX_CHUNKS.value] = ctx.plan.rows_per_rank
-        if ctx.plan.uneven:  # one block of 2^31 - 1 rows, each its own chunk: the probe reports rows
-            extra["syncopy_ctx"][dev.CTX_ROWS.value] = extra["syncopy_ctx"][dev.CTX_CHUNKS.value] = 2**31 - 1
-        extra["syncopy_ctx"][dev.CTX_SIZE.value] = 2**31 - 1  # probe_store keeps int32
+        extra["syncopy_ctx"] = probed = ctx.ctx.clone()
+        # Every listed tensor's block (`tensor: [K, V]`): the table stands for the tensor read first.
+        for at in range(0, dev.CTX_LEN * (1 + len(ctx.extras)), dev.CTX_LEN):
+            probed[at + dev.CTX_CHUNKS.value] = ctx.plan.rows_per_rank
+            if ctx.plan.uneven:  # one block of 2^31 - 1 rows, each its own chunk: the probe reports rows
+                probed[at + dev.CTX_ROWS.value] = probed[at + dev.CTX_CHUNKS.value] = 2**31 - 1
+            probed[at + dev.CTX_SIZE.value] = 2**31 - 1  # probe_store keeps int32
         return True
 
     def check_rows(self, ctx: Context, written: int, args: dict) -> None:

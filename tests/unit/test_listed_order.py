@@ -1,0 +1,150 @@
+"""Issue 30 part B without ranks: with several communicated tensors (`tensor: [A, B]`) every listed
+tensor waits on its own rows, measured from its own base pointer, through its own context block, and
+is checked in checked mode; the order of the list changes nothing but which context block is whose.
+The kernels are tests/kernels/listed.py's (CPU worlds: tests/world/test_listed_tensors.py).
+
+Before the fix a kernel that moves its pointers (`A += row0 * N`) measured every listed tensor's
+rows from `syncopy_base`, the first listed tensor's start (or from a name never assigned where the
+first listed tensor is not moved: NameError at the first launch), and checked mode checked the
+first listed tensor only.
+"""
+from __future__ import annotations
+
+import ast
+import itertools
+import re
+from pathlib import Path
+
+import pytest
+
+from syncopy.frontend.source import from_file
+from syncopy.passes import names, read_check, transform
+from syncopy.schedule import loads
+from tests.kernels import listed
+from tests.world.listed_workers import CASES
+
+KERNELS = Path(listed.__file__)
+ORDERS = [(kernel, order) for kernel, (tensors, _) in CASES.items() for order in itertools.permutations(tensors)]
+IDS = [f"{kernel}[{','.join(order)}]" for kernel, order in ORDERS]
+MOVED = {"swiglu_fwd": {"A", "B"}, "dequant_rows": {"Q", "S"}, "layernorm_residual": {"X", "RESIDUAL"},
+         "layernorm_scaled": {"X", "RESIDUAL"}}  # the listed tensors each kernel moves (`X += row * N`)
+
+
+def _schedule(order) -> object:
+    return loads(f"pattern: all_gather\ntensor: [{', '.join(order)}]\ndim: 0\nchunks_per_rank: 2\n")
+
+
+def _transformed(kernel: str, order, checked: bool = False):
+    t = transform(from_file(KERNELS, kernel), _schedule(order))
+    return read_check.apply(t) if checked else t
+
+
+def _calls(code: str, name: str) -> list[list[str]]:
+    """The arguments (as code) of every call of syncopy_device.<name> in `code`."""
+    tree = ast.parse(code)
+    return [[ast.unparse(a) for a in node.args] for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and ast.unparse(node.func) == f"{names.DEVICE}.{name}"]
+
+
+def _ctx(order, tensor: str) -> str:
+    return names.ctx_of(list(order).index(tensor)).strip("()")
+
+
+@pytest.mark.parametrize("kernel, order", ORDERS, ids=IDS)
+def test_every_listed_tensor_waits_from_its_own_base_through_its_own_block(kernel, order):
+    code = _transformed(kernel, order).code()
+    seen = set()
+    for args in _calls(code, "chunk_range") + _calls(code, "chunk_range_masked") + _calls(code, "chunk_range_affine"):
+        pointer, base, ctx = args[0], args[-3], args[-2]
+        tensor = next(t for t in order if re.search(rf"\b{t}\b", pointer))
+        assert base == (names.base_of(tensor) if tensor in MOVED.get(kernel, ()) else tensor), (tensor, args)
+        assert ctx.strip("()") == _ctx(order, tensor), (tensor, args)
+        seen.add(tensor)
+    assert seen == set(order)
+    # Every base a wait measures from is assigned before anything moves the tensor.
+    for tensor in MOVED.get(kernel, ()):
+        assert f"    {names.base_of(tensor)} = {tensor}\n" in code
+    assert "syncopy_base " not in code and "syncopy_base," not in code
+
+
+@pytest.mark.parametrize("kernel", list(CASES))
+def test_the_order_of_the_list_changes_only_whose_block_is_whose(kernel):
+    """Every order of the list gives the same kernel once each context block is named by its tensor:
+    the same waits in the same places, the same tile that starts a tile (and that the table stands
+    for: the tensor read first), the same remap."""
+    def normalised(order) -> str:
+        code = _transformed(kernel, order).code()
+        for i, tensor in enumerate(order):
+            code = code.replace(names.ctx_of(i) + ",", f"<ctx of {tensor}>,") if i else code
+        return re.sub(r"\bsyncopy_ctx, (syncopy_lo|True|syncopy_hi)", lambda m: f"<ctx of {order[0]}>, {m.group(1)}", code)
+
+    texts = {order: normalised(order) for order in itertools.permutations(CASES[kernel][0])}
+    first = next(iter(texts.values()))
+    assert all(text == first for text in texts.values()), kernel
+    # The tile starts at the wait for the tensor the kernel reads first; the table stands for it.
+    read_first = CASES[kernel][0][0]
+    lines = first.splitlines()
+    table = next(i for i, line in enumerate(lines) if "if SYNCOPY_TABLE:" in line) if "if SYNCOPY_TABLE:" in first else None
+    if table is not None:
+        assert re.search(rf"\b{read_first}\b", lines[table + 3]), lines[table - 1:table + 5]
+
+
+@pytest.mark.parametrize("kernel, order", [("layernorm_scaled", o) for o in itertools.permutations(("ROWSCALE", "X", "RESIDUAL"))],
+                         ids=lambda v: ",".join(v) if isinstance(v, tuple) else v)
+def test_three_listed_tensors_make_a_kernel_that_defines_every_name_it_uses(kernel, order):
+    # Formerly: NameError: name 'syncopy_base' is not defined, at the first launch.
+    tree = ast.parse(_transformed(kernel, order).code())
+    func = tree.body[0]
+    params = {a.arg for a in func.args.args}
+    assigned = {t.id for node in ast.walk(func) if isinstance(node, (ast.Assign, ast.AugAssign))
+                for t in (node.targets if isinstance(node, ast.Assign) else [node.target]) for t in ast.walk(t)
+                if isinstance(t, ast.Name)}
+    used = {n.id for n in ast.walk(func) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    missing = {n for n in used - params - assigned if n.startswith("syncopy_") and n != names.DEVICE}
+    assert not missing
+
+
+@pytest.mark.parametrize("kernel, order", ORDERS, ids=IDS)
+def test_checked_mode_checks_every_listed_tensor_from_its_own_base_and_block(kernel, order):
+    t = _transformed(kernel, order, checked=True)
+    checks = _calls(t.stages["fused"], "check_read")
+    text = KERNELS.read_text().splitlines()
+    per_tensor = {}
+    for args in checks:
+        ctx, pointer, base, line = args[1], args[2], args[4], int(args[5])
+        index, line = divmod(line, read_check.LISTED_LINES)
+        tensor = order[index]
+        assert re.search(rf"\b{tensor}\b", pointer) and re.search(rf"\b{tensor}\b", text[line - 1]), (tensor, args, text[line - 1])
+        assert ctx.strip("()") == _ctx(order, tensor)
+        assert base == (names.base_of(tensor) if tensor in MOVED.get(kernel, ()) else tensor)
+        per_tensor[tensor] = per_tensor.get(tensor, 0) + 1
+    # One check per load of each listed tensor in the user's kernel.
+    source = ast.parse(KERNELS.read_text())
+    func = next(n for n in source.body if isinstance(n, ast.FunctionDef) and n.name == kernel)
+    loads_of = {tensor: sum(1 for n in ast.walk(func) if isinstance(n, ast.Call) and ast.unparse(n.func) == "tl.load"
+                            and re.search(rf"\b{tensor}\b", ast.unparse(n.args[0]))) for tensor in order}
+    assert per_tensor == loads_of
+    assert f"# syncopy: checked: the chunks of {order[-1]} this read touches have arrived" in t.stages["fused"]
+
+
+def test_a_violation_names_the_listed_tensor_whose_read_it_was():
+    from syncopy import device as dev
+
+    class plan:
+        chunks_per_rank = 2
+
+    class ctx:
+        schedule = _schedule(("ROWSCALE", "X", "RESIDUAL"))
+
+        @staticmethod
+        def unwrap(word):
+            return word
+
+    ctx.plan = plan
+    flag = dev.CHECK_BASE.value + 2 * (2 * read_check.LISTED_LINES + 97)
+    err = read_check.violation(ctx, [flag, 1, 3, 4], "k.py")
+    assert err.render() == ("k.py:97: rank 1 read chunk (1, 1) of RESIDUAL before it arrived (epoch 4); if the schedule "
+                            "gives binding.rows, make it cover every row this line touches; otherwise report the kernel "
+                            "and schedule (syncopy's wait or count missed this access)")
+    first = read_check.violation(ctx, [dev.CHECK_BASE.value + 2 * 97, 1, 3, 4], "k.py")
+    assert "of ROWSCALE before" in first.render()

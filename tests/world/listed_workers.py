@@ -1,0 +1,128 @@
+"""Rank functions of tests/world/test_listed_tensors.py (spawned: module level).
+
+Each kernel of tests/kernels/listed.py reads several communicated tensors; `run_orders` fuses it with
+every order of its list (`tensor: [A, B]` and `[B, A]`, the six orders of three) and launches each
+three times with new data against its meaning: every listed tensor gathered with
+all_gather_into_tensor, then the formula in torch. Rows per rank (5) are no multiple of the chunk
+count (2) nor of a program's rows (4): chunks and tiles are ragged.
+"""
+from __future__ import annotations
+
+import itertools
+import traceback
+
+ROWS = 5  # per rank
+LAUNCHES = 3
+
+#: kernel -> (listed tensors in the order the kernel reads them first, columns of a 2-D tensor).
+CASES = {
+    "swiglu_fwd": (("A", "B"), 8),
+    "swiglu_offsets": (("B", "A"), 12),
+    "dequant_rows": (("S", "Q"), 8),
+    "dequant_row": (("S", "Q"), 12),
+    "layernorm_residual": (("X", "RESIDUAL"), 12),
+    "layernorm_scaled": (("ROWSCALE", "X", "RESIDUAL"), 12),
+}
+ONE_D = {"S", "ROWSCALE"}  # a value per row
+
+
+def orders(kernel: str) -> list[tuple[str, ...]]:
+    return list(itertools.permutations(CASES[kernel][0]))
+
+
+def _shards(kernel: str, rank: int, launch: int) -> dict:
+    import torch
+
+    gen = torch.Generator().manual_seed(1000 * launch + 17 * rank + len(kernel))
+    names, n = CASES[kernel]
+    out = {}
+    for name in names:
+        if name in ONE_D:
+            out[name] = torch.rand(ROWS, generator=gen) + 0.5
+        else:
+            out[name] = torch.randn(ROWS, n, generator=gen)
+    return out
+
+
+def _gathered(shards: dict, world: int) -> dict:
+    import torch
+    import torch.distributed as dist
+
+    full = {}
+    for name, x in shards.items():
+        full[name] = torch.empty((x.shape[0] * world, *x.shape[1:]), dtype=x.dtype)
+        dist.all_gather_into_tensor(full[name], x)
+    return full
+
+
+def _layernorm(h, w, eps=1e-5):
+    import torch
+
+    return torch.nn.functional.layer_norm(h, (h.shape[-1],), eps=eps) * w
+
+
+def _launch(fused, kernel: str, s: dict, m: int, w):
+    """One launch of the fused kernel on the shards `s` (a listed tensor given at its shard size)."""
+    import torch
+
+    n = CASES[kernel][1]
+    y = torch.full((m, n), float("nan"))
+    if kernel == "swiglu_fwd":
+        fused[(-(-m // 4),)](s["A"], s["B"], y, m, N=n, BR=4)
+    elif kernel == "swiglu_offsets":
+        fused[(-(-m // 4),)](s["A"], s["B"], y, m, n, BR=4, BN=8)
+    elif kernel == "dequant_rows":
+        fused[(-(-m // 4),)](s["Q"], s["S"], y, m, N=n, BR=4)
+    elif kernel == "dequant_row":
+        fused[(m,)](s["Q"], s["S"], y, n, BN=8)
+    elif kernel == "layernorm_residual":
+        fused[(m,)](s["X"], s["RESIDUAL"], w, y, n, 1e-5, BLOCK=8)
+    else:
+        fused[(m,)](s["X"], s["RESIDUAL"], s["ROWSCALE"], w, y, n, 1e-5, BLOCK=16)
+    return y
+
+
+def meaning(kernel: str, g: dict, w):
+    """What the kernel computes on the gathered tensors `g`."""
+    import torch
+
+    if kernel.startswith("swiglu"):
+        return g["A"] * torch.sigmoid(g["A"]) * g["B"]
+    if kernel.startswith("dequant"):
+        return g["Q"] * g["S"][:, None]
+    if kernel == "layernorm_residual":
+        return _layernorm(g["X"] + g["RESIDUAL"], w)
+    return _layernorm(g["X"] * g["ROWSCALE"][:, None] + g["RESIDUAL"], w)
+
+
+def run_orders(rank: int, world: int, kernel: str, instant: bool) -> dict:
+    """{order: [largest error of each launch (inf for NaN), or the error's text]} for every order of
+    the kernel's list. `instant`: an instant link, no poisoning, unchecked; otherwise the harness's
+    slow reordering link, NaN-poisoned receive buffers and checked mode (the harness's default)."""
+    import torch
+
+    import syncopy
+    from syncopy.runtime.transport.link import Link
+    from tests.kernels import listed
+
+    n = CASES[kernel][1]
+    m = ROWS * world
+    out = {}
+    for order in orders(kernel):
+        schedule = {"pattern": "all_gather", "tensor": list(order), "dim": 0, "chunks_per_rank": 2, "order": "ring"}
+        options = {"link": Link(), "checked": False} if instant else {"poison_receive": True}
+        results = []
+        try:
+            fused = syncopy.overlap(schedule, timeout_s=60, **options)(getattr(listed, kernel))
+            for launch in range(LAUNCHES):
+                shards = _shards(kernel, rank, launch)
+                w = torch.randn(n, generator=torch.Generator().manual_seed(launch))
+                want = meaning(kernel, _gathered(shards, world), w)
+                got = _launch(fused, kernel, shards, m, w)
+                results.append(float(torch.nan_to_num((got - want).abs(), nan=float("inf")).max()))
+        except syncopy.SyncopyError as exc:
+            results.append(f"{type(exc).__name__}: {exc}")
+        except Exception:
+            results.append(traceback.format_exc()[-1500:])
+        out[", ".join(order)] = results
+    return out

@@ -1,0 +1,36 @@
+"""Issue 30 part B on CPU worlds: kernels that read several communicated tensors (`tensor: [A, B]`)
+are right whatever the order of the list. Every kernel of tests/kernels/listed.py (SwiGLU forward
+with pointers moved to its rows and with plain offsets, dequantisation whose per-row scale is read
+before its data, layer norm with a residual input, layer norm with a row scale and a residual: three
+listed tensors) with every order of its list, worlds of 2 and 3, three launches with new data each:
+on the harness's slow reordering link with NaN-poisoned receive buffers in checked mode, and on an
+instant link without poisoning, unchecked. Each launch equals the torch reference exactly enough
+(1e-4) or the case is refused in one located line: none is refused. Before the fix, every order whose
+first listed tensor is not the one read first read poison (the waits measured rows from the first
+listed tensor's base pointer) and three listed tensors failed with NameError: syncopy_base.
+"""
+from __future__ import annotations
+
+import pytest
+
+from tests.world import listed_workers as lw
+from tests.world import shared
+
+WORLDS = (2, 3)
+LINKS = {"slow": False, "instant": True}
+for _world in WORLDS:
+    shared.register(__name__, _world, {f"{kernel} {link}": (f"{lw.__name__}:run_orders", (kernel, instant))
+                                       for kernel in lw.CASES for link, instant in LINKS.items()})
+
+
+@pytest.mark.world
+@pytest.mark.parametrize("link", list(LINKS))
+@pytest.mark.parametrize("kernel", list(lw.CASES))
+@pytest.mark.parametrize("world", WORLDS)
+def test_every_order_of_the_list_is_right(world, kernel, link):
+    per_rank = shared.results(__name__, world, f"{kernel} {link}")
+    for rank, results in enumerate(per_rank):
+        assert set(results) == {", ".join(o) for o in lw.orders(kernel)}
+        for order, errors in results.items():
+            assert len(errors) == lw.LAUNCHES and all(isinstance(e, float) and e <= 1e-4 for e in errors), \
+                (world, rank, order, errors)
