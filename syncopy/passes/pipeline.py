@@ -34,6 +34,10 @@ def transform(ks: KernelSource, schedule: Schedule) -> Transformed:
     others = _other_bindings(ks, schedule, binding)
     stages = {"kernel": ks.code(ks.func), "binding": "".join(_describe(b) for b in (binding, *others))}
     binding, others = _read_first(binding, others)
+    if any(o.descriptors for o in others):
+        # A listed tensor read through tensor descriptors fences its waits with the kernel's async-proxy
+        # flag, which the kernel takes where the tensor it reads first is one such (signature.flags_for).
+        binding.descriptors = True
     if binding.persistent is not None:
         from syncopy.passes import persistent
 

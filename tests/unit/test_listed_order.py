@@ -54,8 +54,10 @@ def _ctx(order, tensor: str) -> str:
 def test_every_listed_tensor_waits_from_its_own_base_through_its_own_block(kernel, order):
     code = _transformed(kernel, order).code()
     seen = set()
-    for args in _calls(code, "chunk_range") + _calls(code, "chunk_range_masked") + _calls(code, "chunk_range_affine"):
-        pointer, base, ctx = args[0], args[-3], args[-2]
+    ranges = [(a[0], a[-3], a[-2]) for name in ("chunk_range", "chunk_range_masked", "chunk_range_affine") for a in _calls(code, name)]
+    ranges += [(a[0], a[-2], a[-1]) for a in _calls(code, "desc_chunk_range")]  # (descriptor base, ..., base, ctx)
+    for pointer, base, ctx in ranges:
+        args = (pointer, base, ctx)
         tensor = next(t for t in order if re.search(rf"\b{t}\b", pointer))
         assert base == (names.base_of(tensor) if tensor in MOVED.get(kernel, ()) else tensor), (tensor, args)
         assert ctx.strip("()") == _ctx(order, tensor), (tensor, args)
@@ -73,10 +75,13 @@ def test_the_order_of_the_list_changes_only_whose_block_is_whose(kernel):
     the same waits in the same places, the same tile that starts a tile (and that the table stands
     for: the tensor read first), the same remap."""
     def normalised(order) -> str:
-        code = _transformed(kernel, order).code()
-        for i, tensor in enumerate(order):
-            code = code.replace(names.ctx_of(i) + ",", f"<ctx of {tensor}>,") if i else code
-        return re.sub(r"\bsyncopy_ctx, (syncopy_lo|True|syncopy_hi)", lambda m: f"<ctx of {order[0]}>, {m.group(1)}", code)
+        def named(line: str) -> str:
+            if line.lstrip().startswith("def ") or "trace_tile_start(" in line:  # (the trace reads block 0's epoch)
+                return line
+            line = re.sub(r"\(syncopy_ctx \+ (\d+)\)", lambda m: f"<ctx of {order[int(m.group(1)) // names.CTX_WORDS]}>", line)
+            return re.sub(r"\bsyncopy_ctx\b", f"<ctx of {order[0]}>", line)
+
+        return "\n".join(named(line) for line in _transformed(kernel, order).code().splitlines())
 
     texts = {order: normalised(order) for order in itertools.permutations(CASES[kernel][0])}
     first = next(iter(texts.values()))
@@ -107,22 +112,25 @@ def test_three_listed_tensors_make_a_kernel_that_defines_every_name_it_uses(kern
 @pytest.mark.parametrize("kernel, order", ORDERS, ids=IDS)
 def test_checked_mode_checks_every_listed_tensor_from_its_own_base_and_block(kernel, order):
     t = _transformed(kernel, order, checked=True)
-    checks = _calls(t.stages["fused"], "check_read")
+    checks = [(a[1], a[2], a[4], int(a[5])) for a in _calls(t.stages["fused"], "check_read")]
+    checks += [(a[1], a[2], a[8], int(a[9])) for a in _calls(t.stages["fused"], "check_desc_read")]  # (.., desc base, row, .., base, line)
     text = KERNELS.read_text().splitlines()
     per_tensor = {}
-    for args in checks:
-        ctx, pointer, base, line = args[1], args[2], args[4], int(args[5])
+    for ctx, pointer, base, line in checks:
+        args = (ctx, pointer, base, line)
         index, line = divmod(line, read_check.LISTED_LINES)
         tensor = order[index]
-        assert re.search(rf"\b{tensor}\b", pointer) and re.search(rf"\b{tensor}\b", text[line - 1]), (tensor, args, text[line - 1])
+        assert re.search(rf"\b({tensor}|{tensor.lower()}_desc)\b", text[line - 1]), (tensor, args, text[line - 1])
+        assert re.search(rf"\b{tensor}\b", pointer), (tensor, args)
         assert ctx.strip("()") == _ctx(order, tensor)
         assert base == (names.base_of(tensor) if tensor in MOVED.get(kernel, ()) else tensor)
         per_tensor[tensor] = per_tensor.get(tensor, 0) + 1
     # One check per load of each listed tensor in the user's kernel.
     source = ast.parse(KERNELS.read_text())
     func = next(n for n in source.body if isinstance(n, ast.FunctionDef) and n.name == kernel)
-    loads_of = {tensor: sum(1 for n in ast.walk(func) if isinstance(n, ast.Call) and ast.unparse(n.func) == "tl.load"
-                            and re.search(rf"\b{tensor}\b", ast.unparse(n.args[0]))) for tensor in order}
+    loads_of = {tensor: sum(1 for n in ast.walk(func) if isinstance(n, ast.Call) and (
+        ast.unparse(n.func) == "tl.load" and re.search(rf"\b{tensor}\b", ast.unparse(n.args[0]))
+        or ast.unparse(n.func) == f"{tensor.lower()}_desc.load")) for tensor in order}
     assert per_tensor == loads_of
     assert f"# syncopy: checked: the chunks of {order[-1]} this read touches have arrived" in t.stages["fused"]
 

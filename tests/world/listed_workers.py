@@ -18,6 +18,7 @@ LAUNCHES = 3
 CASES = {
     "swiglu_fwd": (("A", "B"), 8),
     "swiglu_offsets": (("B", "A"), 12),
+    "swiglu_desc": (("A", "B"), 8),
     "dequant_rows": (("S", "Q"), 8),
     "dequant_row": (("S", "Q"), 12),
     "layernorm_residual": (("X", "RESIDUAL"), 12),
@@ -67,7 +68,7 @@ def _launch(fused, kernel: str, s: dict, m: int, w):
 
     n = CASES[kernel][1]
     y = torch.full((m, n), float("nan"))
-    if kernel == "swiglu_fwd":
+    if kernel in ("swiglu_fwd", "swiglu_desc"):
         fused[(-(-m // 4),)](s["A"], s["B"], y, m, N=n, BR=4)
     elif kernel == "swiglu_offsets":
         fused[(-(-m // 4),)](s["A"], s["B"], y, m, n, BR=4, BN=8)
@@ -126,3 +127,45 @@ def run_orders(rank: int, world: int, kernel: str, instant: bool) -> dict:
             results.append(traceback.format_exc()[-1500:])
         out[", ".join(order)] = results
     return out
+
+
+def run_unwaited(rank: int, world: int) -> dict:
+    """A mutant of the passes that drops every wait of the tensor a kernel reads first (dequant_rows
+    listed as [Q, S]: S, the second listed tensor), launched three times in checked mode on a slow link
+    with chunk 1 of every rank held back: checked mode must see S's reads of a peer's chunk before it
+    landed (SyncopyReadError naming S and its line)."""
+    import torch
+
+    import syncopy
+    from syncopy.passes import consumer_wait
+    from syncopy.runtime.transport.link import Faults, Link
+    from tests.kernels import listed
+
+    original = consumer_wait.insert_waits
+
+    def without_first(body, binding, **kwargs):
+        groups, binding.groups = binding.groups, []
+        try:
+            return original(body, binding, **kwargs)
+        finally:
+            binding.groups = groups
+
+    consumer_wait.insert_waits = without_first
+    late = {(src, 1): 0.4 for src in range(world)}
+    results = []
+    try:
+        fused = syncopy.overlap({"pattern": "all_gather", "tensor": ["Q", "S"], "dim": 0, "chunks_per_rank": 2},
+                                poison_receive=True, checked=True, timeout_s=30, link=Link(latency_s=0.02, jitter_s=0.01),
+                                faults=Faults.of(delay=late))(listed.dequant_rows)
+        m = ROWS * world
+        for launch in range(LAUNCHES):
+            shards = _shards("dequant_rows", rank, launch)
+            try:
+                _launch(fused, "dequant_rows", shards, m, None)
+                results.append("no error")
+            except syncopy.SyncopyError as exc:
+                results.append(f"{type(exc).__name__}: {exc}")
+        source = fused.source
+    finally:
+        consumer_wait.insert_waits = original
+    return {"results": results, "file": listed.__file__, "unwaited": "wait for the chunks of S" not in source}

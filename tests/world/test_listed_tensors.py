@@ -34,3 +34,21 @@ def test_every_order_of_the_list_is_right(world, kernel, link):
         for order, errors in results.items():
             assert len(errors) == lw.LAUNCHES and all(isinstance(e, float) and e <= 1e-4 for e in errors), \
                 (world, rank, order, errors)
+
+
+shared.register(__name__, 2, {"unwaited": (f"{lw.__name__}:run_unwaited", ())})
+
+
+@pytest.mark.world
+def test_checked_mode_sees_a_second_listed_tensor_read_before_it_arrived():
+    """Checked mode checks every listed tensor, not only the first: with the waits of S (listed second,
+    read first) dropped by a mutant of the passes, every launch raises SyncopyReadError naming S and
+    the line that reads it."""
+    import re
+
+    for rank, r in enumerate(shared.results(__name__, 2, "unwaited")):
+        assert r["unwaited"], ("the mutant left a wait for S", r)
+        line = next(i for i, text in enumerate(open(r["file"]).read().splitlines(), 1) if "s = tl.load(S + r" in text)
+        for got in r["results"]:
+            assert re.fullmatch(rf"SyncopyReadError: {re.escape(r['file'])}:{line}: rank {rank} read chunk \(\d, \d\) of S "
+                                r"before it arrived \(epoch \d+\); .*", got), (rank, got)
