@@ -97,8 +97,9 @@ def meaning(kernel: str, g: dict, w):
 
 
 def run_orders(rank: int, world: int, kernel: str, instant: bool) -> dict:
-    """{order: [largest error of each launch (inf for NaN), or the error's text]} for every order of
-    the kernel's list. `instant`: an instant link, no poisoning, unchecked; otherwise the harness's
+    """For every order of the kernel's list: "errors", [largest error of each launch (inf for NaN), or
+    the error's text]; "tiles", the last launch's (chunk range of each tile, tile of each execution
+    slot) from its trace. `instant`: an instant link, no poisoning, unchecked; otherwise the harness's
     slow reordering link, NaN-poisoned receive buffers and checked mode (the harness's default)."""
     import torch
 
@@ -108,10 +109,10 @@ def run_orders(rank: int, world: int, kernel: str, instant: bool) -> dict:
 
     n = CASES[kernel][1]
     m = ROWS * world
-    out = {}
+    out = {"errors": {}, "tiles": {}}
     for order in orders(kernel):
         schedule = {"pattern": "all_gather", "tensor": list(order), "dim": 0, "chunks_per_rank": 2, "order": "ring"}
-        options = {"link": Link(), "checked": False} if instant else {"poison_receive": True}
+        options = {"link": Link(), "checked": False} if instant else {"poison_receive": True, "trace": True}
         results = []
         try:
             fused = syncopy.overlap(schedule, timeout_s=60, **options)(getattr(listed, kernel))
@@ -121,11 +122,14 @@ def run_orders(rank: int, world: int, kernel: str, instant: bool) -> dict:
                 want = meaning(kernel, _gathered(shards, world), w)
                 got = _launch(fused, kernel, shards, m, w)
                 results.append(float(torch.nan_to_num((got - want).abs(), nan=float("inf")).max()))
+            trace = fused.last_trace
+            if trace is not None:
+                out["tiles"][", ".join(order)] = (list(map(tuple, trace.tile_ranges)), list(trace.tile_order))
         except syncopy.SyncopyError as exc:
             results.append(f"{type(exc).__name__}: {exc}")
         except Exception:
             results.append(traceback.format_exc()[-1500:])
-        out[", ".join(order)] = results
+        out["errors"][", ".join(order)] = results
     return out
 
 

@@ -29,11 +29,29 @@ for _world in WORLDS:
 @pytest.mark.parametrize("world", WORLDS)
 def test_every_order_of_the_list_is_right(world, kernel, link):
     per_rank = shared.results(__name__, world, f"{kernel} {link}")
-    for rank, results in enumerate(per_rank):
-        assert set(results) == {", ".join(o) for o in lw.orders(kernel)}
-        for order, errors in results.items():
+    for rank, r in enumerate(per_rank):
+        assert set(r["errors"]) == {", ".join(o) for o in lw.orders(kernel)}
+        for order, errors in r["errors"].items():
             assert len(errors) == lw.LAUNCHES and all(isinstance(e, float) and e <= 1e-4 for e in errors), \
                 (world, rank, order, errors)
+
+
+@pytest.mark.world
+@pytest.mark.parametrize("kernel", list(lw.CASES))
+@pytest.mark.parametrize("world", WORLDS)
+def test_every_order_runs_the_same_tiles_in_the_same_order(world, kernel):
+    """The tile order does not depend on the list: each tile waits for the chunks of its own rows (at
+    most the three that four rows can straddle; never every chunk, which would leave nothing to
+    overlap) and the tiles run in the same arrival order, a tile of this rank's own rows first where
+    there is one."""
+    for rank, r in enumerate(shared.results(__name__, world, f"{kernel} slow")):
+        tiles = list(r["tiles"].values())
+        assert len(tiles) == len(lw.orders(kernel)) and all(t == tiles[0] for t in tiles), (world, rank, r["tiles"])
+        ranges, order = tiles[0]
+        assert all(0 <= lo <= hi <= lo + 2 and hi - lo + 1 < 2 * world for lo, hi in ranges), ranges
+        own = {rank * 2, rank * 2 + 1}  # this rank's chunks (2 per rank)
+        if any(set(rg) <= own for rg in ranges):  # (with 4 rows a tile, a rank of 5 may have none)
+            assert set(ranges[order[0]]) <= own, (ranges, order)
 
 
 shared.register(__name__, 2, {"unwaited": (f"{lw.__name__}:run_unwaited", ())})
