@@ -120,19 +120,29 @@ def test_checked_mode_checks_every_listed_tensor_from_its_own_base_and_block(ker
         args = (ctx, pointer, base, line)
         index, line = divmod(line, read_check.LISTED_LINES)
         tensor = order[index]
-        assert re.search(rf"\b({tensor}|{tensor.lower()}_desc)\b", text[line - 1]), (tensor, args, text[line - 1])
-        assert re.search(rf"\b{tensor}\b", pointer), (tensor, args)
-        assert ctx.strip("()") == _ctx(order, tensor)
-        assert base == (names.base_of(tensor) if tensor in MOVED.get(kernel, ()) else tensor)
+        assert re.search(rf"\b({tensor}|{tensor.lower()}_desc|P)\b", text[line - 1]), (tensor, args, text[line - 1])
+        if pointer.startswith("P "):  # in the checked copy of the helper _rows_of: its context and base are handed in
+            assert base == read_check.CHECK_BASE and ctx == names.CTX
+        else:
+            assert re.search(rf"\b{tensor}\b", pointer), (tensor, args)
+            assert ctx.strip("()") == _ctx(order, tensor)
+            assert base == (names.base_of(tensor) if tensor in MOVED.get(kernel, ()) else tensor)
         per_tensor[tensor] = per_tensor.get(tensor, 0) + 1
     # One check per load of each listed tensor in the user's kernel.
     source = ast.parse(KERNELS.read_text())
     func = next(n for n in source.body if isinstance(n, ast.FunctionDef) and n.name == kernel)
     loads_of = {tensor: sum(1 for n in ast.walk(func) if isinstance(n, ast.Call) and (
         ast.unparse(n.func) == "tl.load" and re.search(rf"\b{tensor}\b", ast.unparse(n.args[0]))
-        or ast.unparse(n.func) == f"{tensor.lower()}_desc.load")) for tensor in order}
+        or ast.unparse(n.func) == f"{tensor.lower()}_desc.load"
+        or ast.unparse(n.func) == "_rows_of" and ast.unparse(n.args[0]) == tensor)) for tensor in order}
     assert per_tensor == loads_of
     assert f"# syncopy: checked: the chunks of {order[-1]} this read touches have arrived" in t.stages["fused"]
+    # A helper handed a listed tensor is called through a checked copy with that tensor's block and base.
+    for tensor in order:
+        if kernel == "swiglu_helper":
+            assert re.search(rf"= syncopy_checked__rows_of(_1)?\({tensor}, row0, M, N, BR, syncopy_signals=syncopy_signals, "
+                             rf"syncopy_ctx={re.escape(names.ctx_of(order.index(tensor)))}, syncopy_check_base={tensor}\)",
+                             t.stages["fused"]), tensor
 
 
 def test_a_violation_names_the_listed_tensor_whose_read_it_was():

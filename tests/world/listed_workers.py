@@ -19,6 +19,7 @@ CASES = {
     "swiglu_fwd": (("A", "B"), 8),
     "swiglu_offsets": (("B", "A"), 12),
     "swiglu_desc": (("A", "B"), 8),
+    "swiglu_helper": (("B", "A"), 8),
     "dequant_rows": (("S", "Q"), 8),
     "dequant_row": (("S", "Q"), 12),
     "layernorm_residual": (("X", "RESIDUAL"), 12),
@@ -68,7 +69,7 @@ def _launch(fused, kernel: str, s: dict, m: int, w):
 
     n = CASES[kernel][1]
     y = torch.full((m, n), float("nan"))
-    if kernel in ("swiglu_fwd", "swiglu_desc"):
+    if kernel in ("swiglu_fwd", "swiglu_desc", "swiglu_helper"):
         fused[(-(-m // 4),)](s["A"], s["B"], y, m, N=n, BR=4)
     elif kernel == "swiglu_offsets":
         fused[(-(-m // 4),)](s["A"], s["B"], y, m, n, BR=4, BN=8)
