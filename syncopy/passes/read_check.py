@@ -333,7 +333,8 @@ class _Edits:
         self.comments: dict[int, str] = {}
 
     def add(self, func: cst.FunctionDef, finder: _Finder, lines: list[int], clones: _Clones, comment: str, base: str,
-            origin, ctx: str = names.CTX) -> None:
+            origin, ctx: str = names.CTX, where: list | None = None) -> None:
+        """`where`: the user's location of each site, where `finder.where` cannot tell (a rewritten kernel)."""
         sites = finder.sites(func.body)
         for k, s in enumerate(sites):
             if isinstance(s, _Site):
@@ -346,7 +347,8 @@ class _Edits:
                 self.unchecked[id(s.call)] = f"{s.name} ({why})"
             elif id(s.call) in self.renames:
                 raise KernelError(f"checked mode cannot check a call of {s.name} handed pointers into two listed tensors "
-                                  f"({finder.tensor} and another); hand it one, or launch without checked mode", finder.where(s.call))
+                                  f"({finder.tensor} and another); hand it one, or launch without checked mode",
+                                  where[k] if where is not None else finder.where(s.call))
             else:
                 self.renames[id(s.call)] = (clone, base, ctx)
 
@@ -372,7 +374,8 @@ def apply(t):
         finder.derived = {n for n in finder.derived if n in first.derived or n.startswith(("syncopy_", "SYNCOPY_"))}
         clones = _Clones(ks, tensor, binding.dim, producer, made, index)
         lines = [line + index * LISTED_LINES for line in _lines(ks, original, finder.sites(t.func.body))]
-        edits.add(t.func, finder, lines, clones, _comment(tensor, producer), binding.base, ks, names.ctx_of(index))
+        edits.add(t.func, finder, lines, clones, _comment(tensor, producer), binding.base, ks, names.ctx_of(index),
+                  [ks.location(s.call) for s in original])
     func = t.func.visit(_Insert(edits.checks, edits.unchecked, edits.comments, edits.renames))
     out = dataclasses.replace(t, func=func, checked=True, stages=dict(t.stages), checked_helpers=clones.functions())
     out.stages["fused"] = "\n\n".join(out.code(f) for f in (*out.checked_helpers, out.func))

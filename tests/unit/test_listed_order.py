@@ -166,3 +166,37 @@ def test_a_violation_names_the_listed_tensor_whose_read_it_was():
                             "and schedule (syncopy's wait or count missed this access)")
     first = read_check.violation(ctx, [dev.CHECK_BASE.value + 2 * 97, 1, 3, 4], "k.py")
     assert "of ROWSCALE before" in first.render()
+
+
+TWO_IN_ONE_HELPER = '''\
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _silu_mul(P, Q, offs, m):
+    a = tl.load(P + offs, mask=m, other=0.0)
+    return a * tl.sigmoid(a) * tl.load(Q + offs, mask=m, other=0.0)
+
+
+@triton.jit
+def swiglu_pair(A, B, Y, M, N: tl.constexpr, BR: tl.constexpr):
+    r = tl.program_id(0) * BR + tl.arange(0, BR)
+    offs = r[:, None] * N + tl.arange(0, N)[None, :]
+    tl.store(Y + offs, _silu_mul(A, B, offs, r[:, None] < M), mask=r[:, None] < M)
+'''
+
+
+@pytest.mark.parametrize("order", [("A", "B"), ("B", "A")], ids=",".join)
+def test_a_helper_handed_two_listed_tensors_waits_for_both_and_checked_mode_refuses_it_in_one_line(tmp_path, order):
+    from syncopy.errors import KernelError
+
+    path = tmp_path / "pair.py"
+    path.write_text(TWO_IN_ONE_HELPER)
+    t = transform(from_file(path, "swiglu_pair"), _schedule(order))
+    code = t.code()
+    assert "wait for the chunks of A" in code and "wait for the chunks of B" in code
+    with pytest.raises(KernelError) as err:
+        read_check.apply(t)
+    assert str(err.value) == (f"{path}:15:24: checked mode cannot check a call of _silu_mul handed pointers into two listed "
+                              f"tensors ({order[1]} and another); hand it one, or launch without checked mode")
