@@ -174,3 +174,21 @@ def run_unwaited(rank: int, world: int) -> dict:
     finally:
         consumer_wait.insert_waits = original
     return {"results": results, "file": listed.__file__, "unwaited": "wait for the chunks of S" not in source}
+
+
+def run_past_the_rows(rank: int, world: int) -> list[str]:
+    """swiglu_fwd listed as [B, A] launched with M two rows past the gathered rows: refused before any
+    transfer, naming A (read first: its rows order the tiles), not the list."""
+    import torch
+
+    import syncopy
+    from tests.kernels import listed
+
+    fused = syncopy.overlap({"pattern": "all_gather", "tensor": ["B", "A"], "dim": 0, "chunks_per_rank": 2})(listed.swiglu_fwd)
+    s = _shards("swiglu_fwd", rank, 0)
+    m = ROWS * world + 2
+    try:
+        fused[(-(-m // 4),)](s["A"], s["B"], torch.empty(m, 8), m, N=8, BR=4)
+        return ["no error"]
+    except syncopy.SyncopyError as exc:
+        return [f"{type(exc).__name__}: {exc}"]

@@ -70,3 +70,13 @@ def test_checked_mode_sees_a_second_listed_tensor_read_before_it_arrived():
         for got in r["results"]:
             assert re.fullmatch(rf"SyncopyReadError: {re.escape(r['file'])}:{line}: rank {rank} read chunk \(\d, \d\) of S "
                                 r"before it arrived \(epoch \d+\); .*", got), (rank, got)
+
+
+shared.register(__name__, 2, {"past the rows": (f"{lw.__name__}:run_past_the_rows", ())})
+
+
+@pytest.mark.world
+def test_a_grid_past_the_gathered_rows_is_refused_naming_the_tensor_read_first():
+    for got in shared.results(__name__, 2, "past the rows"):
+        assert got == ["LaunchError: the grid reads rows up to 11 of 'A' but the gathered 'A' has 10 rows (5 per rank x 2 "
+                       "ranks); pass M = 10, the gathered rows"], got

@@ -191,7 +191,9 @@ class TileOrders:
         size = ctx.plan.size if ctx.plan.uneven else ctx.buffer.shape[ctx.dim]
         if written <= size:
             return
-        tensor, per_rank, world, pattern = self.op.schedule.tensor, ctx.plan.rows_per_rank, ctx.plan.world, self.op.schedule.pattern
+        # (With several listed tensors: the one the kernel reads first, whose rows the probe followed.)
+        tensor = self.op.kernel.build().transformed.binding.tensor
+        per_rank, world, pattern = ctx.plan.rows_per_rank, ctx.plan.world, self.op.schedule.pattern
         if pattern == "reduce_scatter":
             if written % world:
                 fix = (f", which {world} ranks cannot share evenly; write a multiple of {world} rows and give '{tensor}' "
