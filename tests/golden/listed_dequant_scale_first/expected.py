@@ -26,6 +26,7 @@ def dequant_rows(Q, S, Y, M, N: tl.constexpr, BR: tl.constexpr, syncopy_ctx, syn
     syncopy_device.wait_chunks(syncopy_signals, (syncopy_ctx + 8), syncopy_lo, syncopy_hi)
     syncopy_device.trace_tile_start(syncopy_signals, syncopy_trace, syncopy_ctx, SYNCOPY_TRACE)
     s = tl.load(S + r, mask=rm, other=0.0)
+    # syncopy: Q waits for its own rows: no earlier wait is proven to cover them
     # syncopy: wait for the chunks of Q this program reads
     syncopy_lo, syncopy_hi = syncopy_device.chunk_range_masked(Q + r[:, None] * N + c[None, :], rm[:, None], syncopy_base_Q, syncopy_ctx, True)
     syncopy_device.wait_chunks(syncopy_signals, syncopy_ctx, syncopy_lo, syncopy_hi)

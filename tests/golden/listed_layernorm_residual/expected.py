@@ -23,6 +23,7 @@ def layernorm_residual(X, RESIDUAL, W, Y, N, eps, BLOCK: tl.constexpr, syncopy_c
     else:
         syncopy_lo, syncopy_hi = syncopy_device.chunk_range_affine(X + tl.arange(0, BLOCK), X + ((((N - 1) // BLOCK) * BLOCK) + tl.arange(0, BLOCK)), True, (tl.arange(0, BLOCK) - N), (((((N - 1) // BLOCK) * BLOCK) + tl.arange(0, BLOCK)) - N), (N - 1) // BLOCK, syncopy_base_X, (syncopy_ctx + 8), True)
     syncopy_device.wait_chunks(syncopy_signals, (syncopy_ctx + 8), syncopy_lo, syncopy_hi)
+    # syncopy: RESIDUAL waits for its own rows: no earlier wait is proven to cover them
     # syncopy: wait for the chunks of RESIDUAL this program reads
     syncopy_lo, syncopy_hi = syncopy_device.chunk_range_affine(RESIDUAL + tl.arange(0, BLOCK), RESIDUAL + ((((N - 1) // BLOCK) * BLOCK) + tl.arange(0, BLOCK)), True, (tl.arange(0, BLOCK) - N), (((((N - 1) // BLOCK) * BLOCK) + tl.arange(0, BLOCK)) - N), (N - 1) // BLOCK, syncopy_base_RESIDUAL, syncopy_ctx, True)
     syncopy_device.wait_chunks(syncopy_signals, syncopy_ctx, syncopy_lo, syncopy_hi)

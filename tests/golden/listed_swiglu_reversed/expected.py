@@ -26,6 +26,7 @@ def swiglu_fwd(A, B, Y, M, N: tl.constexpr, BR: tl.constexpr, syncopy_ctx, synco
     syncopy_device.wait_chunks(syncopy_signals, (syncopy_ctx + 8), syncopy_lo, syncopy_hi)
     syncopy_device.trace_tile_start(syncopy_signals, syncopy_trace, syncopy_ctx, SYNCOPY_TRACE)
     a = tl.load(A + r[:, None] * N + c[None, :], mask=m, other=0.0)
+    # syncopy: B waits for its own rows: no earlier wait is proven to cover them
     # syncopy: wait for the chunks of B this program reads
     syncopy_lo, syncopy_hi = syncopy_device.chunk_range_masked(B + r[:, None] * N + c[None, :], m, syncopy_base_B, syncopy_ctx, True)
     syncopy_device.wait_chunks(syncopy_signals, syncopy_ctx, syncopy_lo, syncopy_hi)

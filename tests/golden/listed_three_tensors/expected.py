@@ -25,9 +25,11 @@ def layernorm_scaled(X, RESIDUAL, ROWSCALE, W, Y, N, eps, BLOCK: tl.constexpr, s
     Y += row * N
     cols = tl.arange(0, BLOCK)
     m = cols < N
+    # syncopy: RESIDUAL waits for its own rows: no earlier wait is proven to cover them
     # syncopy: wait for the chunks of RESIDUAL this program reads
     syncopy_lo, syncopy_hi = syncopy_device.chunk_range_masked(RESIDUAL + cols, m, syncopy_base_RESIDUAL, (syncopy_ctx + 16), True)
     syncopy_device.wait_chunks(syncopy_signals, (syncopy_ctx + 16), syncopy_lo, syncopy_hi)
+    # syncopy: X waits for its own rows: no earlier wait is proven to cover them
     # syncopy: wait for the chunks of X this program reads
     syncopy_lo, syncopy_hi = syncopy_device.chunk_range_masked(X + cols, m, syncopy_base_X, (syncopy_ctx + 8), True)
     syncopy_device.wait_chunks(syncopy_signals, (syncopy_ctx + 8), syncopy_lo, syncopy_hi)
