@@ -145,6 +145,12 @@ def nested_edits(binding: TensorBinding, groups: list[ReadGroup]) -> list:
     return [(g.nested, wait_statements(binding, g, False, what="this read needs")) for g in groups if g.nested]
 
 
+# One flag rises once a chunk of every listed tensor has landed, so one wait could stand for several
+# tensors; syncopy does not prove that an earlier wait covers another tensor's rows, so each listed
+# tensor waits before its own first read, and its wait says so.
+_OWN_WAIT = "# syncopy: {tensor} waits for its own rows: no earlier wait is proven to cover them"
+
+
 def insert_waits(body: list[cst.BaseStatement], binding: TensorBinding, table: bool = False,
                  notes: tuple[str, ...] = (), others: tuple[TensorBinding, ...] = (),
                  loops: dict | None = None) -> list[cst.BaseStatement]:
@@ -164,8 +170,10 @@ def insert_waits(body: list[cst.BaseStatement], binding: TensorBinding, table: b
             if group is None:
                 continue
             last = b is next(x for x in reversed(bindings) if any(g.stmt_index == index and not g.nested for g in x.groups))
-            waits += wait_statements(b, group, first, table and b is binding, notes=notes if first and not waits else (),
-                                     trace=last)
+            said = notes if first and not waits else ()
+            if b is not binding and group is b.groups[0]:
+                said = (*said, _OWN_WAIT.format(tensor=b.tensor))
+            waits += wait_statements(b, group, first, table and b is binding, notes=said, trace=last)
         if first and not waits and any(g.stmt_index == index and g.rows_at for b in bindings for g in b.groups):
             # Its only waits are inside a loop that sweeps the rows, per iteration: the tile starts here.
             waits = [cst.parse_statement(f"{D}.trace_tile_start({names.SIGNALS}, {names.TRACE}, {names.CTX}, {names.TRACE_FLAG})\n")]

@@ -20,6 +20,12 @@ TABLE_LO, TABLE_HI = "syncopy_table_lo", "syncopy_table_hi"
 CTX_WORDS = 8
 
 
+def base_of(tensor: str) -> str:
+    """Where listed tensor `tensor` starts, kept before the kernel moves its pointer (`X += row * N`);
+    a kernel with one communicated tensor keeps it in frontend.infer.BASE_NAME (syncopy_base)."""
+    return f"syncopy_base_{tensor}"
+
+
 def ctx_of(i: int) -> str:
     """The context pointer the waits for the i-th listed tensor pass (0: the main one)."""
     return CTX if i == 0 else f"({CTX} + {CTX_WORDS * i})"

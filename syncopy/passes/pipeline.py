@@ -33,6 +33,11 @@ def transform(ks: KernelSource, schedule: Schedule) -> Transformed:
     binding = inference.infer(ks, schedule.tensors[0], schedule.dim, rows, before_line=before_line, loops=loops)
     others = _other_bindings(ks, schedule, binding)
     stages = {"kernel": ks.code(ks.func), "binding": "".join(_describe(b) for b in (binding, *others))}
+    binding, others = _read_first(binding, others)
+    if any(o.descriptors for o in others):
+        # A listed tensor read through tensor descriptors fences its waits with the kernel's async-proxy
+        # flag, which the kernel takes where the tensor it reads first is one such (signature.flags_for).
+        binding.descriptors = True
     if binding.persistent is not None:
         from syncopy.passes import persistent
 
@@ -48,24 +53,20 @@ def transform(ks: KernelSource, schedule: Schedule) -> Transformed:
     # Tiles are remapped (and their chunk ranges tabulated by the probe) only if the kernel asks
     # for its program id; a kernel that never does has nothing to reorder.
     no_remap = next((b.no_remap for b in (binding, *others) if b.no_remap), "")
-    if not no_remap and any(o.groups[0].stmt_index < binding.groups[0].stmt_index for o in others):
-        no_remap = f"'{others[0].tensor}' is read before '{binding.tensor}', whose rows order the tiles"
     remaps = tile_reorder.remap_program_ids(ks, body)[1] and not no_remap
     notes = (f"# syncopy: tiles keep their launch order: {no_remap}",) if no_remap else ()
     arrival = loop_order.plan(ks, body, (binding, *others), schedule.loop_order)
     rewrites = {i: (lambda stmt, a=a: loop_order.rewrite(ks, stmt, a)) for i, a in arrival.items()}
     waited = consumer_wait.insert_waits(body, binding, table=remaps, notes=notes, others=tuple(others), loops=rewrites)
     remapped_body, remapped = tile_reorder.remap_program_ids(ks, waited) if remaps else (waited, False)
-    head: list[cst.BaseStatement] = []
-    if binding.copy_base:
-        head.append(cst.parse_statement(f"{inference.BASE_NAME} = {binding.tensor}\n"))
+    head = [_keep_base(b) for b in (binding, *others) if b.copy_base]
     if remapped:
         head.append(tile_reorder.preamble())
     new_body = remapped_body[:start] + head + remapped_body[start:]
     fused = signature.add_params(func.with_changes(body=func.body.with_changes(body=new_body)), flags=signature.flags_for(binding))
 
     first = binding.groups[0]
-    prefix = head[:1] if binding.copy_base else []
+    prefix = [_keep_base(binding)] if binding.copy_base else []
     prefix += body[start:first.stmt_index]
     probe_fn = probe.build(signature.add_params(func, flags=signature.flags_for(binding)), prefix, consumer_wait.range_statements(binding, first)) if remapped else None
     t = Transformed(ks, schedule, binding, fused, probe_fn, remapped, stages, others=others)
@@ -91,7 +92,29 @@ def _other_bindings(ks: KernelSource, schedule: Schedule, main: inference.Tensor
                               "name one tensor", ks.location(ks.func))
         b.ctx = names.ctx_of(i)
         out.append(b)
+    # Each listed tensor its own base (a kernel that moves its pointers, `X += row * N`, measures the
+    # rows it reads from where each argument started, not from where the first listed one did).
+    for b in (main, *out):
+        if b.copy_base:
+            b.base = names.base_of(b.tensor)
     return out
+
+
+def _read_first(main: inference.TensorBinding, others: list[inference.TensorBinding]) \
+        -> tuple[inference.TensorBinding, list[inference.TensorBinding]]:
+    """The listed tensor the kernel reads first, and the others: the first one's first wait starts the
+    tile and is the one the tile order table stands for, whatever the order of the list (each wait
+    keeps its own context block, so the list order says only which block is whose). Tensors first
+    read in one statement, on one line, go by name: the kernel is the same for every order."""
+    if not others:
+        return main, others
+    ordered = sorted((main, *others), key=lambda b: (b.groups[0].stmt_index, b.groups[0].line, b.tensor))
+    return ordered[0], ordered[1:]
+
+
+def _keep_base(b: inference.TensorBinding) -> cst.BaseStatement:
+    """`syncopy_base = X` before anything moves X: where the tensor starts, for its waits."""
+    return cst.parse_statement(f"{b.base} = {b.tensor}\n")
 
 
 def _producer(ks: KernelSource, schedule: Schedule, rows: str | None, before_line: int | None = None) -> Transformed:

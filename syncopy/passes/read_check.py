@@ -60,8 +60,8 @@ class _Site:
     args: tuple[str, ...]  # code of the arguments after the context, up to the line
     after: tuple[str, ...] = ()  # after the line (DIM_OUTER)
 
-    def statement(self, line: int) -> cst.BaseSmallStatement:
-        args = ", ".join((names.SIGNALS, names.CTX, *self.args, str(line), *self.after))
+    def statement(self, line: int, ctx: str = names.CTX) -> cst.BaseSmallStatement:
+        args = ", ".join((names.SIGNALS, ctx, *self.args, str(line), *self.after))
         return cst.Expr(cst.parse_expression(f"{D}.{self.check}({args})"))
 
 
@@ -155,20 +155,20 @@ class _Insert(cst.CSTTransformer):
     while's test is checked before the loop and again at the end of its body, before each later
     test (Triton has no `continue` or `break`, so every later test follows the body's end)."""
 
-    def __init__(self, checks: dict[int, cst.BaseSmallStatement], unchecked: dict[int, str], comment: str,
-                 renames: dict[int, tuple[str, str]] | None = None):
-        self.checks, self.unchecked, self.comment = checks, unchecked, comment
-        self.renames = renames or {}  # helper call -> (its checked copy, the tensor's base there)
+    def __init__(self, checks: dict[int, cst.BaseSmallStatement], unchecked: dict[int, str], comments: dict[int, str],
+                 renames: dict[int, tuple[str, str, str]] | None = None):
+        self.checks, self.unchecked, self.comment_of = checks, unchecked, comments  # (the comment of each check)
+        self.renames = renames or {}  # helper call -> (its checked copy, the tensor's base there, its context)
         self.elifs: set[int] = set()
 
     def leave_Call(self, original, updated):
         if id(original) not in self.renames:
             return updated
-        clone, base = self.renames[id(original)]
+        clone, base, ctx = self.renames[id(original)]
         args = list(updated.args)
         args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
         tight = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
-        for key, value in ((names.SIGNALS, names.SIGNALS), (names.CTX, names.CTX), (CHECK_BASE, base)):
+        for key, value in ((names.SIGNALS, names.SIGNALS), (names.CTX, ctx), (CHECK_BASE, base)):
             args.append(cst.Arg(cst.parse_expression(value), keyword=cst.Name(key), equal=tight,
                                 comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))))
         args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
@@ -178,15 +178,19 @@ class _Insert(cst.CSTTransformer):
         calls = [id(c) for n in nodes for c in cu.calls_in(n)]
         return [self.checks[c] for c in calls if c in self.checks], list(dict.fromkeys(self.unchecked[c] for c in calls if c in self.unchecked))
 
-    def _comments(self, checks, unchecked) -> list[cst.EmptyLine]:
+    def _said(self, nodes: list[cst.CSTNode]) -> list[str]:
+        """The comments of the checks found in `nodes`, each once (one per listed tensor checked there)."""
+        return list(dict.fromkeys(self.comment_of[id(c)] for n in nodes for c in cu.calls_in(n) if id(c) in self.checks))
+
+    def _comments(self, unchecked, said) -> list[cst.EmptyLine]:
         texts = [f"# syncopy: checked mode cannot look inside {h}: its accesses of this tensor are not checked" for h in unchecked]
-        return [cst.EmptyLine(comment=cst.Comment(t)) for t in (*texts, *([self.comment] if checks else []))]
+        return [cst.EmptyLine(comment=cst.Comment(t)) for t in (*texts, *said)]
 
     def _prepend(self, original, updated):
         checks, unchecked = self._found(_headers(original))
         if not checks and not unchecked:
             return updated
-        leading = [*updated.leading_lines, *self._comments(checks, unchecked)]
+        leading = [*updated.leading_lines, *self._comments(unchecked, self._said(_headers(original)))]
         if not checks:
             return updated.with_changes(leading_lines=leading)
         lines = [cst.SimpleStatementLine([c]) for c in checks]
@@ -226,7 +230,8 @@ class _Insert(cst.CSTTransformer):
         checks, _ = self._found([original.test])
         if checks:
             again = [cst.SimpleStatementLine([c]) for c in checks]
-            again[0] = again[0].with_changes(leading_lines=[cst.EmptyLine(comment=cst.Comment(self.comment + " (the next test)"))])
+            again[0] = again[0].with_changes(leading_lines=[cst.EmptyLine(comment=cst.Comment(c + " (the next test)"))
+                                                            for c in self._said([original.test])])
             body = updated.body
             if isinstance(body, cst.SimpleStatementSuite):  # `while t: x += 1`
                 body = cst.IndentedBlock(body=[cst.SimpleStatementLine(body.body)])
@@ -237,6 +242,9 @@ class _Insert(cst.CSTTransformer):
         return self._prepend(original, updated)
 
 
+#: The line a check reports is the user's line plus LISTED_LINES times its tensor's place in the list
+#: (`tensor: [K, V]`), so the host names the tensor too; 0 for the first (and only) one.
+LISTED_LINES = 1 << 20
 CHECK_BASE = "syncopy_check_base"  # a checked helper's parameter: the tensor's base, which its checks measure from
 CLONE_PREFIX = "syncopy_checked_"
 
@@ -256,9 +264,11 @@ class _Clones:
     violation names a line of the kernel's file), and only where its copy runs among the kernel
     file's globals as it runs among its own (same imports): otherwise it is left unchecked."""
 
-    def __init__(self, ks, tensor: str, dim: int, producer: bool):
+    def __init__(self, ks, tensor: str, dim: int, producer: bool, made: dict | None = None, index: int = 0):
         self.ks, self.tensor, self.dim, self.producer = ks, tensor, dim, producer
-        self.made: dict[tuple[str, str, tuple[str, ...]], tuple[str, cst.FunctionDef | None]] = {}
+        # Shared by the listed tensors' copies (one name each); `index` is the tensor's place in the list.
+        self.made: dict[tuple[str, str, str, tuple[str, ...]], tuple[str, cst.FunctionDef | None]] = {} if made is None else made
+        self.offset = index * LISTED_LINES
         self.refused: dict[str, str] = {}  # helper call name -> why its copy would not run here
 
     def functions(self) -> list[cst.FunctionDef]:
@@ -280,9 +290,9 @@ class _Clones:
             return None
         src, helper = found
         handed = tuple(p for p, code in env.items() if cu.names_in(cst.parse_expression(code)) & derived)
-        key = (src.path, helper.name.value, handed)
+        key = (self.tensor, src.path, helper.name.value, handed)
         if key not in self.made:
-            variants = sum(1 for _, name, _ in self.made if name == helper.name.value)
+            variants = sum(1 for _, _, name, _ in self.made if name == helper.name.value)
             clone = f"{CLONE_PREFIX}{helper.name.value}" + (f"_{variants}" if variants else "")
             self.made[key] = (clone, None)  # recursion: a helper that calls itself gets the same copy
             foreign = src.path != self.ks.path
@@ -297,7 +307,7 @@ class _Clones:
 
     def _copy(self, src, helper: cst.FunctionDef, handed: tuple[str, ...], clone: str, line: int | None) -> cst.FunctionDef:
         finder = _Finder(helper, self.tensor, CHECK_BASE, self.dim, self.producer, {}, src.location, seeds=handed)
-        lines = [src.location(s.call).line if line is None else line for s in finder.sites(helper.body)]
+        lines = [src.location(s.call).line + self.offset if line is None else line for s in finder.sites(helper.body)]
         func = instrument(helper, finder, lines, self, _comment(self.tensor, self.producer), CHECK_BASE, src)
         func = signature.add_params(func, extra=(names.SIGNALS, names.CTX, CHECK_BASE), flags=())
         return func.with_changes(name=cst.Name(clone), leading_lines=[])
@@ -307,37 +317,66 @@ def instrument(func: cst.FunctionDef, finder: _Finder, lines: list[int], clones:
                origin) -> cst.FunctionDef:
     """`func` (of the file `origin`) with a check before each of `finder`'s sites (site k at the
     kernel file's line lines[k]) and its helper calls pointed at their checked copies."""
-    sites = finder.sites(func.body)
-    checks = {id(s.call): s.statement(lines[k]) for k, s in enumerate(sites) if isinstance(s, _Site)}
-    renames, unchecked = {}, {}
-    for k, s in enumerate(sites):
-        if isinstance(s, _Helper):
+    edits = _Edits()
+    edits.add(func, finder, lines, clones, comment, base, origin)
+    return func.visit(_Insert(edits.checks, edits.unchecked, edits.comments, edits.renames))
+
+
+class _Edits:
+    """The checks, helper renames and notes `_Insert` puts into one function, gathered tensor by
+    tensor (a kernel that reads several listed tensors checks each through its own context block)."""
+
+    def __init__(self):
+        self.checks: dict[int, cst.BaseSmallStatement] = {}
+        self.unchecked: dict[int, str] = {}
+        self.renames: dict[int, tuple[str, str, str]] = {}
+        self.comments: dict[int, str] = {}
+
+    def add(self, func: cst.FunctionDef, finder: _Finder, lines: list[int], clones: _Clones, comment: str, base: str,
+            origin, ctx: str = names.CTX, where: list | None = None) -> None:
+        """`where`: the user's location of each site, where `finder.where` cannot tell (a rewritten kernel)."""
+        sites = finder.sites(func.body)
+        for k, s in enumerate(sites):
+            if isinstance(s, _Site):
+                self.checks[id(s.call)] = s.statement(lines[k], ctx)
+                self.comments[id(s.call)] = comment
+                continue
             clone = clones.copy_for(s, finder.derived, origin, lines[k])
             if clone is None:
                 why = clones.refused.get(s.name, "not a @triton.jit function it can find in this file or its imports")
-                unchecked[id(s.call)] = f"{s.name} ({why})"
+                self.unchecked[id(s.call)] = f"{s.name} ({why})"
+            elif id(s.call) in self.renames:
+                raise KernelError(f"checked mode cannot check a call of {s.name} handed pointers into two listed tensors "
+                                  f"({finder.tensor} and another); hand it one, or launch without checked mode",
+                                  where[k] if where is not None else finder.where(s.call))
             else:
-                renames[id(s.call)] = (clone, base)
-    return func.visit(_Insert(checks, unchecked, comment, renames))
+                self.renames[id(s.call)] = (clone, base, ctx)
 
 
 def apply(t):
-    """`t` (a passes.Transformed) with a check before every read (or store) of its tensor, in the
-    kernel and in checked copies of the helpers it hands a pointer into the tensor."""
-    ks, binding = t.source, t.binding
+    """`t` (a passes.Transformed) with a check before every read (or store) of its tensors, in the
+    kernel and in checked copies of the helpers it hands a pointer into them. Each listed tensor
+    (`tensor: [K, V]`) is checked from its own base, through its own context block."""
+    ks = t.source
     producer = t.schedule.pattern in PRODUCER_PATTERNS
-    tensor = binding.tensor
-    descs = inference._descriptors(ks, ks.func, inference._derived_names(ks.func, tensor), tensor, binding.dim) \
-        if binding.dim == 0 else {}
-    original = _Finder(ks.func, tensor, binding.base, binding.dim, producer, descs, ks.location).sites(ks.func.body)
-    finder = _Finder(t.func, tensor, binding.base, binding.dim, producer, descs, lambda n: ks.location(ks.func))
-    # A user name the passes make depend on the tensor (a loop variable set from the arrival order,
-    # computed from the tensor's rows) still points where it did: only the user's own pointers count.
-    first = _Finder(ks.func, tensor, binding.base, binding.dim, producer, descs, ks.location)
-    finder.derived = {n for n in finder.derived if n in first.derived or n.startswith(("syncopy_", "SYNCOPY_"))}
-    clones = _Clones(ks, tensor, binding.dim, producer)
-    func = instrument(t.func, finder, _lines(ks, original, finder.sites(t.func.body)), clones, _comment(tensor, producer),
-                      binding.base, ks)
+    made: dict = {}
+    edits = _Edits()
+    for binding in sorted((t.binding, *t.others), key=lambda b: t.schedule.tensors.index(b.tensor)):
+        index = t.schedule.tensors.index(binding.tensor)
+        tensor = binding.tensor
+        descs = inference._descriptors(ks, ks.func, inference._derived_names(ks.func, tensor), tensor, binding.dim) \
+            if binding.dim == 0 else {}
+        original = _Finder(ks.func, tensor, binding.base, binding.dim, producer, descs, ks.location).sites(ks.func.body)
+        finder = _Finder(t.func, tensor, binding.base, binding.dim, producer, descs, lambda n: ks.location(ks.func))
+        # A user name the passes make depend on the tensor (a loop variable set from the arrival order,
+        # computed from the tensor's rows) still points where it did: only the user's own pointers count.
+        first = _Finder(ks.func, tensor, binding.base, binding.dim, producer, descs, ks.location)
+        finder.derived = {n for n in finder.derived if n in first.derived or n.startswith(("syncopy_", "SYNCOPY_"))}
+        clones = _Clones(ks, tensor, binding.dim, producer, made, index)
+        lines = [line + index * LISTED_LINES for line in _lines(ks, original, finder.sites(t.func.body))]
+        edits.add(t.func, finder, lines, clones, _comment(tensor, producer), binding.base, ks, names.ctx_of(index),
+                  [ks.location(s.call) for s in original])
+    func = t.func.visit(_Insert(edits.checks, edits.unchecked, edits.comments, edits.renames))
     out = dataclasses.replace(t, func=func, checked=True, stages=dict(t.stages), checked_helpers=clones.functions())
     out.stages["fused"] = "\n\n".join(out.code(f) for f in (*out.checked_helpers, out.func))
     return out
@@ -359,10 +398,11 @@ def violation(ctx, words: list[int], file: str) -> SyncopyReadError | None:
     if flag < dev.CHECK_BASE.value:
         return None
     line, store = divmod(flag - dev.CHECK_BASE.value, 2)
+    index, line = divmod(line, LISTED_LINES)
     plan = ctx.plan
     # Consumers wait per unit (explicit slices), producers count per chunk.
     chunk = divmod(plan.chunk_of_flag(unit) if hasattr(plan, "chunk_of_flag") else unit, plan.chunks_per_rank)
-    tensor = ctx.schedule.tensor if ctx.schedule is not None else "the tensor"
+    tensor = ctx.schedule.tensors[index] if ctx.schedule is not None else "the tensor"
     return SyncopyReadError(file, line, rank, chunk, ctx.unwrap(word), tensor, bool(store))
 
 

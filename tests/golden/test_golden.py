@@ -54,6 +54,12 @@ WRITTEN = {"loop_written_decayed_sum": "it carries 'acc' from iteration to itera
            "loop_written_max_reader": "it carries 'count' from iteration to iteration (its update reads 'top'",
            "loop_written_helper_store": "it calls the helper _save_row, which stores",
            "loop_written_unguarded_softmax": "(rescaled by exp(max before - max after) without the first-block guard"}
+# Goldens that list several communicated tensors (issue 30 B): their kernels are tests/kernels/listed.py's,
+# which tests/world/test_listed_tensors.py launches with every order of the list on worlds of 2 and 3.
+LISTED = [c for c in CASES if len(load_schedule(HERE / c / "schedule.yaml").tensors) > 1]
+# The listed tensor each reads first, whatever its place in the list: its wait starts the tile and reads the table.
+READ_FIRST = {"listed_dequant_scale_first": "S", "listed_layernorm_residual": "X", "listed_swiglu_reversed": "A",
+              "listed_three_tensors": "ROWSCALE"}
 EXTRA_PARAMS = ["syncopy_ctx", "syncopy_signals", "syncopy_order", "syncopy_trace", "SYNCOPY_TRACE", "SYNCOPY_TABLE"]
 
 
@@ -86,6 +92,10 @@ def test_every_case_is_present():
         "docstring_comments",
         "gemm_2d_launch",
         "grouped_gemm_1d",
+        "listed_dequant_scale_first",
+        "listed_layernorm_residual",
+        "listed_swiglu_reversed",
+        "listed_three_tensors",
         "loop_arrival_colsum",
         "loop_as_written_gemm",
         "loop_written_decayed_sum",
@@ -291,7 +301,8 @@ def test_first_wait_reads_the_probe_table_when_tiles_are_remapped(case):
         at = next(i for i, line in enumerate(lines) if line == "    if SYNCOPY_TABLE:")
         what = "writes" if producer else "reads"
         # (A producer's comment may go on: "; its write addresses depend on loaded data: ...".)
-        assert lines[at - 1].startswith(f"    # syncopy: {'the' if producer else 'wait for the'} chunks of {schedule.tensor} this program {what}")
+        tensor = READ_FIRST.get(case, schedule.tensor)
+        assert lines[at - 1].startswith(f"    # syncopy: {'the' if producer else 'wait for the'} chunks of {tensor} this program {what}")
         assert lines[at + 1] == "        syncopy_lo, syncopy_hi = syncopy_table_lo, syncopy_table_hi"
         assert lines[at + 2] == "    else:"
         use = "syncopy_device.notify_chunks(" if producer else "syncopy_device.wait_chunks("
@@ -404,7 +415,7 @@ def test_persistent_flat_loop_with_pointer_reads_waits_before_each_read():
 def test_recipes_cover_every_all_gather_golden():
     from tests.golden.golden_worlds import RECIPES
 
-    gather = [c for c in CASES if load_schedule(HERE / c / "schedule.yaml").pattern == "all_gather"]
+    gather = [c for c in CASES if load_schedule(HERE / c / "schedule.yaml").pattern == "all_gather" and c not in LISTED]
     assert sorted(RECIPES) == gather
     from tests.golden.golden_worlds import PRODUCER_RECIPES
 
@@ -445,3 +456,16 @@ def test_expected_producer_kernels_equal_the_users_kernel_then_a_reduce():
         assert len(r) == golden_worlds.LAUNCHES * len(PRODUCER_RECIPES), r
         bad = [f"{label}: {problem or f'error {err:.3g}'}" for label, err, problem in r if problem or not err <= 1e-4]
         assert not bad, f"rank {rank}:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("case", LISTED)
+def test_listed_goldens_are_the_kernels_the_listed_worlds_run(case, tmp_path):
+    """A listed golden's kernel is tests/kernels/listed.py's, and its expected.py is what the decorator
+    runs (tests/world/test_listed_tensors.py launches it with every order of its list)."""
+    import syncopy
+    from tests.kernels import listed
+
+    name = _kernel_name(case)
+    assert inside((HERE / case / "kernel.py").read_text(), name) == inside(Path(listed.__file__).read_text(), name)
+    fused = syncopy.overlap(load_schedule(HERE / case / "schedule.yaml"), checked=False)(getattr(listed, name))
+    assert inside(fused.source, name) == inside(_expected(case), name)

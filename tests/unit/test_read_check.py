@@ -170,7 +170,7 @@ class _Ctx:
     plan, epoch = _Plan(), 3
 
     class schedule:
-        tensor = "A"
+        tensor, tensors = "A", ("A",)
 
     def unwrap(self, word):
         return word

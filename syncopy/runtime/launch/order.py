@@ -221,11 +221,13 @@ class TileOrders:
         # buffer where the kernel reads nothing: only its chunks, clamped to the buffer, say anything.
         if any(a.clamped for g in self.op.kernel.build().transformed.binding.groups for a in g.accesses):
             return False
-        extra["syncopy_ctx"] = ctx.ctx.clone()
-        extra["syncopy_ctx"][dev.CTX_CHUNKS.value] = ctx.plan.rows_per_rank
-        if ctx.plan.uneven:  # one block of 2^31 - 1 rows, each its own chunk: the probe reports rows
-            extra["syncopy_ctx"][dev.CTX_ROWS.value] = extra["syncopy_ctx"][dev.CTX_CHUNKS.value] = 2**31 - 1
-        extra["syncopy_ctx"][dev.CTX_SIZE.value] = 2**31 - 1  # probe_store keeps int32
+        extra["syncopy_ctx"] = probed = ctx.ctx.clone()
+        # Every listed tensor's block (`tensor: [K, V]`): the table stands for the tensor read first.
+        for at in range(0, dev.CTX_LEN * (1 + len(ctx.extras)), dev.CTX_LEN):
+            probed[at + dev.CTX_CHUNKS.value] = ctx.plan.rows_per_rank
+            if ctx.plan.uneven:  # one block of 2^31 - 1 rows, each its own chunk: the probe reports rows
+                probed[at + dev.CTX_ROWS.value] = probed[at + dev.CTX_CHUNKS.value] = 2**31 - 1
+            probed[at + dev.CTX_SIZE.value] = 2**31 - 1  # probe_store keeps int32
         return True
 
     def check_rows(self, ctx: Context, written: int, args: dict) -> None:
@@ -234,7 +236,9 @@ class TileOrders:
         size = ctx.plan.size if ctx.plan.uneven else ctx.buffer.shape[ctx.dim]
         if written <= size:
             return
-        tensor, per_rank, world, pattern = self.op.schedule.tensor, ctx.plan.rows_per_rank, ctx.plan.world, self.op.schedule.pattern
+        # (With several listed tensors: the one the kernel reads first, whose rows the probe followed.)
+        tensor = self.op.kernel.build().transformed.binding.tensor
+        per_rank, world, pattern = ctx.plan.rows_per_rank, ctx.plan.world, self.op.schedule.pattern
         if pattern == "reduce_scatter":
             if written % world:
                 fix = (f", which {world} ranks cannot share evenly; write a multiple of {world} rows and give '{tensor}' "
