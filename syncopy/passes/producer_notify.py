@@ -90,6 +90,7 @@ def notify_statements(binding: TensorBinding) -> list[cst.BaseStatement]:
 
 
 EARLY_END = "a tile that ends here still counts itself against its chunks"
+CLAMPED = "a mask that changes with the loop is left out of this bound (rows outside the tensor clamp to it)"
 FRESH = "its write addresses depend on loaded data: the runtime probes them at every launch"
 
 
@@ -200,8 +201,10 @@ def insert_notifies(body: list[cst.BaseStatement], binding: TensorBinding, table
         if k is not None:
             ranges = range_statements(binding, k, table)
             what = f"the chunks of {binding.tensor} this program writes"
-            ranges[0] = _comment(ranges[0].with_changes(leading_lines=list(stmt.leading_lines)),
-                                 f"{what}; {FRESH}" if fresh and k == 0 else what)
+            first = ranges[0].with_changes(leading_lines=list(stmt.leading_lines))
+            if any(a.clamped for a in binding.groups[k].accesses):
+                first = _comment(first, CLAMPED)
+            ranges[0] = _comment(first, f"{what}; {FRESH}" if fresh and k == 0 else what)
             out.extend(ranges)
             stmt = stmt.with_changes(leading_lines=[])
         out.append(stmt)
