@@ -135,9 +135,12 @@ class _Followed:
     access: Access
 
 
-def _follow_helper(ks: KernelSource, call: cst.Call, derived: set[str], dim: int, depth: int = 0) -> list[Access] | None:
-    """The reads a @triton.jit helper of this file makes through the pointer it is handed, as
-    accesses in the caller's expressions (valid right before the call); None where we cannot tell."""
+def _follow_helper(ks: KernelSource, call: cst.Call, derived: set[str], dim: int, depth: int = 0,
+                   writes: bool = False) -> list[Access] | None:
+    """The reads (`writes`: the stores) a @triton.jit helper of this file makes through the pointer
+    it is handed, as accesses in the caller's expressions (valid right before the call); None where
+    we cannot tell (a store whose rows the helper's own inference does not bound before its
+    statement, too)."""
     helper = helpers.jit_helpers(ks).get(helpers.helper_name(call, helpers.local_names(ks.func)) or "")
     if helper is None or depth > 4:
         return None
@@ -149,7 +152,7 @@ def _follow_helper(ks: KernelSource, call: cst.Call, derived: set[str], dim: int
         return None
     sub = KernelSource(ks.path, ks.module, helper, ks.positions, ks.line_offset)
     try:
-        b = _infer(sub, handed[0], dim, None, False, None, depth + 1)
+        b = _infer(sub, handed[0], dim, None, writes, None, depth + 1)
     except InferenceError:  # rows it cannot follow: the caller waits for every chunk (a refusal is never swallowed)
         return None
     if b.persistent is not None or b.copy_base:
@@ -384,11 +387,12 @@ def _reads(ks: KernelSource, stmt: cst.CSTNode, derived: set[str], tensor: str, 
                         f"does not follow; load with {handed[0]}.load([row, col]) in the kernel or {hint}",
                         ks.location(call),
                     )
-                if writes or explicit:
+                if explicit:
                     out.append((call, a.value, None))
                     break
-                # Follow the helper's own arithmetic; one we cannot read waits for every chunk.
-                followed = _follow_helper(ks, call, derived, dim, depth)
+                # Follow the helper's own arithmetic; one we cannot read waits for (on the producer
+                # side: counts against) every chunk.
+                followed = _follow_helper(ks, call, derived, dim, depth, writes)
                 if followed is None:
                     out.append((call, _EVERY, None))
                 else:

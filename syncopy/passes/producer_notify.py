@@ -90,6 +90,7 @@ def notify_statements(binding: TensorBinding) -> list[cst.BaseStatement]:
 
 
 EARLY_END = "a tile that ends here still counts itself against its chunks"
+EVERY = "syncopy cannot bound the rows a helper called here writes: this program counts against every chunk"
 CLAMPED = "a mask that changes with the loop is left out of this bound (rows outside the tensor clamp to it)"
 FRESH = "its write addresses depend on loaded data: the runtime probes them at every launch"
 
@@ -204,6 +205,8 @@ def insert_notifies(body: list[cst.BaseStatement], binding: TensorBinding, table
             first = ranges[0].with_changes(leading_lines=list(stmt.leading_lines))
             if any(a.clamped for a in binding.groups[k].accesses):
                 first = _comment(first, CLAMPED)
+            if any(a.every for a in binding.groups[k].accesses):
+                first = _comment(first, EVERY)
             ranges[0] = _comment(first, f"{what}; {FRESH}" if fresh and k == 0 else what)
             out.extend(ranges)
             stmt = stmt.with_changes(leading_lines=[])

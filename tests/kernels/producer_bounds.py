@@ -11,6 +11,8 @@ reduce_scatter / all_reduce is known; they differ in how a program's rows are wr
     masked_tail_loop    one loop, the last iterations of the last program fully masked (issue 10 case 1)
     while_rows          a while loop that steps its rows by hand: taken at each store
     early_return_loop   returns from inside a wrapping loop after some stores
+    helper_rows         hands C to a helper that stores one block (followed: its rows are bounded)
+    helper_wrapped_loop hands C to a helper whose loop wraps its rows with % (every chunk)
 """
 import triton
 import triton.language as tl
@@ -116,3 +118,32 @@ def early_return_loop(A, C, M, N, SHIFT, T: tl.constexpr, BM: tl.constexpr, BN: 
         tl.store(C + rows[:, None] * N + cols[None, :], _value(A, rows, cols, N, keep), mask=keep)
         if pid * T * BM + (i + 1) * BM >= M:
             return
+
+
+@triton.jit
+def _put(C, rows, cols, N, v, keep):
+    tl.store(C + rows[:, None] * N + cols[None, :], v, mask=keep)
+
+
+@triton.jit
+def helper_rows(A, C, M, N, BM: tl.constexpr, BN: tl.constexpr):
+    pid = tl.program_id(0)
+    rows = pid * BM + tl.arange(0, BM)
+    cols = tl.arange(0, BN)
+    keep = (rows[:, None] < M) & (cols[None, :] < N)
+    _put(C, rows, cols, N, _value(A, rows, cols, N, keep), keep)
+
+
+@triton.jit
+def _put_wrapped(A, C, pid, M, N, SHIFT, T: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
+    cols = tl.arange(0, BN)
+    for i in range(T):
+        rows = (pid * BM + i * tl.num_programs(0) * BM + SHIFT + tl.arange(0, BM)) % M
+        keep = (rows[:, None] < M) & (cols[None, :] < N)
+        tl.store(C + rows[:, None] * N + cols[None, :], _value(A, rows, cols, N, keep), mask=keep)
+
+
+@triton.jit
+def helper_wrapped_loop(A, C, M, N, SHIFT, T: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
+    pid = tl.program_id(0)
+    _put_wrapped(A, C, pid, M, N, SHIFT, T, BM, BN)

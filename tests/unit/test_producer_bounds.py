@@ -95,3 +95,13 @@ def test_without_a_table_the_kernel_collects_the_range_at_each_store():
     assert code.index("chunk_range_masked(", loop) < code.index("tl.store(", loop) < code.index("notify_chunks(")
     assert "syncopy_table_lo" not in code
     assert link is not None  # passes/link.py announces a linked producer's chunks this way (table=False)
+
+
+def test_a_helper_handed_the_output_is_followed_into_its_stores():
+    b = infer.infer(find_kernel(KERNELS.read_text(), str(KERNELS), "helper_rows"), "C", 0, writes=True)
+    assert [a.pointer for a in b.groups[0].accesses] == ["C + rows[:, None] * N + cols[None, :]"]
+    # A helper whose store is not bounded before its statement: the program counts on every chunk.
+    b = infer.infer(find_kernel(KERNELS.read_text(), str(KERNELS), "helper_wrapped_loop"), "C", 0, writes=True)
+    assert [a.every for a in b.groups[0].accesses] == [True]
+    fused = _t("helper_wrapped_loop").stages["fused"]
+    assert "syncopy_device.all_chunks(syncopy_ctx)" in fused and producer_notify.EVERY in fused

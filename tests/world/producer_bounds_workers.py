@@ -24,6 +24,8 @@ SHAPES = {
     "masked_tail_loop": (dict(T=4, BM=4), 16),
     "while_rows": (dict(T=3, BM=4), 12),
     "early_return_loop": (dict(T=3, BM=4), 12),
+    "helper_rows": (dict(BM=8), 8),
+    "helper_wrapped_loop": (dict(T=3, BM=4), 12),
 }
 ALL = list(SHAPES)
 
@@ -38,7 +40,7 @@ def _launch(fn, name: str, a, c, m: int, launch: int, perm) -> None:
     meta, band = SHAPES[name]
     grid = (triton.cdiv(m, band) + (1 if name == "early_return_loop" else 0),)
     args = [a, c] + ([perm] if name == "loaded_rows_loop" else []) + [m, N]
-    if name in ("mod_rows", "mod_rows_loop", "early_return_loop"):
+    if name in ("mod_rows", "mod_rows_loop", "early_return_loop", "helper_wrapped_loop"):
         args.append(9 + 8 * launch)  # SHIFT: each launch wraps its rows elsewhere
     fn[grid](*args, BN=BN, **meta)
 
