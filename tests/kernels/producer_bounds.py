@@ -1,16 +1,19 @@
 """Producer kernels whose store rows the analysis must prove before it bounds them (issue 30, C).
-Each writes every row r < M of its output C (M x N) once, C[r, :] = 2 A[r, :] + 1, so the result of a
+Each writes every row r < M of its output C (M x N), C[r, :] = 2 A[r, :] + 1 (a row written twice gets
+the same value twice), so the result of a
 reduce_scatter / all_reduce is known; they differ in how a program's rows are written:
 
     mod_rows            one store, rows (pid * BM + SHIFT + i) % M: bounded at the store (exact)
-    mod_rows_loop       T stores in a loop, strided over the programs, rows wrapping with % M: not affine, taken at each store
+    mod_rows_loop       T stores in a loop strided over the programs, rows wrapping with % M: not affine,
+                        taken at each store
     floordiv_rows_loop  a loop whose rows use //: not affine, taken at each store
     loaded_rows_loop    a loop whose rows are loaded from a permutation: taken at each store
     mixed_corner        two nested loops, rows i * Q - j * S: extremes at the mixed corners (proven)
     mixed_corner_masked the same with a mask that changes with the loops (dropped, rows clamped)
     masked_tail_loop    one loop, the last iterations of the last program fully masked (issue 10 case 1)
     while_rows          a while loop that steps its rows by hand: taken at each store
-    early_return_loop   returns from inside a wrapping loop after some stores
+    early_return_loop   returns from inside a wrapping loop after some stores (the interpreter runs it;
+                        compiled Triton refuses a return inside a loop)
     helper_rows         hands C to a helper that stores one block (followed: its rows are bounded)
     helper_wrapped_loop hands C to a helper whose loop wraps its rows with % (every chunk)
 """
