@@ -139,13 +139,11 @@ def _at_store_note(binding: TensorBinding, group) -> str:
             f"({group.why.replace('rows read', 'rows written')}): taken at the store, announced after the last store")
 
 
-def _collected(body: list[cst.BaseStatement], binding: TensorBinding, start: int,
-               probe: bool) -> list[tuple[cst.BaseStatement, bool]]:
+def _collected(body: list[cst.BaseStatement], binding: TensorBinding, start: int) -> list[tuple[cst.BaseStatement, bool]]:
     """Statements start..last store with the program's chunk range collected as they run: it starts
     empty, and each store statement merges in its bounded range (before it) or, for a store not
     bounded there, each store's own range (right before the statement holding it). (statement,
-    whether it computes part of the range). `probe`: a `return` inside such a statement first
-    records what was collected (the probe kernel's)."""
+    whether it computes part of the range)."""
     last = binding.groups[-1].stmt_index
     init = cst.parse_statement(f"{names.LO}, {names.HI} = {D}.empty_range({binding.ctx})\n")
     out: list[tuple[cst.BaseStatement, bool]] = [(init, True)]
@@ -158,25 +156,24 @@ def _collected(body: list[cst.BaseStatement], binding: TensorBinding, start: int
             if g.nested:
                 lo, hi = f"{names.LO}_s{site}", f"{names.HI}_s{site}"
                 site += 1
-                new = consumer_wait.range_statements(binding, g, lo, hi)
-                new.append(cst.parse_statement(f"{names.LO}, {names.HI} = {D}.merge_ranges({names.LO}, {names.HI}, {lo}, {hi})\n"))
-                edits.append((g.nested, new))
+                edits.append((g.nested, [*consumer_wait.range_statements(binding, g, lo, hi), _merge(lo, hi)]))
             else:
                 lo, hi = f"{names.LO}_w{k}", f"{names.HI}_w{k}"
-                stmts = consumer_wait.range_statements(binding, g, lo, hi)
-                stmts.append(cst.parse_statement(f"{names.LO}, {names.HI} = {D}.merge_ranges({names.LO}, {names.HI}, {lo}, {hi})\n"))
-                out += [(x, True) for x in stmts]
+                out += [(x, True) for x in (*consumer_wait.range_statements(binding, g, lo, hi), _merge(lo, hi))]
         if edits:
             stmt = consumer_wait.insert_nested(stmt, edits)
-            if probe:
-                stmt = stmt.visit(_RecordBeforeReturn())
         out.append((stmt, bool(edits)))
     return out
 
 
+def _merge(lo: str, hi: str) -> cst.BaseStatement:
+    return cst.parse_statement(f"{names.LO}, {names.HI} = {D}.merge_ranges({names.LO}, {names.HI}, {lo}, {hi})\n")
+
+
 class _RecordBeforeReturn(cst.CSTTransformer):
-    """In the probe: a program that returns inside a statement whose stores it collects records
-    the chunks it stored so far (the kernel's tile counts its table range before the same return)."""
+    """In the probe: a program that returns inside a statement the probe keeps records the chunks it
+    collected so far (the kernel's tile counts its table range before the same return, after the
+    same stores)."""
 
     def leave_SimpleStatementLine(self, original, updated):
         if any(isinstance(x, cst.Return) for x in updated.body):
@@ -227,6 +224,9 @@ def _insert_at_stores(body: list[cst.BaseStatement], binding: TensorBinding, tab
     for g in binding.groups:
         if g.nested:
             notes.setdefault(g.stmt_index, []).append(_at_store_note(binding, g))
+        else:
+            notes.setdefault(g.stmt_index, []).extend(
+                [*([CLAMPED] if any(a.clamped for a in g.accesses) else []), *([EVERY] if any(a.every for a in g.accesses) else [])])
     if fresh:
         notes.setdefault(first, []).insert(0, f"the chunks of {binding.tensor} this program writes; {FRESH}")
     for index, texts in notes.items():
@@ -236,7 +236,7 @@ def _insert_at_stores(body: list[cst.BaseStatement], binding: TensorBinding, tab
         read = cst.parse_statement(f"{names.LO}, {names.HI} = {names.TABLE_LO}, {names.TABLE_HI}\n")
         what = f"the chunks of {binding.tensor} this program writes, as the probe took them at its stores"
         return [*counted[:last + 1], _comment(read, what), *notify_statements(binding), *counted[last + 1:]]
-    collected = [s for s, _ in _collected(counted, binding, first, probe=False)]
+    collected = [s for s, _ in _collected(counted, binding, first)]
     return [*counted[:first], *collected, *notify_statements(binding), *counted[last + 1:]]
 
 
@@ -299,18 +299,17 @@ def _probe_at_stores(body: list[cst.BaseStatement], binding: TensorBinding, star
     the last store, the range collected as they run (`_collected`), sliced backwards to what the
     ranges use, inside the statements that hold such stores too (their K loops, other stores and
     every value the addresses do not use left out)."""
-    stmts = [(s, anchor) for s, anchor in _collected(body, binding, start, probe=True)]
     needed: set[str] = set()
     kept: list[cst.BaseStatement] = []
-    for stmt, anchor in reversed(stmts):
+    for stmt, anchor in reversed(_collected(body, binding, start)):
         if anchor and not isinstance(stmt, cst.SimpleStatementLine):
             stmt = _slice(stmt, needed)
-            kept.append(stmt)
-            needed |= cu.names_in(stmt)
-        elif anchor or cu.assigned_in(stmt) & needed:
-            kept.append(stmt)
-            needed |= cu.names_in(stmt)
-    return kept[::-1]
+        elif not (anchor or cu.assigned_in(stmt) & needed):
+            continue
+        kept.append(stmt)
+        needed |= cu.names_in(stmt)
+    # The range starts empty before anything else, so a return anywhere can record it.
+    return [kept[-1], *(s.visit(_RecordBeforeReturn()) for s in kept[-2::-1])]
 
 
 def _slice(stmt: cst.BaseStatement, needed: set[str]) -> cst.BaseStatement:
