@@ -291,7 +291,23 @@ def probe_body(body: list[cst.BaseStatement], binding: TensorBinding, start: int
         if anchor or cu.assigned_in(stmt) & needed:
             kept.append(stmt)
             needed |= cu.names_in(stmt)
+    if any(_returns(s) for s in kept):
+        # A return the slice keeps (in a statement kept for a name the addresses use) ends the probe
+        # program after some stores: it records the range so far, which starts empty.
+        init = cst.parse_statement(f"{names.LO}, {names.HI} = {D}.empty_range({binding.ctx})\n")
+        return [init, *(s.visit(_RecordBeforeReturn()) for s in kept[::-1])]
     return kept[::-1]
+
+
+def _returns(stmt: cst.CSTNode) -> bool:
+    found = []
+
+    class V(cst.CSTVisitor):
+        def visit_Return(self, node: cst.Return) -> None:
+            found.append(node)
+
+    stmt.visit(V())
+    return bool(found)
 
 
 def _probe_at_stores(body: list[cst.BaseStatement], binding: TensorBinding, start: int) -> list[cst.BaseStatement]:

@@ -16,6 +16,8 @@ reduce_scatter / all_reduce is known; they differ in how a program's rows are wr
                         compiled Triton refuses a return inside a loop)
     helper_rows         hands C to a helper that stores one block (followed: its rows are bounded)
     helper_wrapped_loop hands C to a helper whose loop wraps its rows with % (every chunk)
+    kept_return         program 0 returns between its two stores from an `if` the probe keeps (it assigns
+                        rows, which the second store uses): rows M/2 .. M/2 + BM - 1 stay unwritten
 """
 import triton
 import triton.language as tl
@@ -150,3 +152,18 @@ def _put_wrapped(A, C, pid, M, N, SHIFT, T: tl.constexpr, BM: tl.constexpr, BN: 
 def helper_wrapped_loop(A, C, M, N, SHIFT, T: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
     pid = tl.program_id(0)
     _put_wrapped(A, C, pid, M, N, SHIFT, T, BM, BN)
+
+
+@triton.jit
+def kept_return(A, C, M, N, BM: tl.constexpr, BN: tl.constexpr):
+    pid = tl.program_id(0)
+    rows = pid * BM + tl.arange(0, BM)
+    cols = tl.arange(0, BN)
+    keep = (rows[:, None] < M // 2) & (cols[None, :] < N)
+    tl.store(C + rows[:, None] * N + cols[None, :], _value(A, rows, cols, N, keep), mask=keep)
+    if pid == 0:
+        rows = rows + M // 2
+        return
+    rows = rows + M // 2
+    keep = (rows[:, None] < M) & (cols[None, :] < N)
+    tl.store(C + rows[:, None] * N + cols[None, :], _value(A, rows, cols, N, keep), mask=keep)

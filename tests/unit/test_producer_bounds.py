@@ -19,10 +19,6 @@ def _t(name: str, pattern: str = "reduce_scatter"):
     return transform(ks, Schedule(pattern=pattern, tensor="C", chunks_per_rank=2))
 
 
-def _body(code: str, name: str) -> str:
-    return code.split(f"def {name}", 1)[1]
-
-
 def test_wrapped_rows_in_a_loop_are_taken_at_each_store():
     t = _t("mod_rows_loop")
     fused, probe = t.stages["fused"], t.stages["probe"]
@@ -129,3 +125,32 @@ def test_a_descriptor_store_at_wrapped_rows_is_taken_at_the_store():
     probe = t.stages["probe"]
     loop = probe.index("for i in range(T)")
     assert probe.index("syncopy_device.desc_chunk_range(", loop) > loop and "tl.load(X" not in probe
+
+
+KEPT_RETURN = '''\
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def two_halves(X, C, M, N, BM: tl.constexpr, BN: tl.constexpr):
+    pid = tl.program_id(0)
+    rows = pid * BM + tl.arange(0, BM)
+    cols = tl.arange(0, BN)
+    x = tl.load(X + rows[:, None] * N + cols[None, :])
+    tl.store(C + rows[:, None] * N + cols[None, :], x)
+    if pid == 0:
+        rows = rows + M // 2
+        return
+    tl.store(C + (rows + M // 2)[:, None] * N + cols[None, :], x)
+'''
+
+
+def test_a_return_the_probe_keeps_records_the_stores_before_it():
+    # The `if` is kept in the probe (it assigns rows, which the second store's address uses); the
+    # program that returns there has stored its first half, and the probe records that range.
+    probe = transform(find_kernel(KEPT_RETURN, "k.py", "two_halves"), Schedule(pattern="reduce_scatter", tensor="C")).stages["probe"]
+    lines = [line.strip() for line in probe.splitlines() if line.strip()]
+    assert lines[2] == "syncopy_lo, syncopy_hi = syncopy_device.empty_range(syncopy_ctx)"
+    at = lines.index("return")
+    assert lines[at - 1] == "syncopy_device.probe_store(syncopy_probe_out, syncopy_lo, syncopy_hi)"

@@ -26,6 +26,7 @@ SHAPES = {
     "early_return_loop": (dict(T=3, BM=4), 12),
     "helper_rows": (dict(BM=8), 8),
     "helper_wrapped_loop": (dict(T=3, BM=4), 12),
+    "kept_return": (dict(BM=4), 8),  # programs cover the first half of the rows, and the second
 }
 ALL = list(SHAPES)
 
@@ -43,6 +44,17 @@ def _launch(fn, name: str, a, c, m: int, launch: int, perm) -> None:
     if name in ("mod_rows", "mod_rows_loop", "early_return_loop", "helper_wrapped_loop"):
         args.append(9 + 8 * launch)  # SHIFT: each launch wraps its rows elsewhere
     fn[grid](*args, BN=BN, **meta)
+
+
+def written(name: str, m: int):
+    """The rows kernel `name` writes (the others keep the partial's start: zeros for reduce_scatter,
+    the user's C for all_reduce)."""
+    import torch
+
+    rows = torch.ones(m, dtype=torch.bool)
+    if name == "kept_return":
+        rows[m // 2:m // 2 + SHAPES[name][0]["BM"]] = False  # program 0's second block
+    return rows
 
 
 def run_bounds_cases(rank: int, world: int, cases: list[tuple[str, str, bool]], poison: bool) -> list[dict]:
@@ -68,7 +80,8 @@ def run_bounds_cases(rank: int, world: int, cases: list[tuple[str, str, bool]], 
                 a = torch.randn(m, N, generator=g)
                 c = torch.randn(m, N, generator=g)
                 perm = torch.randperm(m, generator=g).to(torch.int32)
-                want = 2 * a + 1
+                start = c if pattern == "all_reduce" else torch.zeros_like(c)
+                want = torch.where(written(name, m)[:, None], 2 * a + 1, start)
                 dist.all_reduce(want)
                 if pattern == "reduce_scatter":
                     part = m // world
