@@ -241,6 +241,14 @@ def all_chunks(ctx):
 
 
 @triton.jit
+def empty_range(ctx):
+    """No chunk (hi < lo), typed as the ranges above: where a producer starts collecting the chunks
+    its stores write, one store at a time (passes/producer_notify.py)."""
+    g = _chunk_of_row(tl.load(ctx + CTX_SIZE).to(tl.int64) * 0, ctx)
+    return g, g - 1
+
+
+@triton.jit
 def chunk_range_of_rows(rows, ctx):
     """Chunk range of explicit row indices (the schedule's `binding.rows`)."""
     r = rows.to(tl.int64) + tl.zeros([1], dtype=tl.int64)

@@ -135,9 +135,12 @@ class _Followed:
     access: Access
 
 
-def _follow_helper(ks: KernelSource, call: cst.Call, derived: set[str], dim: int, depth: int = 0) -> list[Access] | None:
-    """The reads a @triton.jit helper of this file makes through the pointer it is handed, as
-    accesses in the caller's expressions (valid right before the call); None where we cannot tell."""
+def _follow_helper(ks: KernelSource, call: cst.Call, derived: set[str], dim: int, depth: int = 0,
+                   writes: bool = False) -> list[Access] | None:
+    """The reads (`writes`: the stores) a @triton.jit helper of this file makes through the pointer
+    it is handed, as accesses in the caller's expressions (valid right before the call); None where
+    we cannot tell (a store whose rows the helper's own inference does not bound before its
+    statement, too)."""
     helper = helpers.jit_helpers(ks).get(helpers.helper_name(call, helpers.local_names(ks.func)) or "")
     if helper is None or depth > 4:
         return None
@@ -149,7 +152,7 @@ def _follow_helper(ks: KernelSource, call: cst.Call, derived: set[str], dim: int
         return None
     sub = KernelSource(ks.path, ks.module, helper, ks.positions, ks.line_offset)
     try:
-        b = _infer(sub, handed[0], dim, None, False, None, depth + 1)
+        b = _infer(sub, handed[0], dim, None, writes, None, depth + 1)
     except InferenceError:  # rows it cannot follow: the caller waits for every chunk (a refusal is never swallowed)
         return None
     if b.persistent is not None or b.copy_base:
@@ -384,11 +387,12 @@ def _reads(ks: KernelSource, stmt: cst.CSTNode, derived: set[str], tensor: str, 
                         f"does not follow; load with {handed[0]}.load([row, col]) in the kernel or {hint}",
                         ks.location(call),
                     )
-                if writes or explicit:
+                if explicit:
                     out.append((call, a.value, None))
                     break
-                # Follow the helper's own arithmetic; one we cannot read waits for every chunk.
-                followed = _follow_helper(ks, call, derived, dim, depth)
+                # Follow the helper's own arithmetic; one we cannot read waits for (on the producer
+                # side: counts against) every chunk.
+                followed = _follow_helper(ks, call, derived, dim, depth, writes)
                 if followed is None:
                     out.append((call, _EVERY, None))
                 else:
@@ -686,7 +690,7 @@ def _code(node: cst.CSTNode) -> str:
     return cst.Module(body=[]).code_for_node(node)
 
 
-def _corners(pointer: str, mask: str | None, levels: list[str], dim: int, desc, writes: bool = False) -> list[Access]:
+def _corners(pointer: str, mask: str | None, levels: list[str], dim: int, desc) -> list[Access]:
     """Accesses at every corner of the iteration space (each loop at its first or last iteration):
     with rows affine in the counters, every element's offset is extreme at a corner, so the union of
     the corners' ranges holds every iteration's. Mask terms that change with the loop are dropped
@@ -694,9 +698,8 @@ def _corners(pointer: str, mask: str | None, levels: list[str], dim: int, desc, 
     if not levels:
         return [Access(pointer, mask, desc)]
     syms = {_ITER.format(i) for i in range(len(levels))}
-    if writes:  # the producer side (issue 10 part B) keeps its own bounds: both ends, masks as written
-        return [Access(_at_corner(pointer, env), _at_corner(mask, env) if mask else None, desc)
-                for env in ({k: "0" for k in syms}, _last_corner(levels))]
+    # Stores (the producer side) are bounded exactly as reads are: an unproven bound is a _Fallback,
+    # and the store's rows are then taken at the store itself (passes/producer_notify.py).
     if _affinity(cst.parse_expression(pointer), syms) != 1 and cu.names_in(cst.parse_expression(pointer)) & syms:
         raise _Fallback("the rows read are not affine in the loop counter")
     kept, moving = [], []
@@ -945,9 +948,9 @@ def _hoist(ks: KernelSource, block: list[cst.CSTNode], reads, before: set[str], 
                 if levels == 1 and isinstance(block[0], cst.For) and desc is None and len(block) == 1:
                     at = (_at_corner(pointer, {_ITER.format(0): "0"}), _at_corner(pointer, {_ITER.format(0): "1"}))
                 raise _Fallback(f"each iteration reads other rows of '{tensor}', so each waits for its own chunks", at)
-            corners = _corners(pointer, mask_code, state["levels"], dim, desc, writes)
+            corners = _corners(pointer, mask_code, state["levels"], dim, desc)
         except _Fallback as exc:
-            if fallbacks is None or writes:
+            if fallbacks is None:
                 raise InferenceError(
                     f"the rows of '{tensor}' {'written' if writes else 'read'} here cannot be bounded before the loop: {exc.why}; "
                     f"{_binding_hint(tensor, dim, writes)}",
@@ -1248,8 +1251,7 @@ def _infer(ks: KernelSource, tensor: str, dim: int, rows: str | None, writes: bo
             binding.groups.append(ReadGroup(at, [], line))
             break
         fallbacks: list = []
-        accesses = _hoist(ks, [stmt], reads, before, tensor, dim, writes, None if writes else fallbacks, loops,
-                          tainted) if reads else []
+        accesses = _hoist(ks, [stmt], reads, before, tensor, dim, writes, fallbacks, loops, tainted) if reads else []
         # A read of rows already waited for needs no second wait; every write counts, because the
         # announcement must follow the last one.
         if accesses and (writes or not _covered([g for g in binding.groups if not g.inner and not g.nested], accesses, body, index)):

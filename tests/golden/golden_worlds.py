@@ -301,8 +301,34 @@ def _combine(c, m, gen):
     return (_cdiv(n_rows, 4),), [expert_out, token_of, c, n_rows, 8], dict(BR=4, BH=8)
 
 
+def _rotate_rows(c, m, gen):
+    import torch
+
+    shift = int(torch.randint(1, m, (1,), generator=gen))  # a new wrap each launch
+    return (2,), [_t(m, 8, gen=gen), c, m, 8, shift], dict(BLOCK_M=4, BLOCK_N=8, STEPS=3)
+
+
+def _scatter_rows(c, m, gen):
+    import torch
+
+    x, index = _t(m, 8, gen=gen), torch.randperm(m, generator=gen).to(torch.int32)
+    return (2,), [x, c, index, m, 8], dict(BLOCK_M=4, BLOCK_N=8, BLOCKS=3)
+
+
+def _reversed_halves(c, m, gen):
+    return (_cdiv(m, 8),), [_t(m, 8, gen=gen), c, m, 8], dict(BLOCK_M=2, BLOCK_N=8, PARTS=2, HALVES=2)
+
+
+def _copy_band(c, m, gen):
+    return (_cdiv(m, 10),), [_t(m, 8, gen=gen), c, m, 8, 10], dict(BLOCK_M=4, BLOCK_N=8)
+
+
 #: case -> (rows of the full output, its columns, make)
 PRODUCER_RECIPES = {
+    "producer_store_wrapped_rows": (24, 8, _rotate_rows),
+    "producer_store_loaded_rows": (24, 8, _scatter_rows),
+    "producer_store_mixed_corner": (24, 8, _reversed_halves),
+    "producer_store_while_rows": (24, 8, _copy_band),
     "producer_gemm_rs": (32, 16, _row_parallel_linear),
     "producer_desc_store": (32, 16, _gemm_desc_out),
     "producer_early_return": (32, 32, _causal_scores),

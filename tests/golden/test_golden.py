@@ -60,6 +60,12 @@ LISTED = [c for c in CASES if len(load_schedule(HERE / c / "schedule.yaml").tens
 # The listed tensor each reads first, whatever its place in the list: its wait starts the tile and reads the table.
 READ_FIRST = {"listed_dequant_scale_first": "S", "listed_layernorm_residual": "X", "listed_swiglu_reversed": "A",
               "listed_three_tensors": "ROWSCALE"}
+# Producer kernels whose stores' rows are not bounded before their statement (issue 30 part C): the
+# comment before the statement says why, and the program announces the range the probe took at its
+# stores, read from the table, after its last store.
+AT_STORE = {"producer_store_wrapped_rows": "(the rows written are not affine in the loop counter)",
+            "producer_store_loaded_rows": "(the rows written are not affine in the loop counter)",
+            "producer_store_while_rows": "(row changes inside the loop in a way inference cannot follow)"}
 EXTRA_PARAMS = ["syncopy_ctx", "syncopy_signals", "syncopy_order", "syncopy_trace", "SYNCOPY_TRACE", "SYNCOPY_TABLE"]
 
 
@@ -113,6 +119,10 @@ def test_every_case_is_present():
         "producer_gemm_rs",
         "producer_rownorm_allreduce",
         "producer_rows_from_data",
+        "producer_store_loaded_rows",
+        "producer_store_mixed_corner",
+        "producer_store_while_rows",
+        "producer_store_wrapped_rows",
         "program_id_axis_kw",
         "ptr_in_loop",
         "rownorm_reassign",
@@ -294,6 +304,9 @@ def test_first_wait_reads_the_probe_table_when_tiles_are_remapped(case):
     producer = schedule.pattern in ("reduce_scatter", "all_reduce")
     remapped = "tl.program_id" in inside((HERE / case / "kernel.py").read_text(), name) and case not in KEEP_ORDER
     body = inside(_expected(case), name)
+    if case in AT_STORE:  # its range is read from the table before the announcement (the test above)
+        assert "slot_entry(" in body and "tl.program_id(" not in body.replace("tl.num_programs(", "")
+        return
     assert (case in KEEP_ORDER) == ("slot_entry(" not in body and "tl.program_id" in body)
     assert body.count("if SYNCOPY_TABLE:") == int(remapped)
     if remapped:
@@ -469,3 +482,23 @@ def test_listed_goldens_are_the_kernels_the_listed_worlds_run(case, tmp_path):
     assert inside((HERE / case / "kernel.py").read_text(), name) == inside(Path(listed.__file__).read_text(), name)
     fused = syncopy.overlap(load_schedule(HERE / case / "schedule.yaml"), checked=False)(getattr(listed, name))
     assert inside(fused.source, name) == inside(_expected(case), name)
+
+
+@pytest.mark.parametrize("case", sorted(AT_STORE))
+def test_a_store_kept_as_written_says_why_and_announces_what_the_probe_took(case):
+    text = inside(_expected(case), _kernel_name(case))
+    assert "# syncopy: the rows of Out stored at line" in text and AT_STORE[case] in text, text
+    assert "taken at the store, announced after the last store" in text
+    tail = ["syncopy_lo, syncopy_hi = syncopy_table_lo, syncopy_table_hi",
+            "# syncopy: announce the finished chunks",
+            "syncopy_device.notify_chunks(syncopy_signals, syncopy_ctx, syncopy_lo, syncopy_hi)"]
+    assert [line.strip() for line in text.splitlines()[-3:]] == tail
+    assert "if SYNCOPY_TABLE" not in text  # nothing bounded before the loop
+
+
+def test_a_store_loop_nest_is_bounded_at_every_corner():
+    # rows = band + (HALVES - 1 - h) * PARTS * BLOCK_M + p * BLOCK_M: the extremes sit at the mixed
+    # corners (h last, p first) and (h first, p last), so all four corners are counted.
+    text = inside(_expected("producer_store_mixed_corner"), "reversed_halves")
+    assert text.count("syncopy_device.chunk_range_clamped(") == 4
+    assert "a mask that changes with the loop is left out of this bound" in text

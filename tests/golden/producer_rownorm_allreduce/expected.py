@@ -27,9 +27,7 @@ def layer_norm_rows(Inp, Gamma, Out, row_stride, ncols, eps, BLK: tl.constexpr, 
     if SYNCOPY_TABLE:
         syncopy_lo, syncopy_hi = syncopy_table_lo, syncopy_table_hi
     else:
-        syncopy_lo, syncopy_hi = syncopy_device.chunk_range_masked(Out + tl.arange(0, BLK), tl.arange(0, BLK) < ncols, syncopy_base, syncopy_ctx, True)
-        syncopy_lo_1, syncopy_hi_1 = syncopy_device.chunk_range_masked(Out + ((((ncols - 1) // BLK) * BLK) + tl.arange(0, BLK)), ((((ncols - 1) // BLK) * BLK) + tl.arange(0, BLK)) < ncols, syncopy_base, syncopy_ctx, True)
-        syncopy_lo, syncopy_hi = syncopy_device.merge_ranges(syncopy_lo, syncopy_hi, syncopy_lo_1, syncopy_hi_1)
+        syncopy_lo, syncopy_hi = syncopy_device.chunk_range_affine(Out + tl.arange(0, BLK), Out + ((((ncols - 1) // BLK) * BLK) + tl.arange(0, BLK)), True, (tl.arange(0, BLK) - ncols), (((((ncols - 1) // BLK) * BLK) + tl.arange(0, BLK)) - ncols), (ncols - 1) // BLK, syncopy_base, syncopy_ctx, True)
     for base in range(0, ncols, BLK):
         idx = base + tl.arange(0, BLK)
         x = tl.load(Inp + idx, mask=idx < ncols, other=0.0).to(tl.float32)
