@@ -121,6 +121,11 @@ class Kernel:
             t = transform(from_jit(op.local), writes)
         except (InferenceError, KernelError):
             return None
+        # Only a probe that reports exactly the rows written may refuse a launch: one whose bound left
+        # out a mask (clamped to the tensor, which has no end here) or counts every chunk (a helper it
+        # cannot follow) would report rows the kernel never writes.
+        if any(a.clamped or a.every for g in t.binding.groups for a in g.accesses):
+            return None
         probe = emit.load(t, op.local.fn.__globals__)[1]
         return (probe, t.binding.descriptors) if probe is not None else None
 
