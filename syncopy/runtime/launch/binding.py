@@ -74,13 +74,16 @@ class Binder:
         if world == 1 or schedule.pattern not in ("all_gather", "reduce_scatter"):
             return
         for binding in (transformed.binding, *getattr(transformed, "others", ())):
+            scales = getattr(binding, "scales", ())  # a kernel from syncopy.load: its manifest carries none
+            if not scales:
+                continue
             shard = call.arguments.get(binding.tensor)
             if not isinstance(shard, torch.Tensor) or schedule.dim >= shard.dim():
                 continue
             shape = list(shard.shape)
             shape[schedule.dim] *= world
             seen = _contiguous_strides(shape)
-            for name in getattr(binding, "scales", ()):
+            for name in scales:
                 value = call.arguments.get(name)
                 if type(value) is not int or value in seen:
                     continue

@@ -90,11 +90,13 @@ class Kernel:
         """The kernel's parameters it stores into through pointers computed from them (frontend/infer.py,
         written_pointers), found once; none for a kernel from syncopy.load (no local kernel to read)."""
         with self._lock:
-            if self._written is None:
+            if self._written is None and self.op.loaded:
+                self._written = []  # no frontend (libcst) where a transformed file is loaded
+            elif self._written is None:
                 from syncopy.frontend import infer
                 from syncopy.frontend.source import from_jit
 
-                self._written = [] if self.op.loaded else infer.written_pointers(from_jit(self.op.local))
+                self._written = infer.written_pointers(from_jit(self.op.local))
         return self._written
 
     def extent_probe(self, output: str):
