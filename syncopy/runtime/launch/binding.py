@@ -64,15 +64,18 @@ class Binder:
             self._check_listed(name, arguments.get(name), shard)
         return BoundCall(arguments, shard, options)
 
-    def check_strides(self, call: BoundCall, world: int, transformed) -> None:
+    def check_strides(self, call: BoundCall, world: int) -> None:
         """The launch passes the communicated tensor at its per-rank size and everything else as for the
         tensor the kernel sees: the gathered one (reduce_scatter: the full partial), whose strides differ
         from the shard's where `dim` is not 0. A stride argument (a parameter that scales the tensor's
         pointer arithmetic, found by inference) that equals a stride of the shard as passed where the
         two differ, and no stride of the tensor the kernel sees, is refused, naming the value to pass."""
         schedule = self.op.schedule
-        if world == 1 or schedule.pattern not in ("all_gather", "reduce_scatter"):
+        # Along dim 0 a contiguous shard's strides are the gathered tensor's: nothing to check, and the
+        # warm launch path (and a reference, which need not build the fused kernel) does no work here.
+        if world == 1 or schedule.dim == 0 or schedule.pattern not in ("all_gather", "reduce_scatter"):
             return
+        transformed = self.op.kernel.build().transformed
         for binding in (transformed.binding, *getattr(transformed, "others", ())):
             scales = getattr(binding, "scales", ())  # a kernel from syncopy.load: its manifest carries none
             if not scales:

@@ -27,7 +27,7 @@ def run(op, grid, args, kwargs, group) -> None:
     schedule = op.schedule
     split = splits.pop(kwargs, op.signature.parameters, schedule.pattern, op.local.fn.__name__)
     call = op.binder.bind(args, kwargs)
-    op.binder.check_strides(call, dist.get_world_size(group), op.kernel.build().transformed)
+    op.binder.check_strides(call, dist.get_world_size(group))
     bound, shard, options = call
     ensure_allocator(shard.device)
     if op.producer:

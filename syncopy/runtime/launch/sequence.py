@@ -71,7 +71,7 @@ def run(op, grid, args, kwargs, group) -> None:
     kwargs = dict(kwargs)
     split = splits.pop(kwargs, op.signature.parameters, op.schedule.pattern, op.local.fn.__name__)
     call = op.binder.bind(args, kwargs)
-    op.binder.check_strides(call, dist.get_world_size(group), built.transformed)
+    op.binder.check_strides(call, dist.get_world_size(group))
     ensure_allocator(call.shard.device)
     uneven = _uneven(op, split, call.shard)
     ctx, backend = op.contexts.get(call.shard, group, call.arguments, uneven=uneven)
