@@ -29,6 +29,10 @@ def __getattr__(name):
         from syncopy.runtime import pipeline
 
         return getattr(pipeline, name)
+    if name == "verify":
+        from syncopy.verifier import verify
+
+        return verify
     if name == "templates":  # `syncopy.templates.ag_gemm(...)` after a plain `import syncopy`
         import importlib
 
@@ -43,6 +47,7 @@ __all__ = [
     "load",
     "FusedKernel",
     "templates",
+    "verify",
     "Schedule",
     "load_schedule",
     "SyncopyError",

@@ -244,6 +244,32 @@ def _run(args) -> int:
     return 0 if ok else 1
 
 
+def _verify(args) -> int:
+    from syncopy.verifier import verify
+
+    if args.json:
+        _output_path(args.json, "--json")
+    worlds = _worlds(args.world)
+    is_file = args.target.endswith(".py") or Path(args.target).is_file()
+    kernel, template = (args.target, None) if is_file else (None, args.target)
+    done = verify(kernel, args.schedule, args.example, template=template, worlds=worlds, launches=args.launches,
+                  seed=args.seed, timeout_s=args.timeout, progress=lambda line: print(line, flush=True))
+    seconds = ", ".join(f"world {w}: {s:g} s" for w, s in done.seconds.items())
+    print(f"verdict: {'every rank agrees with the unfused kernel under every condition' if done.ok else 'DIFFERS'} ({seconds})")
+    if args.json:
+        import json
+
+        _write(lambda: Path(args.json).write_text(json.dumps(done.to_json(), indent=1, default=str)), f"--json {args.json}")
+    return 0 if done.ok else 1
+
+
+def _worlds(text: str) -> list[int]:
+    try:
+        return [int(w) for w in text.split(",")]
+    except ValueError:
+        raise SyncopyError(f"--world {text}: give world sizes, comma-separated, e.g. --world 2,3") from None
+
+
 def _run_ok(result) -> bool:
     """Every launch on every rank gave torch's result (a shard too small to cut: once refused, on the fallback)."""
     return not result.died and all(r["ok"] for r in result.ranks)
@@ -570,6 +596,21 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--trace", metavar="RUN.json", help="write a Chrome / Perfetto trace of every rank's launches (open it at ui.perfetto.dev)")
     r.add_argument("--timeline", metavar="RUN.png", help="draw the launches as a timeline picture (.png, .svg or .pdf; needs matplotlib)")
     r.set_defaults(run=_run)
+
+    v = command("verify", "run a fused kernel against its own unfused kernel on CPU worlds under adversarial arrival "
+                "(chunks reordered, held until a tile waits, poisoned until they land; checked mode); exit 0 only if "
+                "every rank agrees on every launch, 1 on a difference")
+    v.add_argument("target", metavar="KERNEL.py|TEMPLATE", help="a kernel file (with --schedule and --example), or a template name")
+    v.add_argument("--schedule", "-s", metavar="S.yaml", help="for a kernel file: its schedule (`kernel:` names the kernel)")
+    v.add_argument("--example", metavar="EXAMPLE.py:FN", help="for a kernel file: FN(rank, world, launch) returns (grid, args, "
+                   "kwargs) for that rank's launch, the communicated tensor at its per-rank size; new data each launch")
+    v.add_argument("--world", default="2,3", metavar="N[,N...]", help="the world sizes to verify on, each its own CPU world")
+    v.add_argument("--launches", type=int, default=3, metavar="N", help="launches per condition, each with the example's "
+                   "arguments for that launch")
+    v.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the link's draws: other seeds, other arrival orders")
+    v.add_argument("--timeout", type=float, default=30.0, metavar="S", help="seconds a launch waits for a chunk before SyncopyTimeout")
+    v.add_argument("--json", metavar="OUT", help="also write every rank's records and the differences as JSON")
+    v.set_defaults(run=_verify)
 
     cp = command("compile", "lower a fused kernel to PTX with triton.compile (no GPU needed)")
     cp.add_argument("target", metavar="NAME|KERNEL.py", help="template NAME (see `syncopy templates`) or a kernel file")

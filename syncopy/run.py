@@ -27,7 +27,6 @@ before they compute the reference, so that one rank's failure never leaves the o
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import random
 import sys
@@ -37,6 +36,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from syncopy.errors import SyncopyError
+from syncopy.launcher import launcher_log as _launcher_log
 
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 #: `syncopy run` moves CPU tensors: gloo is the only backend that does (auto picks it).
@@ -469,41 +469,3 @@ def _killed(exc, opts: RunOptions) -> dict[int, int]:
     if opts.faults is None or opts.faults.kill is None:
         return {}
     return {int(f.local_rank): f.exitcode for f in exc.failures.values() if f.exitcode == Faults.KILLED_EXIT}
-
-
-class _Held(logging.Handler):
-    """Keeps the launcher's log records; they are shown only when a rank failed for a reason of its own."""
-
-    def __init__(self):
-        super().__init__()
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record):
-        self.records.append(record)
-
-    def replay(self):
-        """Hand the records to the handlers above the held loggers (torch's own), as if never held."""
-        for record in self.records:
-            held = next(name for name in _LAUNCHER_LOGGERS if record.name == name or record.name.startswith(name + "."))
-            logging.getLogger(held).parent.handle(record)
-
-
-# torch's elastic agent logs a failed rank's exit (with the launcher's own traceback) at ERROR, and
-# torch.multiprocessing warns as it stops the other ranks: for a user mistake that is noise around
-# the one line we print, so their records are held back.
-_LAUNCHER_LOGGERS = ("torch.distributed.elastic", "torch.multiprocessing")
-
-
-@contextlib.contextmanager
-def _launcher_log():
-    held = _Held()
-    loggers = [logging.getLogger(name) for name in _LAUNCHER_LOGGERS]
-    saved = [(lg.handlers[:], lg.propagate) for lg in loggers]
-    for lg in loggers:
-        lg.handlers[:] = [held]
-        lg.propagate = False
-    try:
-        yield held
-    finally:
-        for lg, (handlers, propagate) in zip(loggers, saved):
-            lg.handlers[:], lg.propagate = handlers, propagate

@@ -121,13 +121,16 @@ class TileOrders:
         ctx.orders[key] = Order(order, ranges, [table[s] for s in slots])
         return ctx.orders[key]
 
-    def check_extents(self, grid, args: dict) -> None:
+    def check_extents(self, grid, args: dict, world: int | None = None) -> None:
         """Refuse a grid that writes past the end of an output, before anything moves. Each output's
         store-address probe (Kernel.extent_probe) runs against a context in which every element of
         it is its own chunk and the tensor has no end, so it reports the element offsets each program
-        writes; the largest must lie within the output (any layout: transposed views too)."""
+        writes; the largest must lie within the output (any layout: transposed views too).
+        `world`: the unfused reference's check (launch/reference.py), where a producer's communicated
+        tensor is a plain full-size tensor too: its rows are checked as the fused launch checks them."""
         kernel = self.op.kernel
-        outputs = [name for name in kernel.written() if name not in self.op.schedule.tensors
+        own = [] if world is None or not self.op.producer else [self.op.schedule.tensor]
+        outputs = [name for name in kernel.written() if (name not in self.op.schedule.tensors or name in own)
                    and isinstance(args.get(name), torch.Tensor) and args[name].dim() > 0 and args[name].numel() > 0]
         g0, g1, g2 = grid3(grid, args)
         n = g0 * g1 * g2
@@ -150,6 +153,10 @@ class TileOrders:
             flat = found.tolist()
             last = max((flat[2 * i + 1] for i in range(n) if 0 <= flat[2 * i] <= flat[2 * i + 1]), default=-1)
             end = sum((size - 1) * stride for size, stride in zip(out.shape, out.stride()))  # its last element's offset
+            if last > end and name in own and out.is_contiguous():
+                written = last // out.stride(0) + 1
+                per_rank = out.shape[0] // world if self.op.schedule.pattern == "reduce_scatter" else out.shape[0]
+                raise LaunchError(rows_message(name, written, out.shape[0], per_rank, world, self.op.schedule.pattern, args))
             if last > end:
                 self._refuse_extent(name, out, last)
 
@@ -238,24 +245,9 @@ class TileOrders:
             return
         # (With several listed tensors: the one the kernel reads first, whose rows the probe followed.)
         tensor = self.op.kernel.build().transformed.binding.tensor
-        per_rank, world, pattern = ctx.plan.rows_per_rank, ctx.plan.world, self.op.schedule.pattern
-        if pattern == "reduce_scatter":
-            if written % world:
-                fix = (f", which {world} ranks cannot share evenly; write a multiple of {world} rows and give '{tensor}' "
-                       f"that number / {world}")
-            else:
-                fix = f" = {written // world} per rank x {world}; give '{tensor}' {written // world} rows"
-            raise LaunchError(f"'{tensor}' receives {per_rank} rows per rank, but the kernel writes {written} rows{fix}")
-        if pattern == "all_reduce":
-            raise LaunchError(f"the kernel writes rows up to {written - 1} of '{tensor}' but '{tensor}' has {size} rows; "
-                              f"all_reduce takes the full result: give '{tensor}' {written} rows")
-        what, whose = ("gathered", "per rank") if pattern == "all_gather" else ("received", "from each rank")
-        count = [k for k, v in args.items() if type(v) is int and v == written]
-        fix = (f"pass {count[0]} = {size}, the {what} rows" if len(count) == 1
-               else f"launch with the {what} row count, {size}, and a grid that reads no further")
-        split = f"output splits {list(ctx.plan.recv_splits)}" if ctx.plan.uneven else f"{per_rank} {whose} x {world} ranks"
-        raise LaunchError(f"the grid reads rows up to {written - 1} of '{tensor}' but the {what} '{tensor}' has {size} rows "
-                          f"({split}); {fix}")
+        split = list(ctx.plan.recv_splits) if ctx.plan.uneven else None
+        raise LaunchError(rows_message(tensor, written, size, ctx.plan.rows_per_rank, ctx.plan.world, self.op.schedule.pattern,
+                                       args, split))
 
     def shape_key(self, grid, args: dict) -> tuple:
         """What a tile order depends on: the grid and the scalar arguments (tensor shapes are part of the
@@ -299,3 +291,25 @@ class TileOrders:
             for g in range(max(lo, 0), hi + 1):
                 need[g] += 1
         return need
+
+
+def rows_message(tensor: str, written: int, size: int, per_rank: int, world: int, pattern: str, args: dict,
+                 splits: list[int] | None = None) -> str:
+    """What to change where a grid touches rows up to `written` - 1 of the communicated `tensor`, which
+    has `size` rows (per_rank from each of `world` ranks): one line, by pattern."""
+    if pattern == "reduce_scatter":
+        if written % world:
+            fix = (f", which {world} ranks cannot share evenly; write a multiple of {world} rows and give '{tensor}' "
+                   f"that number / {world}")
+        else:
+            fix = f" = {written // world} per rank x {world}; give '{tensor}' {written // world} rows"
+        return f"'{tensor}' receives {per_rank} rows per rank, but the kernel writes {written} rows{fix}"
+    if pattern == "all_reduce":
+        return (f"the kernel writes rows up to {written - 1} of '{tensor}' but '{tensor}' has {size} rows; "
+                f"all_reduce takes the full result: give '{tensor}' {written} rows")
+    what, whose = ("gathered", "per rank") if pattern == "all_gather" else ("received", "from each rank")
+    count = [k for k, v in args.items() if type(v) is int and v == written]
+    fix = (f"pass {count[0]} = {size}, the {what} rows" if len(count) == 1
+           else f"launch with the {what} row count, {size}, and a grid that reads no further")
+    split = f"output splits {splits}" if splits is not None else f"{per_rank} {whose} x {world} ranks"
+    return f"the grid reads rows up to {written - 1} of '{tensor}' but the {what} '{tensor}' has {size} rows ({split}); {fix}"

@@ -83,8 +83,13 @@ def _producer(op, grid, bound: dict, out: torch.Tensor, options: dict, group) ->
 
 
 def run_local(op, grid, call_args: dict, options: dict, group) -> None:
-    """The local kernel, with the config (and heuristics) a fused launch of these arguments takes."""
+    """The local kernel, with the config (and heuristics) a fused launch of these arguments takes,
+    after the checks a fused launch makes of what the grid writes: a grid that writes past an output
+    (a producer's full result included) is the fused launch's one line here too, not memory
+    corruption (a kernel from syncopy.load has no local kernel: .reference refuses it above)."""
     call_args, options = op.binder.tuned(grid, call_args, options, group, lambda: torch.empty_like(call_args[op.schedule.tensors[0]]))
+    if op.schedule.dim == 0:
+        op.orders.check_extents(grid, {**call_args, **options}, dist.get_world_size(group))
     op.local[grid](**call_args, **options)
 
 

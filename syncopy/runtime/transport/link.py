@@ -22,6 +22,8 @@ class Link:
     reorder: bool = False
     hold_until_waited: bool = False  # see Hold below
     hold_s: float = 0.3  # hold_until_waited: how long a chunk no program polls is held at most
+    seed: int = 0  # mixed into every launch's draws (delays, start, landing order): another seed, other orders
+    record_taken: bool = False  # producers: each partial's rows as taken at its flag, in Taken.records
 
     def delay(self, nbytes: int, rng: random.Random) -> float:
         t = self.latency_s + (nbytes / self.bandwidth_Bps if self.bandwidth_Bps != float("inf") else 0.0)
@@ -56,6 +58,22 @@ class Hold:
 
         for a in addresses:
             dev.POLLED_DOWN.discard((a, epoch))
+
+
+class Taken:
+    """Link.record_taken, the oracle for "a producer announced a chunk before its last store": each
+    chunk's partial rows as the link took them when its flag rose (sent to a peer, or added here),
+    with a view of the partial, whose rows once the kernel is done are the kernel's final ones.
+
+        {"epoch", "chunk", "rows": the rows taken (a copy), "partial": the chunk's view of the partial}
+
+    A chunk whose taken rows differ from its final ones was announced early (syncopy verify)."""
+
+    records: list[dict] = []
+
+    @classmethod
+    def note(cls, epoch: int, chunk: int, rows, partial) -> None:
+        cls.records.append({"epoch": epoch, "chunk": chunk, "rows": rows, "partial": partial})
 
 
 #: The link of a CPU launch that names none: instant. The CPU-world tests make a slow one the default

@@ -46,7 +46,7 @@ class _Threads:
         self.gone: dict[int, str] = {}  # peer -> why its connection failed (it died, its host went away, or it gave up)
         self._dropped: str | None = None  # dropped_out(), once asked
         self.unreceived: list[tuple[int, int]] = []  # (peer, chunk): sends the peer never took in time
-        self.rng = random.Random(seed)
+        self.rng = random.Random(seed + link.seed * 1_000_003)
         self.start_s = link.start_delay(self.rng)  # this launch's sends leave this much late
         self.threads: list[threading.Thread] = []
 
@@ -432,6 +432,8 @@ class ReduceTransfer(_Threads):
         """This rank's partial plus the received ones, added in rank order (so every rank that
         reduces a chunk gets bit-identical results)."""
         self._wait_ready(chunk)
+        if self.link.record_taken:
+            links.Taken.note(self.ctx.epoch, chunk, self.ctx.chunk_view(chunk).clone(), self.ctx.chunk_view(chunk))
         terms = sorted([(self.ctx.plan.rank, self.ctx.chunk_view(chunk)), *parts], key=lambda p: p[0])
         acc = sum_in_rank_order((t for _, t in terms), terms[0][1].dtype).to(terms[0][1].dtype)
         self.sums[chunk] = acc
@@ -458,6 +460,8 @@ class ReduceTransfer(_Threads):
                 # taken after the link's delay instead, a chunk announced before its last store would
                 # leave complete, and an early announcement would go unseen.
                 data = ctx.chunk_view(g).clone(memory_format=torch.contiguous_format)
+                if self.link.record_taken:
+                    links.Taken.note(ctx.epoch, g, data, ctx.chunk_view(g))
             else:
                 event = self.summed[g] if step.value == "sum" else self.final[g]
                 if not event.wait(self.timeout_s):
