@@ -83,15 +83,46 @@ def rewrite_file(t: Transformed, loadable: bool = False) -> str:
     return new.with_changes(body=body).code
 
 
-def manifest(t: Transformed) -> dict:
-    """What the runtime reads of `t` (runtime/launch/loaded.py), and what ties the file to its schedule and syncopy."""
+def manifest(t: Transformed, extents: dict | None = None) -> dict:
+    """What the runtime reads of `t` (runtime/launch/loaded.py), and what ties the file to its schedule
+    and syncopy. `extents`: output -> [its store-address probe's name, descriptors], as _extent_probes."""
     from syncopy.runtime.launch.loaded import schedule_digest
 
     return {"syncopy": _version(), "kernel": t.source.name, "schedule": schedule_digest(t.schedule),
             "probe": t.probe.name.value if t.probe is not None else None,
             "persistent": {"remap": bool(t.persistent.remap)} if t.persistent is not None else None,
             "fresh_probe": t.fresh_probe, "checked": t.checked, "descriptors": bool(t.binding.descriptors),
-            "clamped": any(a.clamped for g in t.binding.groups for a in g.accesses)}
+            "clamped": any(a.clamped for g in t.binding.groups for a in g.accesses),
+            # The checks a decorated launch makes with the frontend, made here without it: the stride
+            # arguments of each communicated tensor (Binder.check_strides), each output's extent probe.
+            "scales": {b.tensor: list(getattr(b, "scales", ())) for b in (t.binding, *t.others)},
+            "written": sorted(extents or {}), "extents": dict(extents or {})}
+
+
+def _extent_probes(t: Transformed) -> list[tuple[str, cst.FunctionDef, bool]]:
+    """(output, its store-address probe named `<kernel>__syncopy_extent_<output>`, descriptors) for every
+    tensor the kernel writes but the communicated ones, where the probe reports exactly the rows written
+    (runtime/launch/kernel.py, Kernel.extent_probe: the same rule, the same transform)."""
+    from syncopy.errors import InferenceError, KernelError
+    from syncopy.frontend import infer
+    from syncopy.passes import transform
+    from syncopy.schedule import from_dict
+
+    out = []
+    for output in infer.written_bases(t.source):
+        if output in t.schedule.tensors:
+            continue
+        writes = from_dict({"pattern": "reduce_scatter", "kernel": t.source.name, "tensor": output, "dim": 0,
+                            "chunks_per_rank": 1, "order": "ring"})
+        try:
+            e = transform(t.source, writes)
+        except (InferenceError, KernelError):
+            continue
+        if e.probe is None or any(a.clamped or a.every for g in e.binding.groups for a in g.accesses):
+            continue
+        name = f"{t.source.name}__syncopy_extent_{output}"
+        out.append((output, e.probe.with_changes(name=cst.Name(name)), bool(e.binding.descriptors)))
+    return out
 
 
 def _loadable_tail(t: Transformed) -> list[cst.CSTNode]:
@@ -102,9 +133,13 @@ def _loadable_tail(t: Transformed) -> list[cst.CSTNode]:
     tail: list[cst.CSTNode] = []
     if t.probe is not None:
         tail.append(_only_jit_decorator(t.probe).with_changes(leading_lines=two))
+    extents = {}
+    for output, probe, descriptors in _extent_probes(t):
+        tail.append(_only_jit_decorator(probe).with_changes(leading_lines=two))
+        extents[output] = [probe.name.value, descriptors]
     note = cst.EmptyLine(comment=cst.Comment(f"# syncopy: what syncopy.load needs to launch {t.source.name} "
                                              "(written by syncopy transform --loadable; do not edit)"))
-    statement = cst.parse_statement(f"{MANIFEST_PREFIX}{t.source.name} = {manifest(t)!r}\n")
+    statement = cst.parse_statement(f"{MANIFEST_PREFIX}{t.source.name} = {manifest(t, extents)!r}\n")
     tail.append(statement.with_changes(leading_lines=[*two, note]))
     return tail
 

@@ -415,6 +415,91 @@ def written_pointers(ks: KernelSource) -> list[str]:
     return out
 
 
+def written_bases(ks: KernelSource) -> list[str]:
+    """Of written_pointers, the parameters a store's pointer starts from: a bare term of its sum (`C +
+    rm * N + rn`, or `c_ptrs` after `c_ptrs = c_ptr + ...`), the descriptor a `desc.store` goes
+    through, never a parameter the kernel multiplies, divides or compares (a size or a stride: `N`
+    in `Z + N + i`). Where a store has no such term, all of written_pointers."""
+    stores = [call for call in cu.calls_in(ks.func.body) if (cu.call_name(call) or "").rsplit(".", 1)[-1] in cu.WRITE_CALLS]
+    candidates = written_pointers(ks)
+    scalars = _scalar_names(ks.func)
+    bases = {name: _based_on(ks.func, name) for name in candidates if name not in scalars}
+    out: set[str] = set()
+    for call in stores:
+        func = call.func
+        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value not in ("tl", "triton"):
+            terms = {func.value.value}  # desc.store(coords, value)
+        else:
+            ptr = cu.arg(call, 0, "pointer")
+            terms = _additive_names(ptr) if ptr is not None else set()
+        found = [name for name, based in bases.items() if terms & based]
+        out.update(found if found else candidates)
+    return [name for name in candidates if name in out]
+
+
+def _scalar_names(func: cst.FunctionDef) -> set[str]:
+    """Names an operand of `*`, `/`, `//`, `%` or a comparison somewhere in the kernel: sizes and
+    strides, not pointers (a pointer is added to, never scaled or compared)."""
+    found: set[str] = set()
+
+    class V(cst.CSTVisitor):
+        def visit_BinaryOperation(self, n: cst.BinaryOperation) -> None:
+            if isinstance(n.operator, (cst.Multiply, cst.Divide, cst.FloorDivide, cst.Modulo)):
+                for side in (n.left, n.right):
+                    if isinstance(side, cst.Name):
+                        found.add(side.value)
+
+        def visit_Comparison(self, n: cst.Comparison) -> None:
+            for side in (n.left, *(c.comparator for c in n.comparisons)):
+                if isinstance(side, cst.Name):
+                    found.add(side.value)
+
+    func.body.visit(V())
+    return found
+
+
+def _additive_names(expr: cst.BaseExpression) -> set[str]:
+    """The names that are whole terms of a sum (`a + b * c - d`: a), a descriptor's or block pointer's base."""
+    expr = expr.with_changes(lpar=[], rpar=[]) if hasattr(expr, "lpar") else expr
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Add):
+        return _additive_names(expr.left) | _additive_names(expr.right)
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Subtract):
+        return _additive_names(expr.left)
+    if isinstance(expr, cst.Name):
+        return {expr.value}
+    if isinstance(expr, cst.Call) and (cu.call_name(expr) or "").rsplit(".", 1)[-1] in ("make_tensor_descriptor", "make_block_ptr"):
+        first = cu.arg(expr, 0, "base")
+        return _additive_names(first) if first is not None else set()
+    return set()
+
+
+def _based_on(func: cst.FunctionDef, param: str) -> set[str]:
+    """Names assigned a sum with a term based on `param` (a fixpoint): the pointers that start from it."""
+    assigns: list[tuple[list, cst.BaseExpression]] = []
+
+    class V(cst.CSTVisitor):
+        def visit_Assign(self, n: cst.Assign) -> None:
+            assigns.append(([t.target for t in n.targets], n.value))
+
+        def visit_AnnAssign(self, n: cst.AnnAssign) -> None:
+            if n.value is not None:
+                assigns.append(([n.target], n.value))
+
+    func.body.visit(V())
+    based = {param}
+    changed = True
+    while changed:
+        changed = False
+        for targets, value in assigns:
+            if _additive_names(value) & based:
+                for t in targets:
+                    new = set(cu.target_names(t)) - based
+                    if new:
+                        based |= new
+                        changed = True
+    return based
+
+
 def _refuse_helper_stores(ks: KernelSource, func: cst.FunctionDef, derived: set[str], tensor: str, depth: int = 0) -> None:
     """An all-gathered input is read-only: a store through a pointer into it inside a @triton.jit helper
     of this file it is handed to (followed into the helpers that helper calls) is refused at the store,

@@ -619,3 +619,25 @@ def test_methods_on_the_kernels_own_values_are_not_helpers():
             tl.store(Dst + r, v.sum(axis=0))
         '''), "Src", 0)
     assert not b.no_remap and not b.groups[0].data
+
+
+@pytest.mark.parametrize("body, bases", [
+    # The pointer a store starts from, not the sizes and strides that offset it (what `transform
+    # --loadable` writes an extent probe for: tests/unit/test_load.py).
+    ("def k(X, C, M, N, stride_cm, BM: tl.constexpr):\n"
+     "    rm = tl.program_id(0) * BM + tl.arange(0, BM)\n"
+     "    c_ptrs = C + rm[:, None] * stride_cm + tl.arange(0, 8)[None, :]\n"
+     "    tl.store(c_ptrs, tl.load(X + rm), mask=rm[:, None] < M)\n", ["C"]),
+    ("def k(X, Y, Z, N):\n"
+     "    i = tl.arange(0, 8)\n"
+     "    tl.store(Y + i * N, tl.load(X + i))\n"
+     "    tl.atomic_add(Z + N + i, 1.0)\n", ["Y", "Z"]),
+    ("def k(X, Out, M, N):\n"
+     "    desc = tl.make_tensor_descriptor(Out, shape=[M, N], strides=[N, 1], block_shape=[8, 8])\n"
+     "    desc.store([0, 0], tl.load(X + tl.arange(0, 8)[:, None] * N + tl.arange(0, 8)[None, :]))\n", []),
+    # (a descriptor's stores stop at the shape it was made with: no extent to check)
+])
+def test_written_bases_are_the_pointers_stores_start_from(body, bases):
+    from syncopy.frontend.infer import written_bases
+
+    assert written_bases(_kernel("@triton.jit\n" + body, name="k")) == bases

@@ -43,10 +43,14 @@ def test_loadable_file_ends_with_the_probe_and_the_manifest(fused_file):
     tail = text[len(plain):]
     assert tail.startswith("\n\n@triton.jit\ndef matmul_kernel__syncopy_probe(")
     assert "\n\n\n# syncopy: what syncopy.load needs to launch matmul_kernel (written by syncopy transform --loadable; do not edit)\n" in tail
+    assert "\n\n@triton.jit\ndef matmul_kernel__syncopy_extent_c_ptr(" in tail  # the output's store-address probe
     m = _manifest(fused_file)
     assert m == {"syncopy": syncopy.__version__, "kernel": "matmul_kernel", "schedule": m["schedule"],
                  "probe": "matmul_kernel__syncopy_probe", "persistent": None, "fresh_probe": False, "checked": False,
-                 "descriptors": False, "clamped": False}
+                 "descriptors": False, "clamped": False,
+                 # what the launch checks without the frontend: the shard's stride arguments, the output's extent
+                 "scales": {"a_ptr": ["stride_ak", "stride_am"]}, "written": ["c_ptr"],
+                 "extents": {"c_ptr": ["matmul_kernel__syncopy_extent_c_ptr", False]}}
     assert "SYNCOPY_MANIFEST_" not in plain
 
 
@@ -57,6 +61,10 @@ def test_load_makes_the_decorators_operator(fused_file):
     assert fused.tuning is not None and not fused.tuning.can_time  # the file has no local kernel to time configs on
     t = fused.build()
     assert (t.persistent, t.fresh_probe, t.checked, t.source.path) == (None, False, False, str(fused_file))
+    # The checks the decorated launch makes through the frontend, from the manifest: stride arguments, extents.
+    assert (t.binding.tensor, t.binding.scales) == ("a_ptr", ("stride_ak", "stride_am"))
+    assert fused.kernel.written() == ["c_ptr"] and fused.kernel.extent_probe("c_ptr")[0].fn.__name__ == \
+        "matmul_kernel__syncopy_extent_c_ptr"
     with pytest.raises(LaunchError, match=r"^'matmul_kernel' comes from syncopy.load: its file holds the fused kernel only"):
         fused.reference[(1,)]()
 

@@ -1,6 +1,7 @@
 """What the CLI writes can be run (issue 13, item 9): Triton's tutorial matmul, transformed at "build
 time" by `syncopy transform --loadable`, launched on CPU worlds through `syncopy.load` with libcst
-made unimportable in every rank; slow link, poisoned receive buffers, two launches, against torch."""
+made unimportable in every rank; slow link, poisoned receive buffers, two launches, against torch; an
+output too small for the grid refused from the extent probe the file carries."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -28,3 +29,6 @@ def test_a_transformed_file_runs_through_load_without_libcst(tmp_path, world, ro
         assert "failure" not in r, f"rank {rank}:\n{r['failure']}"
         assert not r["libcst"], rank
         assert len(r["errors"]) == aw.LAUNCHES and worst(r["errors"]) <= 1e-2, (rank, r["errors"])
+        m = world * rows
+        assert r["short"] == (f"launch of 'matmul_kernel': the grid writes rows up to {m - 1} of 'c_ptr', which has {m - 1} rows; "
+                              f"give 'c_ptr' at least {m} rows, or a grid and bounds that write {m - 1}"), (rank, r["short"])

@@ -90,8 +90,8 @@ class Kernel:
         """The kernel's parameters it stores into through pointers computed from them (frontend/infer.py,
         written_pointers), found once; none for a kernel from syncopy.load (no local kernel to read)."""
         with self._lock:
-            if self._written is None and self.op.loaded:
-                self._written = []  # no frontend (libcst) where a transformed file is loaded
+            if self._written is None and self.op.loaded:  # no frontend (libcst) where a transformed file is loaded:
+                self._written = list(self._built.transformed.written)  # what `transform --loadable` found
             elif self._written is None:
                 from syncopy.frontend import infer
                 from syncopy.frontend.source import from_jit
@@ -105,6 +105,8 @@ class Kernel:
         program writes (TileOrders.check_extents). Built once per output; None where inference cannot
         bound its stores (its extent then goes unchecked)."""
         with self._lock:
+            if output not in self._extent_probes and self.op.loaded:  # written into the file by `transform --loadable`
+                self._extent_probes[output] = self._built.transformed.extents.get(output)
             if output not in self._extent_probes:
                 self._extent_probes[output] = self._build_extent_probe(output)
         return self._extent_probes[output]

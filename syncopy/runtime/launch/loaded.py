@@ -47,6 +47,8 @@ class _Group:
 class _Binding:
     descriptors: bool
     groups: list = field(default_factory=list)
+    tensor: str = ""
+    scales: tuple = ()  # the stride arguments of the tensor (Binder.check_strides)
 
 
 @dataclass
@@ -58,6 +60,9 @@ class LoadedTransform:
     persistent: _Loop | None
     fresh_probe: bool
     checked: bool
+    others: list = field(default_factory=list)  # the other listed tensors' bindings (their stride arguments)
+    written: list = field(default_factory=list)  # the outputs whose extents the runtime checks
+    extents: dict = field(default_factory=dict)  # output -> (its store-address probe, descriptors)
 
 
 def _module(path: Path):
@@ -100,9 +105,15 @@ def open_file(path, schedule) -> tuple[object, object | None, LoadedTransform]:
     if m["schedule"] != schedule_digest(schedule):
         raise LaunchError(f"{path}: kernel '{m['kernel']}' was transformed for another schedule; load it with the schedule "
                           "`syncopy transform` was given, or transform it again for this one")
+    scales = m.get("scales", {})
+    first = next(iter(scales), schedule.tensors[0])
     t = LoadedTransform(source=_Path(str(path)),
-                        binding=_Binding(m["descriptors"], [_Group([_Access(True)])] if m["clamped"] else []),
+                        binding=_Binding(m["descriptors"], [_Group([_Access(True)])] if m["clamped"] else [], first,
+                                         tuple(scales.get(first, ()))),
                         persistent=_Loop(m["persistent"]["remap"]) if m["persistent"] is not None else None,
-                        fresh_probe=m["fresh_probe"], checked=m["checked"])
+                        fresh_probe=m["fresh_probe"], checked=m["checked"],
+                        others=[_Binding(False, [], name, tuple(names)) for name, names in scales.items() if name != first],
+                        written=list(m.get("written", [])),
+                        extents={out: (getattr(module, name), descriptors) for out, (name, descriptors) in m.get("extents", {}).items()})
     probe = getattr(module, m["probe"]) if m["probe"] else None
     return getattr(module, m["kernel"]), probe, t

@@ -89,9 +89,9 @@ class TileOrders:
             key = (*key, ctx.plan.recv_splits)
         # A producer whose write rows come from loaded data is probed at every launch (on GPUs the
         # probe's answer is read back: a host sync that only such kernels pay).
+        self.check_extents_once(ctx, key, grid, args)
         if key in ctx.orders and not t.fresh_probe:
             return ctx.orders[key]
-        self.check_extents(grid, args)
         ranges: list[tuple[int, int]] = [(0, -1)] * n
         written = None
         if probe is not None:
@@ -120,6 +120,15 @@ class TileOrders:
         order = torch.tensor(records + table, dtype=torch.int32, device=ctx.buffer.device)
         ctx.orders[key] = Order(order, ranges, [table[s] for s in slots])
         return ctx.orders[key]
+
+    def check_extents_once(self, ctx: Context, key: tuple, grid, args: dict) -> None:
+        """check_extents, once per launch shape and outputs: their shapes and strides are no part of
+        the launch shape (a cached tile order), so a launch with a smaller output is checked again."""
+        outputs = tuple((name, tuple(v.shape), tuple(v.stride())) for name in self.op.kernel.written()
+                        if isinstance(v := args.get(name), torch.Tensor))
+        if (key, outputs) not in ctx.extents_checked:
+            self.check_extents(grid, args)
+            ctx.extents_checked[(key, outputs)] = True
 
     def check_extents(self, grid, args: dict, world: int | None = None) -> None:
         """Refuse a grid that writes past the end of an output, before anything moves. Each output's
@@ -175,9 +184,9 @@ class TileOrders:
         key = self.shape_key(grid, args)
         if ctx.plan.uneven:  # chunks' rows change with each launch's split sizes
             key = (*key, ctx.plan.recv_splits)
+        self.check_extents_once(ctx, key, grid, args)
         if key in ctx.orders:
             return ctx.orders[key]
-        self.check_extents(grid, args)
         records = None
         if probe is not None:
             dummy = torch.zeros(3, dtype=torch.int32, device=ctx.buffer.device)

@@ -139,6 +139,9 @@ class Context:
         # Per launch shape (grid and scalar arguments): its tile order table, ranges and execution order.
         self.orders: dict[tuple, tuple[torch.Tensor, list[tuple[int, int]], list[int]]] = Recent(MAX_LAUNCH_SHAPES)
         self.prepared: dict[tuple, bool] = Recent(MAX_LAUNCH_SHAPES)  # launch shapes compiled and met (TileOrders.prepared)
+        # (launch shape, the outputs' shapes and strides) whose extents were checked (TileOrders.check_extents_once):
+        # an output is no part of the launch shape, and a smaller one under a cached order is checked again.
+        self.extents_checked: dict[tuple, bool] = Recent(MAX_LAUNCH_SHAPES)
         self.broken: str | None = None
         # Set by the launcher: the schedule as lowered (auto resolved) and the planner's choice, if any.
         self.schedule = None
