@@ -106,17 +106,20 @@ def run_softmax_num_stages(rank: int, world: int, rows: int) -> dict:
         return {"errors": [], "failure": traceback.format_exc()}
 
 
-def run_pruned_row_sums(rank: int, world: int, rows: int) -> dict:
+def run_pruned_row_sums(rank: int, world: int, rows: int, instant: bool = False) -> dict:
     """An autotuner whose prune_configs_by drops config 0 for K = 24 (tests/kernels/autotuned.py): the
-    fused kernel and its reference both run the kept config, three launches of new data, fp32."""
+    fused kernel and its reference both run the kept config, three launches of new data, fp32; on the
+    harness's slow reordering link with poisoned buffers, or (`instant`) an instant link without."""
     import torch
 
     import syncopy
+    from syncopy.runtime.transport.link import Link
     from tests.kernels import autotuned
 
     try:
+        link = {"link": Link()} if instant else {}
         fused = syncopy.overlap({"pattern": "all_gather", "tensor": "X", "dim": 0, "chunks_per_rank": 2},
-                                poison_receive=True)(autotuned.row_sums_whole_blocks)
+                                poison_receive=not instant, **link)(autotuned.row_sums_whole_blocks)
         errors, reference = [], []
         for launch in range(3):
             torch.manual_seed(100 * launch + rank)

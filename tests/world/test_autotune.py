@@ -16,7 +16,8 @@ TOL = {"fp16": 1e-2, "fp32": 1e-4}
 # The default config's run sets nothing process-wide: a job of the shared world of 2 (tests/world/shared.py,
 # a spawn of its own cost seconds); the world-3 cases below set the config and an import hook, so they spawn.
 shared.register(__name__, 2, {"tutorial matmul": (f"{aw.__name__}:run_tutorial_matmul", (20, None)),
-                              "pruned row sums": (f"{aw.__name__}:run_pruned_row_sums", (10,))})
+                              "pruned row sums": (f"{aw.__name__}:run_pruned_row_sums", (10,)),
+                              "pruned row sums, instant": (f"{aw.__name__}:run_pruned_row_sums", (10, True))})
 
 
 def _check(results: list[dict], tol: float) -> None:
@@ -68,6 +69,7 @@ def _check_pruned(results: list[dict]) -> None:
 @pytest.mark.world
 def test_the_interpreter_runs_a_config_pruning_leaves_world2():
     _check_pruned(shared.results(__name__, 2, "pruned row sums"))
+    _check_pruned(shared.results(__name__, 2, "pruned row sums, instant"))
 
 
 @pytest.mark.world
