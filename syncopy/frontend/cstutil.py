@@ -146,10 +146,20 @@ def same_expression(a: str, b: str) -> bool:
     return ast.dump(ast.parse(a, mode="eval")) == ast.dump(ast.parse(b, mode="eval"))
 
 
+def code(module: cst.Module, node: cst.CSTNode) -> str:
+    """`node`'s source text, parseable on its own: an expression written over several lines inside a
+    call's parentheses (`mask=a &\n b`, as yapf and black wrap them) is wrapped in parentheses, which
+    keep it one expression wherever the text goes (a wait's argument, a parse of its own)."""
+    text = module.code_for_node(node)
+    if "\n" in text and isinstance(node, cst.BaseExpression):
+        return f"({text})"
+    return text
+
+
 def substitute(module: cst.Module, expr: cst.BaseExpression, env: dict[str, str]) -> str:
     if not env:
-        return module.code_for_node(expr)
-    return module.code_for_node(expr.visit(Substitute(env)))
+        return code(module, expr)
+    return code(module, expr.visit(Substitute(env)))
 
 
 def spread(body: cst.CSTNode, names: set[str], taints) -> set[str]:

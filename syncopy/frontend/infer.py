@@ -75,6 +75,9 @@ class ReadGroup:
     # at that loop's first and second iterations, valid before the loop (the loop may then run its
     # iterations in chunk-arrival order, passes/loop_order.py).
     rows_at: tuple[str, str] | None = None
+    # Where in the text the group's first read is, (line, column): which listed tensor the kernel reads
+    # first (passes/pipeline.py, _read_first) goes by it, whatever the formatting.
+    at: tuple[int, int] = (0, 0)
 
 
 @dataclass
@@ -772,7 +775,7 @@ def _conjuncts(node: cst.BaseExpression) -> list[cst.BaseExpression]:
 
 
 def _code(node: cst.CSTNode) -> str:
-    return cst.Module(body=[]).code_for_node(node)
+    return cu.code(cst.Module(body=[]), node)
 
 
 def _corners(pointer: str, mask: str | None, levels: list[str], dim: int, desc) -> list[Access]:
@@ -1340,7 +1343,8 @@ def _infer(ks: KernelSource, tensor: str, dim: int, rows: str | None, writes: bo
         # A read of rows already waited for needs no second wait; every write counts, because the
         # announcement must follow the last one.
         if accesses and (writes or not _covered([g for g in binding.groups if not g.inner and not g.nested], accesses, body, index)):
-            binding.groups.append(ReadGroup(index, accesses, ks.location(reads[0][0]).line))
+            first = ks.location(reads[0][0])
+            binding.groups.append(ReadGroup(index, accesses, first.line, at=(first.line, first.col)))
         binding.groups += [_fallback_group(ks, index, stmt, *f) for f in fallbacks]
         before |= cu.assigned_in(stmt)
     if not binding.groups and writes:

@@ -34,7 +34,10 @@ class KernelSource:
         return SourceLocation(self.path, pos.start.line + self.line_offset, pos.start.column + 1)
 
     def code(self, node: cst.CSTNode) -> str:
-        return self.module.code_for_node(node)
+        """A node's text; an expression over several lines comes parenthesized (cstutil.code)."""
+        from syncopy.frontend.cstutil import code
+
+        return code(self.module, node)
 
     @property
     def params(self) -> list[str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from syncopy.errors import KernelError
+from syncopy.errors import KernelError, SyncopyError
 from syncopy.frontend import infer as inference
 from syncopy.frontend import persistent as persistent_flow
 from syncopy.frontend import scope
@@ -17,7 +17,21 @@ from syncopy.schedule.model import IMPLEMENTED_PATTERNS, PRODUCER_PATTERNS, Sche
 
 
 def transform(ks: KernelSource, schedule: Schedule) -> Transformed:
-    """Run the passes for `schedule` on the kernel in `ks`."""
+    """Run the passes for `schedule` on the kernel in `ks`. A failure that is no refusal of the
+    kernel (a SyncopyError) is syncopy's own: one located line saying so and how to report it."""
+    try:
+        return _transform(ks, schedule)
+    except SyncopyError:
+        raise
+    except Exception as exc:  # an internal failure: never a traceback out of syncopy's own code for a user
+        what = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise KernelError(f"internal error in syncopy while transforming '{ks.name}' ({type(exc).__name__}"
+                          f"{': ' + what if what else ''}); this is syncopy's fault, not your kernel's: please report it "
+                          "with the kernel file and the schedule (`syncopy transform ... --dump-dir DIR` shows how far it got)",
+                          ks.location(ks.func)) from exc
+
+
+def _transform(ks: KernelSource, schedule: Schedule) -> Transformed:
     if schedule.pattern not in IMPLEMENTED_PATTERNS:
         raise KernelError(
             f"pattern '{schedule.pattern}' is not implemented yet (implemented: {', '.join(IMPLEMENTED_PATTERNS)}); "
@@ -104,11 +118,12 @@ def _read_first(main: inference.TensorBinding, others: list[inference.TensorBind
         -> tuple[inference.TensorBinding, list[inference.TensorBinding]]:
     """The listed tensor the kernel reads first, and the others: the first one's first wait starts the
     tile and is the one the tile order table stands for, whatever the order of the list (each wait
-    keeps its own context block, so the list order says only which block is whose). Tensors first
-    read in one statement, on one line, go by name: the kernel is the same for every order."""
+    keeps its own context block, so the list order says only which block is whose). Within one
+    statement, the read written first (line, then column: the same however the statement is wrapped);
+    the kernel is the same for every order of the list."""
     if not others:
         return main, others
-    ordered = sorted((main, *others), key=lambda b: (b.groups[0].stmt_index, b.groups[0].line, b.tensor))
+    ordered = sorted((main, *others), key=lambda b: (b.groups[0].stmt_index, b.groups[0].at, b.groups[0].line, b.tensor))
     return ordered[0], ordered[1:]
 
 

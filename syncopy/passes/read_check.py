@@ -74,7 +74,9 @@ class _Helper:
 
 
 def _code(node: cst.CSTNode) -> str:
-    return cst.Module(body=[]).code_for_node(node)
+    from syncopy.frontend.cstutil import code
+
+    return code(cst.Module(body=[]), node)
 
 
 class _Finder:
