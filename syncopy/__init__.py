@@ -9,6 +9,7 @@ from syncopy.errors import (
     ScheduleError,
     SyncopyCorruptChunk,
     SyncopyError,
+    SyncopyFallbackWarning,
     SyncopyReadError,
     SyncopyTimeout,
 )
@@ -58,4 +59,5 @@ __all__ = [
     "SyncopyTimeout",
     "SyncopyCorruptChunk",
     "SyncopyReadError",
+    "SyncopyFallbackWarning",
 ]

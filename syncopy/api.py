@@ -99,7 +99,7 @@ class FusedKernel:
                  poison_receive: bool = False, dump_dir: str | Path | None = None,
                  one_shot_max_bytes: int = planning.ONE_SHOT_MAX_BYTES, hardware: str | None = None, workload=None,
                  checked: bool | None = None, _loaded: tuple | None = None, verify_chunks: bool = False,
-                 max_rows: int | None = None):
+                 max_rows: int | None = None, strict: bool = False):
         # An autotuned or heuristic kernel: fuse the @triton.jit function under the wrappers, and
         # play their part at each launch (runtime/launch/tuning.py).
         jit_fn, layers = tuning.unwrap(kernel)
@@ -125,6 +125,9 @@ class FusedKernel:
         self.verify_chunks = verify_chunks  # chunks travel with a checksum, checked as they land (gloo)
         self.dump_dir = dump_dir
         self.checked = checked  # None: $SYNCOPY_CHECKED decides, at the first launch (passes/read_check.py)
+        # A fallback that costs overlap (every chunk waited for, tiles in launch order): refused (strict),
+        # or said once as a SyncopyFallbackWarning at the first launch (syncopy/explain.py, report_fallbacks).
+        self.strict = strict
         self.signature = _user_signature(jit_fn.fn)
         if schedule.kernel is not None and schedule.kernel != jit_fn.fn.__name__:
             raise LaunchError(
@@ -283,7 +286,7 @@ def overlap(schedule, *, chunks_per_rank: int | str | None = None, order: str | 
             hardware: str | None = None, workload=None, backend: str = "auto", timeout_s: float = 60.0,
             link: Link | None = None, faults: Faults | None = None, trace: bool | str | os.PathLike = False, poison_receive: bool = False,
             dump_dir: str | Path | None = None, one_shot_max_bytes: int = planning.ONE_SHOT_MAX_BYTES,
-            checked: bool | None = None, verify_chunks: bool = False, max_rows: int | None = None):
+            checked: bool | None = None, verify_chunks: bool = False, max_rows: int | None = None, strict: bool = False):
     """Decorator factory: `overlap(schedule)(jit_fn) -> FusedKernel`.
 
     schedule: a path to a YAML/JSON file, a dict, or a `Schedule`.
@@ -307,6 +310,9 @@ def overlap(schedule, *, chunks_per_rank: int | str | None = None, order: str | 
     max_rows: rows per rank (of the communicated tensor, along `dim`) to provision the big buffer for:
     launches whose shapes vary (token counts) share one buffer made at that size, grown only when a
     launch needs more (gloo backend, CPU worlds; on GPUs each shape keeps its own buffer for now).
+    strict: a fallback that costs overlap (a tile that waits for every chunk, tiles kept in their
+    launch order: the analysis did not prove what overlap needs) is refused in one located line at
+    the first launch, instead of said once as a `syncopy.SyncopyFallbackWarning`.
 
     all_gather: pass the communicated argument as this rank's shard; the kernel sees the gathered
     tensor. reduce_scatter: pass it as this rank's shard of the result (rows / world); the kernel
@@ -323,7 +329,7 @@ def overlap(schedule, *, chunks_per_rank: int | str | None = None, order: str | 
         return FusedKernel(jit_fn, sched, backend=backend, timeout_s=timeout_s, link=link, faults=faults,
                            trace=trace, poison_receive=poison_receive, dump_dir=dump_dir, hardware=hardware,
                            workload=workload, one_shot_max_bytes=one_shot_max_bytes, checked=checked,
-                           verify_chunks=verify_chunks, max_rows=max_rows)
+                           verify_chunks=verify_chunks, max_rows=max_rows, strict=strict)
 
     return wrap
 

@@ -25,6 +25,10 @@ def _transform(args) -> int:
         raise SyncopyError(f"{args.output}: refusing to overwrite the input kernel; choose another -o path")
     ks = from_file(args.kernel, schedule.kernel)
     t = transform(ks, schedule)
+    if args.strict:
+        from syncopy.passes import notes
+
+        notes.report_fallbacks(t, strict=True)
     if args.checked:
         from syncopy.passes import read_check
 
@@ -528,6 +532,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--dump-dir", metavar="DIR", help="write each stage's artifact (kernel, binding, fused, probe) into DIR (created if missing)")
     t.add_argument("--checked", action="store_true", help="checked mode: every read of the communicated tensor checks that its "
                    "chunks arrived (every producer store, that its chunk was not announced yet), naming its line if not")
+    t.add_argument("--strict", action="store_true", help="refuse (exit 2, one located line) a fallback that costs overlap: a "
+                   "tile that waits for every chunk, tiles kept in their launch order (`syncopy explain` lists them)")
     t.add_argument("--loadable", action="store_true", help="also write the probe kernel and the manifest that "
                    "syncopy.load(OUT, schedule) needs to launch the file without the frontend (libcst)")
     t.set_defaults(run=_transform)

@@ -130,3 +130,9 @@ __all__ = [
     "SyncopyCorruptChunk",
     "SyncopyReadError",
 ]
+
+
+class SyncopyFallbackWarning(UserWarning):
+    """A rewrite that overlap needs was not proven, and the kernel fell back to what costs overlap: a
+    tile waits for every chunk, or tiles keep their launch order. Said once per operator, at its first
+    launch, with the kernel's line and why; `strict=True` (`syncopy transform --strict`) refuses it instead."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from syncopy.passes.notes import kernel_notes  # noqa: F401 (syncopy explain KERNEL.py lists them)
 from syncopy.runtime.state.instructions import Graph, Stage, all_gather, pipeline, reduce
 
 
@@ -54,27 +55,3 @@ def _tp_mlp(g: Graph, t, shape, chunks, order, world: int, rank: int) -> None:
     stages = [Stage(up.kernel, planning.all_gather(up, rank, world, rows), up.tensor),
               Stage(down.kernel, planning.reduce(down, rank, world, rows), down.tensor)]
     pipeline(g, stages, [(0, 1, f"{up.kernel}.C", k)])
-
-
-def kernel_notes(t) -> list[tuple[int | None, str]]:
-    """(line of the user's file, comment) for every distinct `# syncopy:` comment of transformed
-    kernel `t` (passes/transformed.py), in source order. The line is that of the first user line the
-    comment stands before (the passes keep every user line as it was); None where none follows."""
-    ks = t.source
-    user = ks.module.code.splitlines()
-    at = ks.location(ks.func.body).line - ks.line_offset - 1  # module lines are matched in order from the body on
-    fused = t.code().splitlines()
-    out: list[tuple[int | None, str]] = []
-    for i, line in enumerate(fused):
-        text = line.strip()
-        if not text.startswith("# syncopy:") or any(text[2:] == seen for _, seen in out):
-            continue
-        where = None
-        for later in fused[i + 1:]:
-            if later.strip() and not later.strip().startswith("#"):
-                hit = next((j for j in range(at, len(user)) if user[j] == later), None)
-                if hit is not None:
-                    where, at = hit + 1 + ks.line_offset, hit
-                    break
-        out.append((where, text[2:]))
-    return out

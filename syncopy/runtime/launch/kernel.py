@@ -61,6 +61,9 @@ class Kernel:
 
                     ks = link.apply(ks, **op.link_roles)
                 t = transform(ks, op.schedule)
+                from syncopy.passes import notes
+
+                notes.report_fallbacks(t, getattr(op, "strict", False))  # once per operator: this build
                 if op.checked if op.checked is not None else read_check.enabled_by_env():
                     t = read_check.apply(t)
                 fused, probe, path = emit.load(t, op.local.fn.__globals__)
