@@ -7,8 +7,9 @@ they claim to see.
 
 Each mutant is one textual change to one file of `syncopy/` (the text must occur exactly once, so a
 mutant cannot rot silently: tests/unit/test_mutants.py checks that on every `make test`). It is
-applied to a copy of the repository in a temporary folder, where the tests it names run (`-x`, the
-first failure is enough); the mutant is killed when they fail, and survives when they pass. `make
+applied to a copy of the repository in a temporary folder, where the tests it names (files, or
+pytest node ids `file::test[id]` to run a fast part) run (`-x`, the first failure is enough); the
+mutant is killed when they fail, and survives when they pass. `make
 mutants` runs them all (CI runs it before `make test`).
 """
 from __future__ import annotations
@@ -28,6 +29,12 @@ COPIED = ("syncopy", "tests", "templates", "pyproject.toml", "setup.py")
 
 CONSUMER_TESTS = ("tests/world/test_all_gather.py",)
 PRODUCER_TESTS = ("tests/world/test_reduce.py",)
+#: A test node id: one world-2 case of test_listed_tensors.py (the slow link, poisoned buffers, checked
+#: mode), dequant_rows in both orders of its list: listed [Q, S], S (read first) is the one that loses its
+#: waits. Checked mode raises SyncopyReadError naming S's line on the first launch that reads it early;
+#: the shared world of 2 runs this file's jobs only (their first, swiglu_fwd listed [B, A], fails the same
+#: way, and a rank that raised goes on while its peer does not: the world ends with a rank gone). 20-30 s.
+LISTED_TESTS = ("tests/world/test_listed_tensors.py::test_every_order_of_the_list_is_right[2-dequant_rows-slow]",)
 
 
 @dataclass(frozen=True)
@@ -61,6 +68,10 @@ MUTANTS = (
            "        elif data is not view:\n            view.copy_(data)\n        self.ctx.land(chunk)",
            "        elif data is not view:\n            view.copy_(data)\n        if self.ctx.epoch >= 2 and view.is_floating_point():\n"
            "            view.fill_(float('nan'))\n        self.ctx.land(chunk)", CONSUMER_TESTS),
+    Mutant("drop-listed-wait", "with several listed tensors (`tensor: [A, B]`) only the first listed waits: B's waits are dropped",
+           "syncopy/passes/consumer_wait.py",
+           "    bindings = (binding, *others)\n",
+           "    bindings = tuple(b for b in (binding, *others) if b.ctx == names.CTX)\n", LISTED_TESTS),
 )
 
 

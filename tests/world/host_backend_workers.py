@@ -62,11 +62,23 @@ def _launch_ag_gemm(fused, rank: int, world: int, shape: tuple[int, int, int]) -
 
 
 def run_templates(rank: int, world: int, cases: list[dict]) -> list[dict]:
-    """Each case: a template run `launches` times through its backend (buffers NaN-poisoned), vs its torch reference."""
+    """Each case: a template run `launches` times through its backend (buffers NaN-poisoned), vs its
+    torch reference; per launch, what its protocol found and left (tests/world/precondition_backends.py)."""
+    from tests.world import precondition_backends
+
+    records, stop = precondition_backends.protocol_records()
+    try:
+        return _run_templates(rank, world, cases, records)
+    finally:
+        stop()  # the world's next jobs find the backends as they were
+
+
+def _run_templates(rank: int, world: int, cases: list[dict], records: list[dict]) -> list[dict]:
     import torch
 
     from syncopy import templates
     from syncopy.runtime.transport.backends.p2p import HostMemory
+    from tests.world.precondition_backends import settle
 
     _use_host_backends()
     # Host-side handshakes per launch, counted from the second launch on.
@@ -80,11 +92,14 @@ def run_templates(rank: int, world: int, cases: list[dict]) -> list[dict]:
         fused = t.fused(chunks_per_rank=case["chunks"], order=case["order"], backend=case["backend"], poison_receive=True,
                         timeout_s=60)
         worst = 0.0
+        protocol = []
         for it in range(case.get("launches", 2)):
             if it == 1:
                 host_handshakes[0] = 0
             inp = mod.inputs(rank, world, tuple(case["shape"]), torch.float32, seed=it)
+            before = len(records)
             got = mod.launch(fused, **inp)
+            protocol.append([settle(r) for r in records[before:]])
             ref = mod.reference(**inp)
             diff = torch.nan_to_num((got.float() - ref.float()).abs(), nan=float("inf"))
             worst = max(worst, float(diff.max()) / max(1.0, float(ref.float().abs().max())))
@@ -92,7 +107,7 @@ def run_templates(rank: int, world: int, cases: list[dict]) -> list[dict]:
         shared = any(getattr(b, "shared_device", False) for _, b in fused.contexts.table.values())
         handshake = {type(getattr(b, "handshake", None)).__name__ for _, b in fused.contexts.table.values()}
         out.append({**case, "worst": worst, "tolerance": mod.TOLERANCE[torch.float32], "backend": backend, "shared_device": shared,
-                    "handshake": handshake, "warm_host_handshakes": host_handshakes[0],
+                    "handshake": handshake, "warm_host_handshakes": host_handshakes[0], "protocol": protocol,
                     "epochs": [ctx.epoch for ctx, _ in fused.contexts.table.values()]})
     return out
 

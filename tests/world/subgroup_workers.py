@@ -8,6 +8,8 @@ and torch.no_grad() with new shapes on every backend, inputs that require grad.
 
 Every launch gets new data and NaN-poisoned receive buffers over a slow emulated link; every result
 is compared with the torch reference on the same group. Shapes are tiny (the interpreter is slow).
+The group launches of world 4 go over a holding link (HOLD) and report what it saw: that every chunk
+of a peer in the group landed while a tile waited for it is asserted, not assumed (issue 26).
 """
 from __future__ import annotations
 
@@ -17,7 +19,11 @@ from tests.oracles import worst
 ROWS, COLS = 8, 16  # rows of A per rank; N = K of ag_gemm
 META = dict(BLOCK_M=8, BLOCK_N=16, BLOCK_K=16, GROUP_M=1)
 RS_META = dict(BLOCK_M=8, BLOCK_N=16, BLOCK_K=16)
-LINK = Link(latency_s=0.01)  # chunks land after the first tiles started
+LINK = Link(latency_s=0.01)  # a slow link: chunks take 10 ms each
+# The group launches' link (runtime/transport/link.py, Hold): each remote chunk stays out of the buffer,
+# its flag down, until a program of the kernel was seen polling that flag (or 3 s, far above a tile's
+# time, with none polling): so it lands after the tiles that read it started, and the link says so.
+HOLD = Link(latency_s=0.01, hold_until_waited=True, hold_s=3.0)
 CONTIGUOUS, STRIDED = [[0, 1], [2, 3]], [[0, 2], [1, 3]]
 
 
@@ -40,6 +46,23 @@ def _ag(fused, group, seed: int, rows: int = ROWS, meta=META) -> float:
     b = torch.randn(COLS, COLS, generator=torch.Generator().manual_seed(seed * 100 + 99 + _first(group)))
     c = mod.launch(fused, a, b, group=group, **meta)
     return float((c - mod.reference(a, b, group=group)).abs().max())
+
+
+def _held(fn, group) -> dict:
+    """`_outcome(fn)` for a launch over HOLD on `group`, with what the link saw: "remote" (the group's
+    chunks of the other ranks: every one is read, ag_gemm's tiles cover every row), "waited" (landed
+    once a program polled its flag) and "unwaited" (released at the bound, no program polling)."""
+    import torch.distributed as dist
+
+    from syncopy.runtime.transport.link import Hold
+
+    before = len(Hold.records)
+    out = _outcome(fn)
+    held = Hold.records[before:]
+    me, size = dist.get_rank(group), dist.get_world_size(group)
+    out.update(remote=[g for g in range(2 * size) if g // 2 != me], waited=sorted(g for r in held for g in r["waited"]),
+               unwaited=sorted(g for r in held for g in r["unwaited"]))
+    return out
 
 
 def _rs(fused, group, seed: int, rows: int = 2 * ROWS) -> float:
@@ -76,11 +99,11 @@ def run_subgroups(rank: int, world: int) -> dict:
     from syncopy import templates
 
     out: dict = {}
-    ag = templates.get("ag_gemm").fused(chunks_per_rank=2, poison_receive=True, link=LINK, timeout_s=20)
+    ag = templates.get("ag_gemm").fused(chunks_per_rank=2, poison_receive=True, link=HOLD, timeout_s=20)
     # A group's first launch (its internal groups are made here) while the other ranks all-reduce.
     busy = _groups(CONTIGUOUS)
     if rank in (0, 1):
-        out["while_others_reduce"] = [_outcome(lambda s=s: _ag(ag, busy, seed=s)) for s in (1, 2)]
+        out["while_others_reduce"] = [_held(lambda s=s: _ag(ag, busy, seed=s), busy) for s in (1, 2)]
     else:
         import torch
 
@@ -90,10 +113,10 @@ def run_subgroups(rank: int, world: int) -> dict:
         out["their_all_reduce"] = float(x[0])
     contiguous, strided = _groups(CONTIGUOUS), _groups(STRIDED)
     # Both groups of a layout at once, on the same operator, the same shapes: only their own data meets.
-    out["contiguous"] = [_outcome(lambda s=s: _ag(ag, contiguous, seed=s)) for s in (3, 4)]
-    out["strided"] = [_outcome(lambda s=s: _ag(ag, strided, seed=s)) for s in (5, 6)]
-    out["world"] = [_outcome(lambda s=s: _ag(ag, None, seed=s)) for s in (7, 8)]
-    out["strided_again"] = [_outcome(lambda s=s: _ag(ag, strided, seed=s)) for s in (9, 10)]
+    out["contiguous"] = [_held(lambda s=s: _ag(ag, contiguous, seed=s), contiguous) for s in (3, 4)]
+    out["strided"] = [_held(lambda s=s: _ag(ag, strided, seed=s), strided) for s in (5, 6)]
+    out["world"] = [_held(lambda s=s: _ag(ag, None, seed=s), None) for s in (7, 8)]
+    out["strided_again"] = [_held(lambda s=s: _ag(ag, strided, seed=s), strided) for s in (9, 10)]
     # The template ops (one operator per process) and a producer template, on sub-groups.
     out["template_op"] = _outcome(lambda: _template_op(contiguous))
     rs = templates.get("gemm_rs").fused(chunks_per_rank=2, poison_receive=True, link=LINK, timeout_s=20)

@@ -1,7 +1,10 @@
-"""Issue 10, part A: consumer waits that missed rows, on CPU worlds with a slow jittery link (chunks
-land after the programs start) and NaN-poisoned receive buffers, two launches each with new data
-and new index tensors. Each kernel of tests/kernels/waits.py returned wrong numbers silently before
-(the case numbers are the issue's); every launch must now equal torch on the gathered tensor.
+"""Issue 10, part A: consumer waits that missed rows, on CPU worlds with a holding link (each remote
+chunk lands only once a program of the kernel was seen waiting for it: runtime/transport/link.py,
+Hold) and NaN-poisoned receive buffers, two launches each with new data and new index tensors. Each
+kernel of tests/kernels/waits.py returned wrong numbers silently before (the case numbers are the
+issue's); every launch must now equal torch on the gathered tensor. The premise, that every remote
+chunk a kernel reads arrived while a tile waited for it, is asserted from the link's records
+(issue 26), not assumed from a link's latency.
 """
 from __future__ import annotations
 
@@ -13,8 +16,15 @@ from tests.world import wait_workers as ww
 TOL = 1e-4
 
 
-def _case(kernel, chunks, rows, latency_s=0.04):
-    return dict(id=f"{kernel}-c{chunks}-r{rows}", kernel=kernel, chunks=chunks, rows=rows, latency_s=latency_s)
+def _case(kernel, chunks, rows, order="ring"):
+    return dict(id=f"{kernel}-c{chunks}-r{rows}", kernel=kernel, chunks=chunks, rows=rows, order=order)
+
+
+# Kernels whose tiles read chunks in an order drawn from each rank's own data (indices, a permutation)
+# take direct sends beyond 2 ranks: the holding link lands a relayed chunk only once the relaying rank's
+# tiles waited for it, so rank A waiting for a chunk B relays while B waits for one A relays would hold
+# both to the link's bound (and report them unwaited). Two ranks have nothing to relay.
+DIRECT = "local_first"
 
 
 CASES = {
@@ -41,19 +51,19 @@ CASES = {
         _case("ring_rows", 2, 5),
         _case("helper_block", 1, 5),
         _case("helper_pid", 2, 4),
-        _case("gather_rows", 2, 4),
-        _case("persistent_blocks", 1, 6),
+        _case("gather_rows", 2, 4, DIRECT),
+        _case("persistent_blocks", 1, 6, DIRECT),
         _case("prefetch_next", 2, 4),
         _case("swizzled_tiles", 1, 8),
         _case("stream_k", 1, 4),
     ],
     4: [
-        _case("gather_rows", 1, 3),
+        _case("gather_rows", 1, 3, DIRECT),
     ],
 }
 
 
-for _size in CASES:  # jobs of the shared worlds (tests/world/shared.py: checked mode, the slow link)
+for _size in CASES:  # jobs of the shared worlds (tests/world/shared.py: checked mode; the cases bring their holding link)
     shared.register(__name__, _size, {"cases": (f"{ww.__name__}:run_cases", (CASES[_size],))})
 
 
@@ -71,6 +81,24 @@ def test_every_read_is_waited_for_on_every_launch(world):
     assert not bad, "\n".join(bad)
     assert len(results[0]["errors"]) == ww.LAUNCHES * len(CASES[world])
     assert all(all(r["checked"]) and r["checked"] for r in results)  # the read checker was on: an unwaited read raises
+
+
+@pytest.mark.world
+@pytest.mark.parametrize("world", [2, 3, 4], ids=["world2", "world3", "world4"])
+def test_every_remote_chunk_a_kernel_reads_lands_while_a_tile_waits_for_it(world):
+    """The premise of the test above (issue 26): the numbers test the waits only if the rows arrived
+    after the tiles that read them started. The holding link releases a chunk once a program of the
+    kernel was seen polling its flag (down), or at its bound (3 s) with none polling: on every
+    launch of every kernel, each remote chunk the kernel reads was waited for, none was released
+    unpolled, so every read of a peer's rows met a flag that was down and a buffer that was poison."""
+    for rank, r in enumerate(_world(world)):
+        assert [h["label"] for h in r["held"]] == [label for label, _ in r["errors"]], (rank, r["problems"])
+        for h in r["held"]:
+            where = f"rank {rank} {h['label']}"
+            assert h["read"], f"{where}: the kernel reads no remote chunk, nothing to wait for"
+            assert h["waited"], f"{where}: no chunk was waited for: {h}"
+            assert set(h["read"]) <= set(h["waited"]), f"{where}: chunks read but never waited for: {h}"
+            assert not set(h["read"]) & set(h["unwaited"]), f"{where}: no program polled chunks it reads before the bound: {h}"
 
 
 @pytest.mark.world

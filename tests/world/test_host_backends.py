@@ -77,6 +77,19 @@ def test_backend_protocol_gives_the_reference_result(case):
             # words in the peers' pads), no host sync or barrier; ranks sharing a GPU still meet on
             # the host every launch.
             assert (r["warm_host_handshakes"] == 0) != bool(CASES[case].get("shared")), r
+        # Its premise (issue 26; tests/world/precondition_backends.py): what the kernel read came
+        # through the protocol in each launch. One protocol start per launch; a consumer's remote
+        # chunks were all poison with their flags down when it began, and flagged once the launch
+        # returned; a producer's output was all poison when its reduction began.
+        assert len(r["protocol"]) == r.get("launches", 2) and all(len(p) == 1 for p in r["protocol"]), r["protocol"]
+        for launch, (p,) in enumerate(r["protocol"], start=1):
+            where = f"rank {rank} launch {launch}: {p}"
+            if CASES[case]["template"] in CONSUMERS:
+                assert p["kind"] == "consumer" and p["remote"], where
+                assert p["pending"] == p["remote"], f"remote chunks not poison with their flags down when the protocol began: {where}"
+                assert p["landed"] == p["remote"], f"remote chunks never flagged: {where}"
+            else:
+                assert p["kind"] == "producer" and p["out_poisoned"], where
 
 
 @pytest.mark.world

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from tests.world.harness import spawn
-from tests.world import shared, workers
+from tests.world import precondition_reduce, shared, workers
 from tests.world.workers import once
 from tests.oracles import worst
 
@@ -31,15 +31,16 @@ CASES = {
 }
 
 
-# Jobs of the shared worlds (tests/world/shared.py: spawning costs seconds): the matrix, world 2's
-# overlap and descriptor runs. The lost contribution spawns its own world: its timeout breaks the group.
+# Jobs of the shared worlds (tests/world/shared.py: spawning costs seconds): the matrix (with the rows
+# each launch took), world 2's overlap and descriptor runs. The lost contribution spawns its own world:
+# its timeout breaks the group.
 for _size in CASES:
-    shared.register(__name__, _size, {"matrix": ("run_producer_matrix", (CASES[_size],))})
+    shared.register(__name__, _size, {"matrix": (f"{precondition_reduce.__name__}:run_producer_matrix", (CASES[_size],))})
 shared.register(__name__, 2, {"overlap": ("run_producer_overlap", (0.02,)), "descriptors": ("run_producer_descriptors", (64,))})
 
 
 def _matrix(world: int) -> list:
-    return shared.results(__name__, world, "matrix")
+    return [r["matrix"] for r in shared.results(__name__, world, "matrix")]
 
 
 def _name(case: dict) -> str:
@@ -59,6 +60,22 @@ def test_reduce_patterns_match_torch_on_every_rank(world):
                 assert r["shape"] == [m // world, n], "reduce_scatter returns this rank's rows"
             else:
                 assert r["shape"] == [m, n], "all_reduce returns the whole sum"
+
+
+@pytest.mark.world
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_every_chunk_of_the_matrix_was_taken_after_its_last_write(world):
+    """The premise of the test above (issue 26): each chunk is taken (its rows read to be sent or
+    reduced) when its flag rises, so a chunk announced before its last store would leave incomplete
+    and the numbers would show it. On every launch of every case, every chunk was taken, and the
+    rows taken equal the kernel's final rows (tests/world/precondition_reduce.py)."""
+    for rank, r in enumerate(shared.results(__name__, world, "matrix")):
+        launches = r["taken"]
+        assert len(launches) == 2 * len(CASES[world]), (rank, launches)
+        for k, t in enumerate(launches):
+            where = f"rank {rank}: {_name(CASES[world][k // 2])} launch {k % 2 + 1}"
+            assert t["taken"] == list(range(t["chunks"])), f"{where}: chunks never taken: {t}"
+            assert t["stale"] == [], f"{where}: chunks taken before their last write: {t['stale']}"
 
 
 @pytest.mark.world

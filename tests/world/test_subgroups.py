@@ -44,6 +44,21 @@ def test_groups_of_one_world_launch_one_operator_at_once(case):
 
 
 @pytest.mark.world
+@pytest.mark.parametrize("case", ["contiguous", "strided", "world", "strided_again", "while_others_reduce"])
+def test_every_chunk_of_a_group_launch_lands_while_a_tile_waits_for_it(case):
+    """The premise of the group launches' results (issue 26): the peers' chunks land late, after the
+    tiles that read them started, so the numbers test the waits. Asserted from the holding link's
+    records (subgroup_workers.HOLD), not a link's latency: on every launch every chunk of the
+    group's other ranks was released once a program polled its flag (down), none at the bound."""
+    ranks = _world4()
+    for rank, r in enumerate(ranks[:2] if case == "while_others_reduce" else ranks):
+        for launch, o in enumerate(r[case], start=1):
+            where = f"rank {rank} {case} launch {launch}"
+            assert o["remote"] and o["waited"] == o["remote"], (where, o)
+            assert o["unwaited"] == [], (where, o)
+
+
+@pytest.mark.world
 def test_a_group_launches_first_while_the_others_all_reduce():
     ranks = _world4()
     for r in ranks[:2]:
