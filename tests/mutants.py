@@ -25,16 +25,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-COPIED = ("syncopy", "tests", "templates", "pyproject.toml", "setup.py")
+COPIED = ("syncopy", "tests", "templates", "examples", "pyproject.toml", "setup.py")
 
-CONSUMER_TESTS = ("tests/world/test_all_gather.py",)
+#: `syncopy verify` on the docs' example kernel (a world of 2, ~20 s), then the all-gather matrix.
+CONSUMER_TESTS = ("tests/world/test_verify.py::test_syncopy_verify_passes_the_examples_kernel_and_says_what_each_condition_saw",
+                  "tests/world/test_all_gather.py")
 PRODUCER_TESTS = ("tests/world/test_reduce.py",)
-#: A test node id: one world-2 case of test_listed_tensors.py (the slow link, poisoned buffers, checked
-#: mode), dequant_rows in both orders of its list: listed [Q, S], S (read first) is the one that loses its
-#: waits. Checked mode raises SyncopyReadError naming S's line on the first launch that reads it early;
-#: the shared world of 2 runs this file's jobs only (their first, swiglu_fwd listed [B, A], fails the same
-#: way, and a rank that raised goes on while its peer does not: the world ends with a rank gone). 20-30 s.
-LISTED_TESTS = ("tests/world/test_listed_tensors.py::test_every_order_of_the_list_is_right[2-dequant_rows-slow]",)
+#: The verifier (syncopy verify's engine, syncopy/verifier.py) on the kernels of the "Proven or as written"
+#: issue, each under reordered, held and checked conditions: a mutant that undoes a proof makes it report
+#: a difference (the rank, condition, launch, tensor, rows, chunk and first element). One shared world of 2, ~30-45 s.
+VERIFY_TESTS = ("tests/world/test_verify_sentinels.py",)
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,15 @@ MUTANTS = (
     Mutant("drop-listed-wait", "with several listed tensors (`tensor: [A, B]`) only the first listed waits: B's waits are dropped",
            "syncopy/passes/consumer_wait.py",
            "    bindings = (binding, *others)\n",
-           "    bindings = tuple(b for b in (binding, *others) if b.ctx == names.CTX)\n", LISTED_TESTS),
+           "    bindings = tuple(b for b in (binding, *others) if b.ctx == names.CTX)\n", VERIFY_TESTS),
+    Mutant("loop-order-unproven", "every loop that passes the structural checks runs in chunk-arrival order, its accumulators unproven",
+           "syncopy/passes/loop_order.py", "    return flow.problem()\n", "    return ''\n", VERIFY_TESTS),
+    Mutant("corners-without-affinity", "rows bounded at the loop's corners without the proof that they are affine in its counters",
+           "syncopy/frontend/infer.py", '        raise _Fallback("the rows read are not affine in the loop counter")\n',
+           "        pass\n", VERIFY_TESTS),
+    Mutant("autotune-unpruned", "the interpreter's autotune takes its config from the configs before prune_configs_by",
+           "syncopy/runtime/launch/tuning.py", "                configs = _pruned(tuner, timing(named))\n",
+           "                configs = tuner.configs\n", VERIFY_TESTS),
 )
 
 

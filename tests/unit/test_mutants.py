@@ -17,4 +17,4 @@ def test_the_list_names_every_mutant(capsys):
     listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
     assert listed == [m.name for m in mutants.MUTANTS]
     assert {"skip-a-wait", "wait-one-short", "announce-early", "flag-before-data", "nan-from-launch-2",
-            "drop-listed-wait"} <= set(listed)
+            "drop-listed-wait", "loop-order-unproven", "corners-without-affinity", "autotune-unpruned"} <= set(listed)
