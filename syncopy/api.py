@@ -57,6 +57,14 @@ def _require_jit(jit_fn) -> None:
     raise KernelError(f"@syncopy.overlap needs a @triton.jit kernel: put @triton.jit under @syncopy.overlap (got {got})", where)
 
 
+def _bound_as(jit_fn, name: str) -> bool:
+    """Whether `name` is the kernel's name in its module: `g = triton.jit(f)` makes kernel g of function f."""
+    import sys
+
+    module = sys.modules.get(getattr(jit_fn.fn, "__module__", None) or "")
+    return module is not None and getattr(module, name, None) is jit_fn
+
+
 def _check_max_rows(max_rows) -> None:
     if max_rows is not None and (isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1):
         raise LaunchError(f"max_rows must be a positive whole number of rows per rank (got {max_rows!r}); e.g. max_rows=4096, "
@@ -129,7 +137,7 @@ class FusedKernel:
         # or said once as a SyncopyFallbackWarning at the first launch (syncopy/explain.py, report_fallbacks).
         self.strict = strict
         self.signature = _user_signature(jit_fn.fn)
-        if schedule.kernel is not None and schedule.kernel != jit_fn.fn.__name__:
+        if schedule.kernel is not None and schedule.kernel != jit_fn.fn.__name__ and not _bound_as(jit_fn, schedule.kernel):
             raise LaunchError(
                 f"the schedule is for kernel '{schedule.kernel}' but decorates '{jit_fn.fn.__name__}'; "
                 "fix `kernel:` or drop it"

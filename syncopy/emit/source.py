@@ -161,7 +161,9 @@ def standalone_module(t: Transformed) -> str:
 def _only_jit_decorator(func: cst.FunctionDef) -> cst.FunctionDef:
     from syncopy.frontend.source import _is_jit
 
-    return func.with_changes(decorators=[d for d in func.decorators if _is_jit(d)], leading_lines=[])
+    jit = [d for d in func.decorators if _is_jit(d)]
+    # A function made a kernel by `g = triton.jit(f)`: decorated here, in the module that holds it alone.
+    return func.with_changes(decorators=jit or [cst.Decorator(decorator=cst.parse_expression("triton.jit"))], leading_lines=[])
 
 
 def _file_mode(path: Path) -> int:

@@ -55,8 +55,27 @@ def _is_jit(decorator: cst.Decorator) -> bool:
 
 
 def jit_functions(module: cst.Module) -> list[cst.FunctionDef]:
-    """Top-level functions decorated with @triton.jit (or @jit, @triton.jit(...)), in file order."""
-    return [s for s in module.body if isinstance(s, cst.FunctionDef) and any(_is_jit(d) for d in s.decorators)]
+    """Top-level functions decorated with @triton.jit (or @jit, @triton.jit(...)), or made kernels by a
+    module-level call (`g = triton.jit(f)`, as unsloth writes them), in file order."""
+    called = set(jit_assignments(module).values())
+    return [s for s in module.body if isinstance(s, cst.FunctionDef)
+            and (any(_is_jit(d) for d in s.decorators) or s.name.value in called)]
+
+
+def jit_assignments(module: cst.Module) -> dict[str, str]:
+    """{name bound: function} for module-level `name = triton.jit(function)` (or `jit(f)`, `triton.jit(f, ...)`)."""
+    out = {}
+    for stmt in module.body:
+        if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign)):
+            continue
+        assign = stmt.body[0]
+        call = assign.value
+        if len(assign.targets) != 1 or not isinstance(assign.targets[0].target, cst.Name) or not isinstance(call, cst.Call):
+            continue
+        if _is_jit(cst.Decorator(decorator=call.func)) and call.args and isinstance(call.args[0].value, cst.Name) \
+                and call.args[0].keyword is None:
+            out[assign.targets[0].target.value] = call.args[0].value.value
+    return out
 
 
 def parse(text: str, path: str) -> tuple[cst.Module, dict]:
@@ -89,6 +108,7 @@ def find_kernel(text: str, path: str, name: str | None, *, line_offset: int = 0)
             f"({', '.join(k.name.value for k in kernels) or 'none'}); add `kernel: NAME` to the schedule",
             SourceLocation(path, 1, 1),
         )
+    name = jit_assignments(module).get(name, name)  # `kernel: g` for `g = triton.jit(f)`: the function f
     for k in kernels:
         if k.name.value == name:
             return KernelSource(path, module, k, positions, line_offset)

@@ -419,3 +419,18 @@ def test_run_timeline_with_a_suffix_matplotlib_cannot_write_is_refused_before_an
     assert capsys.readouterr().err.strip() == f"--timeline {tmp_path / 't.txt'}: write the picture as .png, .svg or .pdf"
     assert main(["run", "ag_gemm", "--world", "2", "--trace", str(tmp_path / "missing" / "t.json")]) == 2
     assert "--trace" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["copy_rows", "_copy_rows"])
+def test_a_kernel_made_by_triton_jit_of_a_function_transforms(name, tmp_path, capsys):
+    """`copy_rows = triton.jit(_copy_rows)`: the schedule may name the kernel or its function; the
+    function is rewritten in place and the module-level call left as it was."""
+    from pathlib import Path
+
+    kernel = Path(__file__).parents[1] / "kernels" / "assigned_jit.py"
+    schedule = tmp_path / "s.yaml"
+    schedule.write_text(f"kernel: {name}\npattern: all_gather\ntensor: X\ndim: 0\nchunks_per_rank: 2\n")
+    assert main(["transform", str(kernel), "-s", str(schedule)]) == 0
+    out = capsys.readouterr().out
+    assert "def _copy_rows(X, Y, M, N: tl.constexpr, BR: tl.constexpr, syncopy_ctx," in out
+    assert out.rstrip().endswith("copy_rows = triton.jit(_copy_rows)") and "@triton.jit" not in out

@@ -30,7 +30,8 @@ LISTED = [(k, order) for k, (names, _) in sorted(listed_workers.CASES.items()) f
 TEMPLATES = ["a2a_gemm", "ag_attention", "ag_gemm", "ag_gemm_persistent", "ag_rmsnorm", "gemm_ar", "gemm_rs", "tp_mlp"]
 
 shared.register(__name__, 2, {"golden": (f"{vw.__name__}:run_golden", (GOLDEN,)),
-                              "templates": (f"{vw.__name__}:run_templates", (TEMPLATES,))})
+                              "templates": (f"{vw.__name__}:run_templates", (TEMPLATES,)),
+                              "assigned jit": (f"{vw.__name__}:run_assigned_jit", ())})
 shared.register(__name__, 3, {"listed": (f"{vw.__name__}:run_listed", (LISTED,))})
 
 
@@ -72,6 +73,12 @@ def test_every_template_agrees_with_torch_under_every_condition():
 
     assert sorted(templates.available()) == TEMPLATES  # a new template is verified too
     _check(shared.results(__name__, 2, "templates"), TEMPLATES, lambda name: name in ("gemm_rs", "gemm_ar"))
+
+
+@pytest.mark.world
+def test_a_kernel_made_by_triton_jit_of_a_function_is_found_under_either_name():
+    """`copy_rows = triton.jit(_copy_rows)` (issue 31, item 8): found and fused like a decorated kernel."""
+    _check(shared.results(__name__, 2, "assigned jit"), ["copy_rows", "_copy_rows"])
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:

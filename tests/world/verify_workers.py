@@ -166,3 +166,23 @@ def run_pruned_autotune(rank: int, world: int) -> dict:
     sched = {"pattern": "all_gather", "tensor": "X", "dim": 0, "chunks_per_rank": 2}
     return {"row_sums_whole_blocks": _summary(verifier.check_in_world(autotuned.row_sums_whole_blocks, sched, example,
                                                                       launches=LAUNCHES, seed=world))}
+
+
+def run_assigned_jit(rank: int, world: int) -> dict:
+    """`copy_rows = triton.jit(_copy_rows)` (tests/kernels/assigned_jit.py), the schedule naming the
+    kernel or its function: through the verifier."""
+    import torch
+
+    import syncopy.verifier as verifier
+    from tests.kernels import assigned_jit
+
+    def example(rank: int, world: int, launch: int):
+        rows = (5, 3)[launch % 2]
+        x = torch.randn(rows, 8, generator=torch.Generator().manual_seed(10 * launch + rank))
+        m = world * rows
+        return (-(-m // 2),), [x, torch.full((m, 8), float("nan")), m], dict(N=8, BR=2)
+    out = {}
+    for name in ("copy_rows", "_copy_rows"):
+        sched = {"kernel": name, "pattern": "all_gather", "tensor": "X", "dim": 0, "chunks_per_rank": 2}
+        out[name] = _summary(verifier.check_in_world(assigned_jit.copy_rows, sched, example, launches=LAUNCHES, seed=world))
+    return out
