@@ -115,6 +115,8 @@ class Verdict:
                 launches = max((len(r["conditions"].get(cond, [])) for r in ranks), default=0)
                 verdict = f"DIFFERS on rank{'s' if len(bad) > 1 else ''} {', '.join(map(str, bad))}" if bad else "ok"
                 out.append(f"world {world}  {cond:<9}  {verdict}  ({launches} launches on {len(ranks)} ranks{seen})")
+        notes = {n for ranks in self.worlds.values() for r in ranks for n in r.get("notes", [])}
+        out += [f"note: {n}" for n in sorted(notes)]
         diffs = self.differences
         for d in diffs[:20]:
             out.append("  " + d.line())
@@ -293,7 +295,7 @@ def _rank_body(target: Target) -> dict:
         example = _import(path, fn, "--example", callable_only=True)
         subject = _KernelSubject(kernel, schedule, example, f"--example {target.example}", rank, world, target.launches,
                                  target.timeout_s)
-    return {"rank": rank, "conditions": _conditions(subject, target.launches, target.seed, target.timeout_s)}
+    return {"rank": rank, "notes": subject.notes, "conditions": _conditions(subject, target.launches, target.seed, target.timeout_s)}
 
 
 def check_in_world(kernel, schedule, example, *, launches: int = 3, seed: int = 0, timeout_s: float = 30.0,
@@ -314,7 +316,7 @@ def check_in_world(kernel, schedule, example, *, launches: int = 3, seed: int = 
     rank, world = dist.get_rank(), dist.get_world_size()
     label = f"example {getattr(example, '__qualname__', example)}"
     subject = _KernelSubject(kernel, schedule, example, label, rank, world, launches, timeout_s)
-    return {"rank": rank, "conditions": _conditions(subject, launches, seed, timeout_s, conditions)}
+    return {"rank": rank, "notes": subject.notes, "conditions": _conditions(subject, launches, seed, timeout_s, conditions)}
 
 
 def check_template_in_world(name: str, *, launches: int = 3, seed: int = 0, timeout_s: float = 30.0,
@@ -452,6 +454,10 @@ class _KernelSubject:
         self.names = list(self.plain.signature.parameters)
         self.calls = [self._call(launch) for launch in range(launches)]
         self.references = [self._reference(call) for call in self.calls]
+        shapes = [tuple(tuple(v.shape) for v in self._tensors(list(a), dict(k)).values()) for _, a, k in self.calls]
+        self.notes = [] if launches < 2 or len(set(shapes)) < len(shapes) else [
+            f"{where}: no two launches have the same shapes, so none reuses the buffers and flags of an earlier one "
+            "(where stale data would show); make two launches of one shape"]
 
     def _call(self, launch: int):
         where = self.where
@@ -601,13 +607,14 @@ class _TemplateSubject:
         self.inputs = [self.mod.inputs(rank, world, self.shape(launch, world), self.dtype, seed=seed * 1009 + launch)
                        for launch in range(launches)]
         self.references = [self.mod.reference(**_clone(inp)) for inp in self.inputs]
+        self.notes = []
 
     def shape(self, launch: int, world: int) -> tuple:
-        """The template's default shape, and on every other launch two thirds of its rows (M: rows per
+        """The template's default shape, and on every third launch two thirds of its rows (M: rows per
         rank; for reduce_scatter the result's rows, kept a multiple of the world): a new shape, new
-        buffers and tile tables, ragged chunks."""
+        buffers and tile tables, ragged chunks; the launch after the first is a warm one."""
         m, n, k = self.mod.DEFAULT_SHAPE
-        if launch % 2 == 0:
+        if launch % 3 != 2:  # the second launch warm (the first's shape), the third a new one
             return (m, n, k)
         rows = m * 2 // 3
         if self.producer and self.t.schedule().pattern == "reduce_scatter":

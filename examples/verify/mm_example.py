@@ -1,12 +1,13 @@
 """How a rank launches mm (mm.py) under mm.yaml, for `syncopy verify`: make(rank, world, launch) returns
 (grid, args, kwargs). A is this rank's shard; M, the grid and C are for the gathered A. New data each
-launch, and the shard's rows change from launch to launch (ragged chunks and tiles included)."""
+launch; the second launch is a warm one (the first's shape again: its buffers and flags reused, where
+stale data would show), the third a new shape (ragged chunks and tiles)."""
 import torch
 import triton
 
 
 def make(rank: int, world: int, launch: int):
-    rows = (24, 19, 32)[launch % 3]  # rows of A per rank
+    rows = (24, 24, 19)[launch % 3]  # rows of A per rank
     n, k = 16, 24
     gen = torch.Generator().manual_seed(1000 * launch + rank)
     a_shard = torch.randn(rows, k, generator=gen)

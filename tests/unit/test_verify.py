@@ -89,3 +89,11 @@ def test_the_comparison_sees_nan_and_keeps_its_tolerance(got, want, tol, same):
 def test_integers_compare_exactly_and_the_first_element_is_named():
     found = verifier._mismatch(torch.tensor([[1, 2], [3, 4]]), torch.tensor([[1, 2], [3, 5]]), 0.1)
     assert found == "1 elements differ, first [1, 1]: fused 4, reference 5"
+
+
+def test_a_note_says_when_no_launch_reuses_an_earlier_ones_buffers(capsys, monkeypatch):
+    note = "--example x.py:make: no two launches have the same shapes, so none reuses the buffers and flags of an earlier one"
+    ok = {"rank": 0, "notes": [note], "conditions": {c: [{"launch": 0, "differences": []}] for c in ("reordered", "held", "checked")}}
+    monkeypatch.setattr(verifier, "_spawn", lambda target, world: [ok, {**ok, "rank": 1}])
+    assert cli.main(["verify", KERNEL, "--schedule", SCHEDULE, "--example", EXAMPLE, "--world", "2"]) == 0
+    assert capsys.readouterr().out.splitlines().count(f"note: {note}") == 1  # once, not per rank
