@@ -19,6 +19,10 @@ from syncopy._version import __version__  # noqa: F401 (syncopy.__version__)
 
 _checkout.install(_Path(__file__).parent)  # syncopy.templates from the repository's templates/
 
+from syncopy import _interpret  # noqa: E402
+
+_interpret.choose()  # no GPU and TRITON_INTERPRET unset: Triton's interpreter (one line on stderr)
+
 
 def __getattr__(name):
     # The decorator pulls in torch and triton; keep `import syncopy` (and the CLI's check/schema) light.

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -126,12 +127,29 @@ def _close(ctx: Context, backend) -> None:
         own.close()
 
 
+_every = weakref.WeakSet()  # every operator's Contexts: a destroyed group's contexts go from all of them
+
+
+def _drop_destroyed(alive: set[int]) -> None:
+    """Close every operator's contexts of groups no longer alive (control.on_release): their backends
+    hold syncopy's internal groups of those groups, which must go with them."""
+    with _cache_lock:
+        tables = list(_every)
+    for contexts in tables:
+        contexts._drop(alive)
+
+
+control.on_release(_drop_destroyed)
+
+
 class Contexts:
     """An operator's contexts, per (group, shard shape, dtype, device, listed tensors): found, or made
     collectively on first use, and let go past the budgets. `op` is the operator (api.FusedKernel),
     whose settings (schedule, backend, timeout, link, faults, budgets) the contexts are made with."""
 
     def __init__(self, op):
+        with _cache_lock:
+            _every.add(self)
         self.op = op
         self.table: dict[tuple, tuple[Context, object]] = {}  # key -> (context, backend); the most recently used last
         self.arenas: dict = {}  # (group token, dtype, device) -> Arena (max_rows=)
@@ -207,13 +225,18 @@ class Contexts:
         return evicted
 
     def _release_destroyed(self) -> None:
-        """Drop contexts of destroyed process groups, and syncopy's internal groups made for them."""
+        """Drop contexts of destroyed process groups, and syncopy's internal groups made for them
+        (every operator's: control.release_destroyed runs _drop_destroyed)."""
         control.release_destroyed()
-        alive = control.live_tokens()
+
+    def _drop(self, alive: set[int]) -> None:
+        """Close this operator's contexts of groups whose token is not in `alive`."""
         with _cache_lock:
             dropped = [self.table.pop(k) for k in [k for k in self.table if k[0] not in alive]]
             for k in [k for k in self.last_stream if k[0] not in alive]:
                 del self.last_stream[k]
+            for k in [k for k in self.arenas if k[0] not in alive]:
+                del self.arenas[k]
         for ctx, backend in dropped:
             _close(ctx, backend)  # their group is gone: nothing of theirs can still be waited for
 

@@ -160,6 +160,13 @@ def _check_lowerable(schedule: Schedule, world: int, rows_per_rank: int, part: s
             f"ranks; launch on {schedule.world} ranks or write the schedule for {world} (`syncopy expand` writes a named order for any world)"
         )
     c = schedule.chunks_per_rank
+    if schedule.chunks is None and rows_per_rank == 0:
+        # Not "use chunks_per_rank <= 0" (no schedule has fewer than one chunk): an empty shard has
+        # nothing to move or compute. Raised after the ranks' shapes were checked equal: every rank's.
+        raise LaunchError(
+            f"{part} of '{schedule.tensor}' has 0 rows along dim {schedule.dim}: there is nothing to send or compute; "
+            "skip the launch where the tensor is empty (its result is empty too)"
+        )
     if schedule.chunks is None and c > rows_per_rank:
         raise LaunchError(
             f"chunks_per_rank is {c} but {part} of '{schedule.tensor}' has only {rows_per_rank} rows along dim "

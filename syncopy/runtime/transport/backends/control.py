@@ -37,6 +37,10 @@ _internal: dict[int, list] = {}
 _table_lock = threading.Lock()  # the tables above, briefly; never held across a wait on other ranks
 _naming = threading.local()  # .name: what torch must call the group this thread creates (member_group)
 _rounds: dict[str, int] = {}  # control group name -> `prepared` rendezvous so far (store keys of each round)
+# Functions of the live tokens that let go of what other layers keep per group (an operator's
+# contexts hold its backends, which hold internal groups): run first by `release_destroyed`.
+_release_hooks: list = []
+_original_destroy = None  # torch's destroy_process_group, before `watch_destroy` wrapped it
 
 
 def group_token(group) -> int:
@@ -72,6 +76,7 @@ def member_group(group, purpose: str, backend: str, timeout: timedelta | None, *
     made for that name before. Distinct groups get distinct names, hence distinct store prefixes and
     connections: messages of different groups never meet."""
     ranks = dist.get_process_group_ranks(group)
+    watch_destroy()
     with _table_lock:
         key = (_name_of(group), purpose)
         generation = _generations.get(key, 0)
@@ -130,12 +135,61 @@ def live_tokens() -> set[int]:
     return {token for group, token in groups if _registered(group)}
 
 
+def on_release(hook) -> None:
+    """Run `hook(live_tokens)` at every `release_destroyed`, before the internal groups go: it drops
+    what its layer keeps for any other token (and with it the internal groups it holds)."""
+    with _table_lock:
+        if hook not in _release_hooks:
+            _release_hooks.append(hook)
+
+
+def watch_destroy() -> None:
+    """Make destroying a process group release syncopy's own groups made for it (`release_destroyed`),
+    whichever way it was initialised: torch shuts down the internal groups with the default group,
+    but syncopy's references would keep them, and through them the old store (rank 0's TCPStore
+    server on MASTER_PORT, a file:// store's file) alive, so that the next init_process_group met the
+    previous job's store and never returned. torch has no hook for it: wrap destroy_process_group
+    (torch.distributed's name and distributed_c10d's), and init_process_group too, which releases
+    first what a destroy through a reference taken before the wrap left behind. Idempotent."""
+    global _original_destroy
+    c10d = dist.distributed_c10d
+    with _table_lock:
+        destroy = getattr(c10d, "destroy_process_group", None)
+        if destroy is None or getattr(destroy, "syncopy_wrapped", False):
+            return
+        init = c10d.init_process_group
+        _original_destroy = destroy
+
+        def destroy_process_group(group=None):
+            try:
+                return destroy(group)
+            finally:
+                release_destroyed()
+
+        def init_process_group(*args, **kwargs):
+            release_destroyed()
+            return init(*args, **kwargs)
+
+        for wrapper, original in ((destroy_process_group, destroy), (init_process_group, init)):
+            wrapper.syncopy_wrapped = True
+            wrapper.__wrapped__ = original
+            wrapper.__name__, wrapper.__qualname__, wrapper.__doc__ = original.__name__, original.__qualname__, original.__doc__
+            for module in (c10d, dist):
+                if getattr(module, original.__name__, None) is original:
+                    setattr(module, original.__name__, wrapper)
+
+
 def release_destroyed() -> None:
     """Let go of what was made for process groups that were destroyed since (elastic jobs and tests
     destroy and re-create them): their internal groups are destroyed too (torch would otherwise keep
     their threads and connections), and what was learnt of them is dropped. Called at every first
-    launch of a shape; local to this rank (destroying a gloo group involves no peer)."""
+    launch of a shape and whenever a process group is destroyed (`watch_destroy`); local to this
+    rank (destroying a gloo group involves no peer)."""
     alive = live_tokens()
+    with _table_lock:
+        hooks = list(_release_hooks)
+    for hook in hooks:
+        hook(alive)
     with _table_lock:
         gone = [t for t in _internal if t not in alive]
         internal = [g for t in gone for g in _internal.pop(t)]
@@ -152,7 +206,7 @@ def release_destroyed() -> None:
             _rounds.pop(_name_of(g), None)
         if _registered(g):
             try:
-                dist.destroy_process_group(g)
+                (_original_destroy or dist.destroy_process_group)(g)
             except Exception:  # already shut down with its transport (a timed-out gloo pair): nothing left to free
                 pass
 
