@@ -99,7 +99,7 @@ def _await_port_free(port: int) -> None:
 
 def cycles(rank: int, world: int, method: str, where: str, cycles: int, out_dir: str, fused: bool = True) -> None:
     """The rank's body (multiprocessing's target). method: "env" (MASTER_ADDR/MASTER_PORT, set by the
-    test, rank 0 hosting the store) or "file" (`where`-<cycle> is the shared file of each cycle). Writes, after every step,
+    test: one port per cycle, comma-separated; rank 0 hosting the store) or "file" (`where`-<cycle> is the shared file of each cycle). Writes, after every step,
     `out_dir/<rank>.json`: the steps done and each launch's error, or the error that stopped it. After
     each destroy the old store must be gone before the next init: with file:// every rank waits for
     the cycle's file to go (`_await_removed`), with env:// rank 0 for its port (`_await_port_free`).
@@ -119,9 +119,12 @@ def cycles(rank: int, world: int, method: str, where: str, cycles: int, out_dir:
         tmp.write_text(json.dumps(report))
         tmp.replace(path)
 
+    ports = os.environ.get("MASTER_PORT", "").split(",")  # env://: one port per cycle (tests/world/test_reinit.py)
     try:
         mm = _kernel() if fused else None
         for cycle in range(cycles):
+            if method == "env":
+                os.environ["MASTER_PORT"] = ports[cycle]
             store = f"{where}-{cycle}"  # a file per cycle: torch's documentation forbids reusing one that may not be gone yet
             init = "env://" if method == "env" else f"file://{store}"
             dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world,
