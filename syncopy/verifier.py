@@ -30,6 +30,7 @@ Under the interpreter bfloat16 is computed on raw bits: verify kernels in fp32 o
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import inspect
 import os
@@ -513,7 +514,8 @@ class _KernelSubject:
                 args[at] = call_args[name]
             else:
                 kwargs[name] = call_args[name]
-        self.kernel[grid](*args, **kwargs)
+        with _untimed_autotuners(self.kernel):
+            self.kernel[grid](*args, **kwargs)
         if s.pattern == "reduce_scatter":
             full = call_args[s.tensor]
             dist.all_reduce(full)
@@ -581,6 +583,25 @@ class _KernelSubject:
         owners = sorted({c // plan.chunks_per_rank for c in chunks})
         return text + f"(chunk{'s' if len(chunks) > 1 else ''} {_ranges(chunks)}, from rank{'s' if len(owners) > 1 else ''} " \
                       f"{', '.join(map(str, owners))}) "
+
+
+@contextlib.contextmanager
+def _untimed_autotuners(kernel):
+    """Under the interpreter, the user's autotuner (Triton's own: it prunes as Triton does) with a
+    benchmarker that times every config alike, as there is no driver to time them with: Triton then
+    takes the first config its pruning leaves, the one a fused launch runs there by default."""
+    from syncopy.runtime.launch.tuning import _is_autotuner, unwrap
+    from syncopy.runtime.where import interpreting
+
+    tuners = [layer for layer in unwrap(kernel)[1] if _is_autotuner(layer)] if interpreting() else []
+    saved = [(t, t._do_bench) for t in tuners]
+    for t in tuners:
+        t._do_bench = lambda kernel_call, quantiles: [1.0, 1.0, 1.0]
+    try:
+        yield
+    finally:
+        for t, bench in saved:
+            t._do_bench = bench
 
 
 def _last_plan(op):

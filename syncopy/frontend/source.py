@@ -1,6 +1,7 @@
 """Finding the kernel: parse a file (or a live JITFunction's file) once, locate the @triton.jit function."""
 from __future__ import annotations
 
+import functools
 import inspect
 import textwrap
 from dataclasses import dataclass, field
@@ -79,6 +80,14 @@ def jit_assignments(module: cst.Module) -> dict[str, str]:
 
 
 def parse(text: str, path: str) -> tuple[cst.Module, dict]:
+    """The file's module and each node's position, parsed once per (text, path): an operator parses
+    its kernel's file for the fused kernel, its written outputs and their extent probes (libcst's
+    trees are immutable; the positions are read, never written)."""
+    return _parse(text, path)
+
+
+@functools.lru_cache(maxsize=32)
+def _parse(text: str, path: str) -> tuple[cst.Module, dict]:
     try:
         compile(text, path, "exec", dont_inherit=True)
     except SyntaxError as exc:

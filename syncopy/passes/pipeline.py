@@ -151,7 +151,7 @@ def _producer(ks: KernelSource, schedule: Schedule, rows: str | None, before_lin
     if not remapped:
         raise KernelError(
             f"kernel '{ks.name}' never calls tl.program_id, so every program would write the same rows of "
-            f"'{schedule.tensor}'; a {schedule.pattern} kernel must split its output over programs",
+            f"{schedule.named}; {'an' if schedule.pattern[0] in 'aeiou' else 'a'} {schedule.pattern} kernel must split its output over programs",
             ks.location(func),
         )
     head: list[cst.BaseStatement] = []
@@ -164,7 +164,7 @@ def _producer(ks: KernelSource, schedule: Schedule, rows: str | None, before_lin
     probe_fn = probe.build(signature.add_params(func, flags=signature.flags_for(binding)), prefix, [])
     if probe_fn is None:
         raise KernelError(
-            f"kernel '{ks.name}' uses the value of an atomic before its stores into '{schedule.tensor}'; syncopy "
+            f"kernel '{ks.name}' uses the value of an atomic before its stores into {schedule.named}; syncopy "
             "cannot run its address arithmetic alone to count the tiles per chunk; compute the addresses first",
             ks.location(func),
         )

@@ -209,6 +209,11 @@ class Schedule(BaseModel):
         """Every communicated argument: `tensor`, or the names it lists (the first is the main one)."""
         return tuple(self.tensor) if isinstance(self.tensor, list) else (self.tensor,)
 
+    @property
+    def named(self) -> str:
+        """The communicated argument(s) as an error names them: `'A'`, or `'K' and 'V'` for a list."""
+        return " and ".join(f"'{t}'" for t in self.tensors)
+
     @model_validator(mode="after")
     def _full_form_is_consistent(self):
         # Raises ScheduleError with the key path (not ValueError: pydantic would drop the path).

@@ -164,12 +164,12 @@ def _check_lowerable(schedule: Schedule, world: int, rows_per_rank: int, part: s
         # Not "use chunks_per_rank <= 0" (no schedule has fewer than one chunk): an empty shard has
         # nothing to move or compute. Raised after the ranks' shapes were checked equal: every rank's.
         raise LaunchError(
-            f"{part} of '{schedule.tensor}' has 0 rows along dim {schedule.dim}: there is nothing to send or compute; "
+            f"{part} of {schedule.named} has 0 rows along dim {schedule.dim}: there is nothing to send or compute; "
             "skip the launch where the tensor is empty (its result is empty too)"
         )
     if schedule.chunks is None and c > rows_per_rank:
         raise LaunchError(
-            f"chunks_per_rank is {c} but {part} of '{schedule.tensor}' has only {rows_per_rank} rows along dim "
+            f"chunks_per_rank is {c} but {part} of {schedule.named} has only {rows_per_rank} rows along dim "
             f"{schedule.dim}; use chunks_per_rank <= {rows_per_rank}"
         )
     order = schedule.order
@@ -194,7 +194,7 @@ def all_gather(schedule: Schedule, rank: int, world: int, rows_per_rank: int) ->
             if lo == hi:
                 raise LaunchError(
                     f"chunks[{i}] (units [{plan.slices[i][0]}, {plan.slices[i][1]}) of {plan.units_per_rank}) holds no rows when a "
-                    f"shard of '{schedule.tensor}' has {rows_per_rank} rows along dim {schedule.dim}; use at most {rows_per_rank} "
+                    f"shard of {schedule.named} has {rows_per_rank} rows along dim {schedule.dim}; use at most {rows_per_rank} "
                     "units_per_rank or wider slices"
                 )
     if world == 1:
