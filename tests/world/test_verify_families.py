@@ -33,6 +33,7 @@ shared.register(__name__, 2, {
     "read_check": (f"{vf.__name__}:run_read_check", (vf.READ_CHECK,)),
     "gemms": (f"{vf.__name__}:run_gemms", (vf.GEMMS,)),
     "autotuned": (f"{vf.__name__}:run_autotuned", (vf.AUTOTUNED,)),
+    "all_to_all": (f"{vf.__name__}:run_all_to_all", ()),
 })
 
 
@@ -100,3 +101,9 @@ def test_the_gemm_row_and_descriptor_kernels_agree_under_every_condition():
 @pytest.mark.world
 def test_every_autotuned_kernel_agrees_under_every_condition():
     _check(shared.results(__name__, 2, "autotuned"), vf.AUTOTUNED)
+
+
+@pytest.mark.world
+def test_the_all_to_all_kernel_agrees_under_every_condition():
+    """moe_workers.scale_rows (the MoE test's all_to_all kernel), with the even exchange."""
+    _check(shared.results(__name__, 2, "all_to_all"), ["scale_rows"])

@@ -387,3 +387,22 @@ def run_autotuned(rank: int, world: int, names: list[str]) -> dict:
         out[name] = _verify(kernel, sched, _autotuned_example(name), world)
     return out
 
+
+
+# --------------------------------------------------------------------------------------------------
+# The all_to_all kernel of tests/world/moe_workers.py (its uneven splits are the runtime's; here the
+# even exchange: each rank's rows in `world` equal blocks, block d to rank d).
+
+def _scale_rows_example(rank: int, world: int, launch: int):
+    import torch
+
+    rows = (3 * world, 3 * world, 2 * world)[launch % 3]  # a warm launch, then a new shape
+    x = torch.randn(rows, 8, generator=_gen(launch, rank, 13))
+    return (-(-rows // 4),), [x, torch.full((rows, 8), float("nan")), rows, 8], dict(BLOCK_M=4, BLOCK_N=8)
+
+
+def run_all_to_all(rank: int, world: int) -> dict:
+    from tests.world.moe_workers import scale_rows
+
+    sched = {"pattern": "all_to_all", "tensor": "X", "dim": 0, "chunks_per_rank": 2}
+    return {"scale_rows": _verify(scale_rows, sched, _scale_rows_example, world)}
