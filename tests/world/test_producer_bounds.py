@@ -4,10 +4,11 @@ nest (with and without a mask that changes with the loops), a loop whose last it
 masked off, and a return from inside such a loop. Each kernel (tests/kernels/producer_bounds.py)
 must be right under reduce_scatter and all_reduce: a chunk announced before its last store leaves
 with the rows it had then (the gloo backend takes them at the flag, as a copy engine does), so an
-early announcement gives a wrong result. Worlds 2 and 3, three launches with new data (a new wrap,
-a new permutation) each; the slow reordering link with poisoned buffers, checked and unchecked
-(the checker catches a store into an announced chunk on its own; unchecked, only the numbers can),
-and an instant link without poisoning, unchecked."""
+early announcement gives a wrong result. Three launches with new data (a new wrap, a new
+permutation) each; the slow reordering link with poisoned buffers, checked and unchecked (the
+checker catches a store into an announced chunk on its own; unchecked, only the numbers can), on
+worlds 2 and 3, and an instant link without poisoning, unchecked, on world 2 (world 3 on it would
+repeat what world 2 on it and world 3 on the slow link cover)."""
 from __future__ import annotations
 
 import pytest
@@ -54,7 +55,7 @@ def test_every_store_bound_is_right_on_a_slow_reordering_link(world):
 
 
 @pytest.mark.world
-@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("world", [2])
 def test_every_store_bound_is_right_on_an_instant_link(world):
     cases = _cases(world, (False,))
     _check(spawn(workers.run_bounds_cases, world, cases, False, link=INSTANT, checked=False), cases)
