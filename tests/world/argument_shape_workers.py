@@ -1,12 +1,15 @@
 """Rank functions for tests/world/test_argument_shapes.py: AG-GEMM's kernel gathering A along dim 1 (its
 K), launched with the shard's own strides (refused) and with the gathered tensor's (right); and an
-output with fewer rows than the grid writes (refused before anything moves), then one that fits."""
+output with fewer rows than the grid writes (refused before anything moves), then one that fits.
+
+Both run as jobs of the shared worlds (tests/world/shared.py: the harness's slow reordering link);
+`instant=True` gives the operator an instant link of its own (with `poison=False`: the instant case)."""
 from __future__ import annotations
 
 import traceback
 
 
-def run_dim1_strides(rank: int, world: int, launches: int, poison: bool = True) -> dict:
+def run_dim1_strides(rank: int, world: int, launches: int, poison: bool = True, instant: bool = False) -> dict:
     import torch
     import torch.distributed as dist
     import triton
@@ -14,12 +17,13 @@ def run_dim1_strides(rank: int, world: int, launches: int, poison: bool = True) 
     import syncopy
     from syncopy.errors import LaunchError
     from syncopy.templates.ag_gemm.kernel import ag_gemm_kernel
+    from syncopy.runtime.transport.link import Link
 
     meta = dict(BLOCK_M=8, BLOCK_N=8, BLOCK_K=8, GROUP_M=1)
     m, n, per_rank = 16, 8, 6
     k = per_rank * world
     fused = syncopy.overlap({"pattern": "all_gather", "tensor": "A", "dim": 1, "chunks_per_rank": 2},
-                            poison_receive=poison)(ag_gemm_kernel)
+                            poison_receive=poison, **({"link": Link()} if instant else {}))(ag_gemm_kernel)
     grid = (triton.cdiv(m, 8) * triton.cdiv(n, 8),)
     out: dict = {"refused": None, "errors": []}
     try:
@@ -43,7 +47,7 @@ def run_dim1_strides(rank: int, world: int, launches: int, poison: bool = True) 
         return {"refused": None, "errors": [], "failure": traceback.format_exc()}
 
 
-def run_short_output(rank: int, world: int, launches: int, poison: bool = True) -> dict:
+def run_short_output(rank: int, world: int, launches: int, poison: bool = True, instant: bool = False) -> dict:
     """AG-GEMM (gathering A along dim 0) into a C of M - 8 rows: refused on every rank, naming C and the
     rows; then launches of new data into a C of M rows, each against torch; then, warm, a short C again.""" 
     import torch
@@ -53,12 +57,13 @@ def run_short_output(rank: int, world: int, launches: int, poison: bool = True) 
     import syncopy
     from syncopy.errors import LaunchError
     from syncopy.templates.ag_gemm.kernel import ag_gemm_kernel
+    from syncopy.runtime.transport.link import Link
 
     meta = dict(BLOCK_M=8, BLOCK_N=8, BLOCK_K=8, GROUP_M=1)
     rows, n, k = 8, 8, 16
     m = rows * world
     fused = syncopy.overlap({"pattern": "all_gather", "tensor": "A", "dim": 0, "chunks_per_rank": 2},
-                            poison_receive=poison)(ag_gemm_kernel)
+                            poison_receive=poison, **({"link": Link()} if instant else {}))(ag_gemm_kernel)
     grid = (triton.cdiv(m, 8) * triton.cdiv(n, 8),)
     out: dict = {"refused": None, "errors": []}
     try:

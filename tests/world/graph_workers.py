@@ -4,14 +4,20 @@ from __future__ import annotations
 import torch
 
 
-def sends_follow_the_graph(rank: int, world: int) -> dict:
+def sends_follow_the_graph(rank: int, world: int, in_order: bool = False) -> dict:
     """Two AG-GEMM launches on the gloo backend; between them this rank's send nodes are put in the
-    reverse order in its context's instruction graph. What each launch sent, in the order it sent it."""
+    reverse order in its context's instruction graph. What each launch sent, in the order it sent it.
+    `in_order`: the operator gets the harness's in-order slow link (else the process's default link)."""
     from syncopy import explain, templates
 
     t = templates.get("ag_gemm")
     shape = (16, 32, 32)
-    op = t.fused(chunks_per_rank=2, order="ring", trace=True, poison_receive=True, timeout_s=30.0)
+    link = {}
+    if in_order:
+        from tests.world.harness import IN_ORDER
+
+        link = {"link": IN_ORDER}
+    op = t.fused(chunks_per_rank=2, order="ring", trace=True, poison_receive=True, timeout_s=30.0, **link)
     out = {"errs": [], "sent": []}
     for seed in range(2):
         inp = t.module.inputs(rank, world, shape, torch.float32, seed=seed)

@@ -18,10 +18,10 @@ def scale_rows(X, Y, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     tl.store(Y + rm[:, None] * N + rn[None, :], x * 2.0 + 1.0, mask=mask)
 
 
-def routed_launches(rank: int, world: int, cases: list[dict]) -> list[dict]:
+def routed_launches(rank: int, world: int, cases: list[dict], link=None) -> list[dict]:
     """Each case: chunks per rank and `launches`, each every rank's counts [d][e] (rows this rank
     sends to expert e of rank d); `exchange`: launch with input_split_sizes only (the runtime
-    exchanges the counts). NaN-poisoned receive buffers; the default slow link of the harness.
+    exchanges the counts). NaN-poisoned receive buffers; `link` (None: the process's default link).
     Returns, per case, each launch's max error, the rows received and the kernel's verdict."""
     import torch
     import triton
@@ -32,7 +32,7 @@ def routed_launches(rank: int, world: int, cases: list[dict]) -> list[dict]:
     mod = t.module
     out = []
     for ci, case in enumerate(cases):
-        fused = t.fused(chunks_per_rank=case["chunks"], poison_receive=True, timeout_s=30.0)
+        fused = t.fused(chunks_per_rank=case["chunks"], poison_receive=True, timeout_s=30.0, **_link(link))
         errs, rows = [], []
         for li, per_rank in enumerate(case["launches"]):
             counts = torch.tensor(per_rank[rank], dtype=torch.int64)
@@ -85,7 +85,7 @@ def _launch_without_output_splits(fused, mod, x, w, counts, rank, triton):
     return y
 
 
-def split_errors(rank: int, world: int) -> dict:
+def split_errors(rank: int, world: int, link=None) -> dict:
     """The one-line errors of split sizes that do not fit, each raised on every rank; then a good
     launch still runs on the same operator."""
     import torch
@@ -95,7 +95,7 @@ def split_errors(rank: int, world: int) -> dict:
 
     t = templates.get("a2a_gemm")
     mod = t.module
-    fused = t.fused(chunks_per_rank=2, poison_receive=True, timeout_s=30.0)
+    fused = t.fused(chunks_per_rank=2, poison_receive=True, timeout_s=30.0, **_link(link))
     counts = torch.tensor([[3, 1]] * world, dtype=torch.int64)
     x = torch.randn(4 * world, 24)
     w = torch.randn(2, 24, 32)
@@ -125,7 +125,7 @@ def split_errors(rank: int, world: int) -> dict:
     return got
 
 
-def tiles_across_blocks(rank: int, world: int, received: list[list[int]]) -> list[dict]:
+def tiles_across_blocks(rank: int, world: int, received: list[list[int]], link=None) -> list[dict]:
     """A kernel whose tiles (BLOCK_M 4) cross senders' blocks, its tile order probed from program ids:
     every rank receives `received[l][s]` rows from rank s at launch l (the same grid and arguments at
     every launch, only the splits change), some blocks empty between two others. Against
@@ -136,7 +136,7 @@ def tiles_across_blocks(rank: int, world: int, received: list[list[int]]) -> lis
     import syncopy
 
     schedule = dict(pattern="all_to_all", tensor="X", dim=0, chunks_per_rank=2, order="local_first")
-    fused = syncopy.overlap(schedule, poison_receive=True, timeout_s=30.0)(scale_rows)
+    fused = syncopy.overlap(schedule, poison_receive=True, timeout_s=30.0, **_link(link))(scale_rows)
     n = 8
     out = []
     for li, per_src in enumerate(received):
@@ -154,9 +154,14 @@ def tiles_across_blocks(rank: int, world: int, received: list[list[int]]) -> lis
     return out
 
 
-def moe_world(rank: int, world: int, cases: list[dict], across: list[list[int]] | None, errors: bool) -> dict:
-    """One spawned world for every check of tests/world/test_moe.py (a world costs seconds to start):
-    the routed template launches, then the tiles across blocks (`across`), then the split errors."""
-    return {"routed": routed_launches(rank, world, cases),
-            "across": tiles_across_blocks(rank, world, across) if across else None,
-            "errors": split_errors(rank, world) if errors else None}
+def _link(link) -> dict:
+    return {} if link is None else {"link": link}
+
+
+def moe_world(rank: int, world: int, cases: list[dict], across: list[list[int]] | None, errors: bool, link=None) -> dict:
+    """Every check of tests/world/test_moe.py in one job of the shared world of its size (a world costs
+    seconds to start): the routed template launches, then the tiles across blocks (`across`), then the
+    split errors; every operator on `link` (None: the process's default link)."""
+    return {"routed": routed_launches(rank, world, cases, link),
+            "across": tiles_across_blocks(rank, world, across, link) if across else None,
+            "errors": split_errors(rank, world, link) if errors else None}

@@ -9,19 +9,20 @@ from pathlib import Path
 
 import pytest
 
-from tests.world.harness import IN_ORDER, spawn
 from syncopy.schedule import load_schedule
-from tests.world import workers
-from tests.world.workers import once
+from tests.world import shared, workers
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "explicit_all_gather.yaml"
 WORLD, ROWS, CHUNKS = 3, 21, 2  # 21 rows: ragged against the 16-row tiles and the 5 units
 
+# A job of the shared world of 3 (tests/world/shared.py; the plan for another world size is refused
+# before anything moves). The test checks that chunks land in the listed order: its operators get a
+# link that keeps it (tests/world/harness.py's IN_ORDER).
+shared.register(__name__, WORLD, {"explicit": (f"{workers.__name__}:run_explicit", (str(EXAMPLE), ROWS, True))})
 
-@once
+
 def _results() -> list[dict]:
-    # The test checks that chunks land in the listed order: a link that keeps it.
-    return spawn(workers.run_explicit, WORLD, str(EXAMPLE), ROWS, timeout_s=300, link=IN_ORDER)
+    return shared.results(__name__, WORLD, "explicit")
 
 
 def _listed_arrivals(rank: int) -> list[int]:

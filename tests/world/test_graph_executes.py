@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from tests.world import graph_workers
-from tests.world.harness import IN_ORDER, spawn
+from tests.world import graph_workers, shared
 from tests.oracles import worst
 
 pytestmark = pytest.mark.world
 
+# A job of the shared world of 2 (tests/world/shared.py); its operator gets the harness's in-order link.
+shared.register(__name__, 2, {"sends": (f"{graph_workers.__name__}:sends_follow_the_graph", (True,))})
+
 
 def test_a_ranks_sends_leave_in_its_graphs_order():
-    world = 2
-    for rank, r in enumerate(spawn(graph_workers.sends_follow_the_graph, world, link=IN_ORDER)):
+    for rank, r in enumerate(shared.results(__name__, 2, "sends")):
         assert worst(r["errs"]) < 1e-4
         assert r["graph"] == r["explained"] and r["same_graph"]
         peer, mine = 1 - rank, [2 * rank, 2 * rank + 1]

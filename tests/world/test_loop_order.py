@@ -2,7 +2,8 @@
 (tests/kernels/loops.py, one kernel per numbered case and its variants) keep their written order and
 equal torch on every launch; the loops proven to run in any order (the controls) run in arrival
 order and equal torch too. Three launches with new data each, on the shared world's slow
-reordering link with NaN-poisoned receive buffers, and again on an instant link without poisoning.
+reordering link with NaN-poisoned receive buffers (worlds 2 and 3), and again on an instant link
+without poisoning (world 2: it repeats the slow link's code path, world 3 adds only ranks to it).
 Before, every kernel but two of these ran in arrival order: wrong numbers, or NaN (case 4).
 """
 from __future__ import annotations
@@ -22,14 +23,14 @@ WRITTEN = {
 ARRIVAL = ["guarded_padded_attention", "sum_max_count"]
 NAMES = [n for case in WRITTEN.values() for n in case] + ARRIVAL
 
-for _size in (2, 3):  # jobs of the shared worlds (tests/world/shared.py: checked mode, the slow reordering link)
-    shared.register(__name__, _size, {"slow": (f"{lw.__name__}:run_cases", (NAMES, False)),
-                                      "instant": (f"{lw.__name__}:run_cases", (NAMES, True))})
+#: (world, link) pairs: the slow link on worlds 2 and 3, the instant link on world 2 only.
+RUNS = [(2, "slow"), (2, "instant"), (3, "slow")]
+for _size, _link in RUNS:  # jobs of the shared worlds (tests/world/shared.py: checked mode, the slow reordering link)
+    shared.register(__name__, _size, {_link: (f"{lw.__name__}:run_cases", (NAMES, _link == "instant"))})
 
 
 @pytest.mark.world
-@pytest.mark.parametrize("link", ["slow", "instant"])
-@pytest.mark.parametrize("world", [2, 3], ids=["world2", "world3"])
+@pytest.mark.parametrize("world, link", RUNS, ids=[f"world{w}-{link}" for w, link in RUNS])
 def test_loops_keep_their_order_unless_proven_and_equal_torch(world, link):
     results = shared.results(__name__, world, link)
     problems = [p for r in results for p in r["problems"]]

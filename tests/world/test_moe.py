@@ -8,9 +8,7 @@ from __future__ import annotations
 import pytest
 
 from syncopy.runtime.transport.link import Link
-from tests.world.harness import spawn
-from tests.world import moe_workers
-from tests.world.workers import once
+from tests.world import moe_workers, shared
 
 # launches[l][r] = rank r's counts [d][e] at launch l: rows it sends to expert e of rank d.
 WORLD2 = [
@@ -40,10 +38,14 @@ HOLD = Link(latency_s=0.002, hold_until_waited=True, hold_s=3.0)
 ACROSS = [[4, 0, 8], [8, 4, 0], [2, 0, 10]]
 
 
-@once
+# Jobs of the shared worlds (tests/world/shared.py): every operator gets the holding link; a split that
+# does not fit is refused on every rank before anything moves.
+for _size, (_cases, _across) in {2: (WORLD2, None), 3: (WORLD3, ACROSS)}.items():
+    shared.register(__name__, _size, {"moe": (f"{moe_workers.__name__}:moe_world", (_cases, _across, _size == 2, HOLD))})
+
+
 def _world(world: int) -> list[dict]:
-    cases, across = (WORLD2, None) if world == 2 else (WORLD3, ACROSS)
-    return spawn(moe_workers.moe_world, world, cases, across, world == 2, link=HOLD, timeout_s=300)
+    return shared.results(__name__, world, "moe")
 
 
 def _received(cases: list[dict], world: int, case: int, launch: int, rank: int) -> int:

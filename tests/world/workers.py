@@ -603,19 +603,25 @@ def run_producer_drop(rank: int, world: int, drop: tuple[int, int], timeout_s: f
 # --------------------------------------------------------------------------------------------------
 # 6. The full schedule form: an explicit chunk list, written verbatim
 # --------------------------------------------------------------------------------------------------
-def run_explicit(rank: int, world: int, example: str, rows: int) -> dict:
+def run_explicit(rank: int, world: int, example: str, rows: int, in_order: bool = False) -> dict:
     """Run gemm2d under the explicit schedule in `example` (a YAML file), under the ring written out
     by `expand`, and launch a plan written for another world size. Two epochs each, traced; returns
-    per label the errors, traces and the plan's arrival order, flags per chunk and flag positions."""
+    per label the errors, traces and the plan's arrival order, flags per chunk and flag positions.
+    `in_order`: the operators get the harness's in-order slow link (else the process's default link)."""
     import syncopy
     from syncopy.schedule import load_schedule
     from syncopy.schedule.expand import expand
 
+    link = {}
+    if in_order:
+        from tests.world.harness import IN_ORDER
+
+        link = {"link": IN_ORDER}
     out: dict = {}
     schedules = {"example": load_schedule(example),
                  "expanded-ring": expand(load_schedule(schedule("gemm2d", 2, "ring")), world)}
     for label, sched in schedules.items():
-        fused = syncopy.overlap(sched, trace=True, poison_receive=True, timeout_s=60)(_kernel("gemm2d"))
+        fused = syncopy.overlap(sched, trace=True, poison_receive=True, timeout_s=60, **link)(_kernel("gemm2d"))
         errors, traces = [], []
         for epoch in (1, 2):
             p = Problem("gemm2d", rank, world, rows, "float32", seed=70 + epoch)
@@ -626,7 +632,7 @@ def run_explicit(rank: int, world: int, example: str, rows: int) -> dict:
         out[label] = {"errors": errors, "traces": traces, "arrival": list(ctx.plan.arrival),
                       "flags": {g: list(ctx.plan.flags(g)) for g in range(ctx.n_chunks)},
                       "position": ctx.plan.position(), "problems": _order_problems(fused, label)}
-    wrong = syncopy.overlap(expand(load_schedule(schedule("gemm2d", 1, "ring")), world + 1))(_kernel("gemm2d"))
+    wrong = syncopy.overlap(expand(load_schedule(schedule("gemm2d", 1, "ring")), world + 1), **link)(_kernel("gemm2d"))
     try:
         Problem("gemm2d", rank, world, rows, "float32", seed=1).launch(wrong)
         out["wrong_world"] = {"type": None}
