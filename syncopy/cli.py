@@ -424,8 +424,13 @@ def _compile(args) -> int:
     import subprocess
 
     if os.environ.get("TRITON_INTERPRET", "0") == "1":
-        # The interpreter replaces @triton.jit; compile in a child process without it.
-        env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+        if os.environ.get("SYNCOPY_COMPILE_CHILD") == "1":  # never a chain of children
+            raise SyncopyError("syncopy compile: the Triton interpreter is still on in the compiling process; "
+                               "run it with TRITON_INTERPRET=0")
+        # The interpreter replaces @triton.jit; compile in a child process without it (TRITON_INTERPRET=0:
+        # unset, `import syncopy` would turn it on again on a machine without a GPU).
+        env = {**{k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}, "TRITON_INTERPRET": "0",
+               "SYNCOPY_COMPILE_CHILD": "1"}
         return subprocess.call([sys.executable, "-m", "syncopy.cli", *sys.argv[1:]] if args.argv is None else
                                [sys.executable, "-m", "syncopy.cli", *args.argv], env=env)
     from syncopy.emit.ptx import acquire_polls, compile_ptx, notifies, release_ops

@@ -67,7 +67,7 @@ def _compile_registered(cache_dir: Path) -> None:
 
 
 def _run(args: list[str], cache_dir: Path, triton_cache: Path | None = None) -> list[str]:
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env = {**{k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}, "TRITON_INTERPRET": "0"}
     env["SYNCOPY_CACHE_DIR"] = str(cache_dir)
     if triton_cache is not None:
         env["TRITON_CACHE_DIR"] = str(triton_cache)

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_ag_attention_compiles_for_sm_90_with_acquire_polls_and_wgmma(tmp_path):
     out = tmp_path / "ag_attention.ptx"
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env = {**{k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}, "TRITON_INTERPRET": "0"}
     env["PYTHONPATH"] = str(ROOT)
     env["SYNCOPY_CACHE_DIR"] = str(tmp_path / "cache")
     proc = subprocess.run([sys.executable, "-m", "syncopy.cli", "compile", "ag_attention", "--arch", "sm_90", "-o", str(out)],

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_listed_kernels_compile_for_sm_90_with_a_wait_per_listed_tensor(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env = {**{k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}, "TRITON_INTERPRET": "0"}
     env["PYTHONPATH"] = str(ROOT)
     env["SYNCOPY_CACHE_DIR"] = str(tmp_path / "cache")
     proc = subprocess.run([sys.executable, "-m", "tests.ptx.compile_listed"], cwd=ROOT, env=env, capture_output=True,

@@ -122,7 +122,7 @@ def compiled(tmp_path_factory) -> Path:
     """`syncopy compile NAME --arch ARCH -o OUT` of every template for every target, in one process
     without the interpreter (tests/templates/compile_all.py): the folder of their outputs."""
     out = tmp_path_factory.mktemp("compiled")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env = {**{k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}, "TRITON_INTERPRET": "0"}
     env["PYTHONPATH"] = str(ROOT)
     pairs = [f"{name}:{arch}" for name in CONSUMER_TEMPLATES + PRODUCER_TEMPLATES for arch in ARCHS]
     proc = subprocess.run([sys.executable, "-m", "tests.templates.compile_all", str(out), *pairs],

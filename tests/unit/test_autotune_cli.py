@@ -46,7 +46,7 @@ def test_transform_keeps_the_autotune_decorator(work, capsys):
 
 def _compile(*extra) -> tuple[int, str, str]:
     # A process of its own without the interpreter (one that ran kernels interpreted cannot compile them).
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env = {**{k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}, "TRITON_INTERPRET": "0"}
     argv = ["compile", str(KERNEL), "--schedule", "s.yaml", "--signature", SIGNATURE, "--const", "ACTIVATION=''", *extra]
     proc = subprocess.run([sys.executable, "-m", "syncopy.cli", *argv], env=env, capture_output=True, text=True, timeout=300)
     return proc.returncode, proc.stdout, proc.stderr

@@ -52,7 +52,7 @@ def test_syncopy_run_bf16_on_cpu_is_one_line_before_any_rank_starts(tmp_path):
 
 
 def test_bf16_kernel_compiles_for_sm_90(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env = {**{k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}, "TRITON_INTERPRET": "0"}
     env["PYTHONPATH"] = str(REPO)
     signature = ("A:*bf16,B:*bf16,C:*bf16,M:i32,N:i32,K:i32,stride_am:i32,stride_ak:i32,stride_bk:i32,stride_bn:i32,"
                  "stride_cm:i32,stride_cn:i32")
