@@ -214,7 +214,7 @@ def _explain_kernel(args) -> int:
         raise ScheduleError("missing required key for the CLI; add `kernel: NAME` (the @triton.jit function to transform)",
                             ScheduleLocation(args.schedule, "kernel"))
     t = transform(from_file(args.name, schedule.kernel), schedule)
-    print(f"kernel {schedule.kernel} of {args.name}, {schedule.pattern} of {schedule.named}:")
+    print(f"kernel {schedule.kernel} of {args.name}, {schedule.pattern} of {', '.join(schedule.tensors)}:")
     for line, note in explain.kernel_notes(t):
         print(f"  {args.name}:{line}: {note}" if line is not None else f"  {args.name}: {note}")
     return 0

@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _wait_ptx(tmp_path, backoff_ns: int | None) -> str:
-    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "SYNCOPY_WAIT_BACKOFF_NS")}
+    env = {**{k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "SYNCOPY_WAIT_BACKOFF_NS")},
+           "TRITON_INTERPRET": "0"}  # unset, import syncopy would turn it on where there is no GPU
     if backoff_ns is not None:
         env["SYNCOPY_WAIT_BACKOFF_NS"] = str(backoff_ns)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
