@@ -10,11 +10,8 @@ from tests.world import read_check_workers as rw
 from tests.world import shared, workers
 
 LAUNCHES = 3
-NEGATIVE_WORLD = 3
 for _size in (2, 3):  # jobs of the shared worlds (tests/world/shared.py); the operator brings its own holding link
     shared.register(__name__, _size, {"hold oracle": (f"{rw.__name__}:run_hold_oracle", (LAUNCHES,))})
-# The negative control too: its held chunks are released at the hold's bound, nothing times out.
-shared.register(__name__, NEGATIVE_WORLD, {"negative control": (f"{rw.__name__}:run_hold_negative_control", (2,))})
 
 
 @pytest.mark.world
@@ -34,8 +31,10 @@ def test_every_remote_chunk_lands_while_a_tile_waits_for_it_and_results_are_exac
 def test_the_hold_oracle_flags_chunks_no_tile_waited_for():
     """Negative control (issue 26, item 3): tiles that read rank 0's rows only. Every other rank's
     chunks are reported unwaited on every rank; rank 0's, read by the other ranks' tiles, waited there."""
-    world = NEGATIVE_WORLD
-    for rank, log in enumerate(shared.results(__name__, world, "negative control")):
+    from tests.world.harness import spawn
+
+    world = 3
+    for rank, log in enumerate(spawn(rw.run_hold_negative_control, world, 2, timeout_s=240)):
         for epoch, rec in enumerate(log, start=1):
             where = f"rank {rank} epoch {epoch}"
             assert rec["err"] <= workers.TOL["float32"], (where, rec)
