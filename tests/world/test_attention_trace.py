@@ -8,17 +8,14 @@ from __future__ import annotations
 
 import pytest
 
-from tests.world import attention_workers, shared
+from tests.world.attention_workers import traced_attention
 from tests.oracles import worst
-
-# A job of the shared world of 2 (tests/world/shared.py): the traced operator brings its own holding
-# link; torch.ops.syncopy.ag_attention runs on the shared world's slow reordering link.
-shared.register(__name__, 2, {"traced attention": (f"{attention_workers.__name__}:traced_attention", (0.002, True))})
+from tests.world.harness import IN_ORDER, spawn
 
 
 @pytest.mark.world
 def test_attention_tiles_start_on_local_rows_before_remote_chunks_land():
-    results = shared.results(__name__, 2, "traced attention")
+    results = spawn(traced_attention, 2, 0.002, True, link=IN_ORDER, timeout_s=300)
     for rank, r in enumerate(results):
         assert worst(r["errors"]) <= 1e-4 and worst([r["op_error"]]) <= 1e-4, (rank, r["errors"], r["op_error"])
         chunks_per_rank = r["total"] // 2
