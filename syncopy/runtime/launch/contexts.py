@@ -68,6 +68,25 @@ def _schedule_difference(r: int, theirs: str, rank: int, mine: str) -> str:
     return f"rank {r} launched with a different schedule than rank {rank}; every rank must use the same schedule"
 
 
+def shard_difference(t: str, pattern: str, dim: int, r: int, theirs: tuple, rank: int, mine: tuple) -> str:
+    """What differs between rank r's shard `theirs` and this rank's `mine`, (shape, dtype) each, and what to change."""
+    (theirs_shape, theirs_dtype), (my_shape, my_dtype) = theirs, mine
+    if tuple(theirs_shape) == tuple(my_shape):
+        return (f"rank {r} passed '{t}' as {theirs_dtype} but rank {rank} passed {my_dtype} (both {list(my_shape)}); "
+                f"{pattern} needs the same dtype on every rank: cast every rank's '{t}' to one dtype")
+    dims = [d for d, (a, b) in enumerate(zip(theirs_shape, my_shape)) if a != b] if len(theirs_shape) == len(my_shape) else []
+    what = f"size along dim {dims[0]}" if len(dims) == 1 else "shape"
+    fix = " (pad the last shard)" if dims == [dim] else ""
+    return (f"rank {r} passed '{t}' with shape {list(theirs_shape)} {theirs_dtype} but rank {rank} passed {list(my_shape)} "
+            f"{my_dtype}; {pattern} needs the same {what} on every rank{fix}")
+
+
+def listed_difference(names: list[str], r: int, theirs, rank: int, mine) -> str:
+    """Rank r passed the other listed tensors (`tensor: [K, V]`) with other (shape, dtype) than this rank."""
+    return (f"rank {r} passed the other listed tensors ({', '.join(names)}) as {theirs} but rank {rank} as {mine} (shape, dtype); "
+            "pass the same on every rank")
+
+
 def _option_difference(r: int, other: tuple, rank: int, mine: tuple) -> str:
     """Which launch option two ranks disagree on: verify_chunks (index 7) or the injected faults (8)."""
     if other[7] != mine[7]:
@@ -197,6 +216,22 @@ class Contexts:
             _retire(*old)
         return ctx, backend
 
+    def refuse_broken(self, shard: torch.Tensor, group, args: dict, uneven: bool = False) -> None:
+        """A LaunchError at once, talking to no peer, where this launch's group or context broke in an
+        earlier launch (a timeout): its transport, or its launch sequence, cannot be trusted again."""
+        key = self.key(shard, group, args, uneven)
+        with _cache_lock:
+            hit = self.table.get(key)
+        if hit is not None and hit[0].broken:
+            raise LaunchError(f"this operator's transfers broke in an earlier launch ({hit[0].broken}); re-create the process group")
+        control.refuse_broken_group(group)
+
+    def has(self, shard: torch.Tensor, group, args: dict, uneven: bool = False) -> bool:
+        """Is the context of this launch made (a warm launch: no collective first launch)?"""
+        key = self.key(shard, group, args, uneven)
+        with _cache_lock:
+            return key in self.table
+
     def key(self, shard: torch.Tensor, group, args: dict, uneven: bool = False) -> tuple:
         return (control.group_token(group), _shard_shape(shard, uneven), shard.dtype, shard.device, self.listed_shapes(args))
 
@@ -286,8 +321,7 @@ class Contexts:
                                   f"keeps {mine[5][0]} of {mine[5][1]}; give every rank the same max_contexts and "
                                   "max_context_bytes (or $SYNCOPY_MAX_CONTEXTS and $SYNCOPY_MAX_CONTEXT_BYTES)")
             if other[6] != mine[6]:
-                raise LaunchError(f"rank {r} passed the other listed tensors ({', '.join(self.op.schedule.tensors[1:])}) as "
-                                  f"{other[6]} but rank {rank} as {mine[6]} (shape, dtype); pass the same on every rank")
+                raise LaunchError(listed_difference(self.op.schedule.tensors[1:], r, other[6], rank, mine[6]))
             if other[7:] != mine[7:]:
                 raise LaunchError(_option_difference(r, other, rank, mine))
         if backend is not None:  # after the check: a refusal (GPU backends have no checksums) is then every rank's
@@ -363,16 +397,8 @@ class Contexts:
 
     def shard_difference(self, r: int, other: tuple, rank: int, mine: tuple) -> str:
         """What differs between two ranks' shards, and what to change."""
-        t, pattern = self.op.schedule.tensor, self.op.schedule.pattern
-        (theirs_shape, theirs_dtype), (my_shape, my_dtype) = other[:2], mine[:2]
-        if theirs_shape == my_shape:
-            return (f"rank {r} passed '{t}' as {theirs_dtype} but rank {rank} passed {my_dtype} (both {list(my_shape)}); "
-                    f"{pattern} needs the same dtype on every rank: cast every rank's '{t}' to one dtype")
-        dims = [d for d, (a, b) in enumerate(zip(theirs_shape, my_shape)) if a != b] if len(theirs_shape) == len(my_shape) else []
-        what = f"size along dim {dims[0]}" if len(dims) == 1 else "shape"
-        fix = " (pad the last shard)" if dims == [self.op.schedule.dim] else ""
-        return (f"rank {r} passed '{t}' with shape {list(theirs_shape)} {theirs_dtype} but rank {rank} passed {list(my_shape)} "
-                f"{my_dtype}; {pattern} needs the same {what} on every rank{fix}")
+        s = self.op.schedule
+        return shard_difference(s.tensor, s.pattern, s.dim, r, other[:2], rank, mine[:2])
 
     def _lowered(self, choice) -> tuple[Schedule, object]:
         """The schedule to lower, with `choice` (a `_resolve` answer, or None) applied, and the Resolution."""

@@ -3,6 +3,7 @@
     launch(op, grid, args, kwargs, group)     the group's turn, the caller's stream after the last launch's
       run(op, ...)                            one launch, in order:
         op.binder.bind, check_strides         the call bound by name and checked        -> BoundCall
+        agreement.meet                        what every rank launches, said and compared -> the launch's number
         op.contexts.get                       buffers, signal pad, plan (collective once) -> Context, backend
         op.binder.tuned                       an autotuned kernel's config
         op.orders.prepared                    the tile order (probed once), compiled once -> Order
@@ -23,7 +24,7 @@ import torch
 import torch.distributed as dist
 
 from syncopy.errors import LaunchError, SyncopyTimeout
-from syncopy.runtime.launch import outcome, turns
+from syncopy.runtime.launch import agreement, outcome, turns
 from syncopy.runtime.launch.contexts import checked_group
 from syncopy.runtime.launch.order import grid3
 from syncopy.runtime.state.context import Context
@@ -67,13 +68,58 @@ def launch(op, grid, args, kwargs, group) -> None:
 def run(op, grid, args, kwargs, group) -> None:
     """One launch of `op` on `group` (a checked process group whose turn the caller holds); the steps
     of the module's docstring."""
-    built = op.kernel.build()
-    kwargs = dict(kwargs)
-    split = splits.pop(kwargs, op.signature.parameters, op.schedule.pattern, op.local.fn.__name__)
-    call = op.binder.bind(args, kwargs)
-    op.binder.check_strides(call, dist.get_world_size(group))
-    ensure_allocator(call.shard.device)
-    uneven = _uneven(op, split, call.shard)
+    built, call, split, uneven = _checked_call(op, args, kwargs, group)
+    n = _agreed(op, group, call, uneven)
+    try:
+        ready = _prepare(op, grid, group, built, call, split, uneven)
+    except Exception as exc:
+        agreement.refused(group, n, exc)  # peers waiting for this rank's chunks learn why they never come
+        raise
+    _transfer_and_compute(op, grid, group, built, call, n, *ready)
+
+
+def _checked_call(op, args, kwargs, group):
+    """The kernel built and the call bound and checked on this rank: (built, call, split, uneven).
+    A mistake here is this rank's alone: it is said to the peers (`_agreed`) before it is raised, so
+    that they name this rank and its error instead of waiting for its chunks."""
+    try:
+        built = op.kernel.build()
+        kwargs = dict(kwargs)
+        split = splits.pop(kwargs, op.signature.parameters, op.schedule.pattern, op.local.fn.__name__)
+        call = op.binder.bind(args, kwargs)
+        op.binder.check_strides(call, dist.get_world_size(group))
+        ensure_allocator(call.shard.device)
+        uneven = _uneven(op, split, call.shard)
+    except Exception as exc:
+        if not turns.turn_held():
+            with contextlib.suppress(LaunchError):  # a peer that did not come either: this rank's own error comes first
+                agreement.meet(op, group, agreement.said(op, error=exc), wait=True)
+        raise
+    op.contexts.refuse_broken(call.shard, group, call.arguments, uneven)  # at once, before meeting anyone
+    return built, call, split, uneven
+
+
+def _agreed(op, group, call, uneven: bool) -> int:
+    """This launch's number on `group`, once every rank said it launches the same (agreement.meet):
+    CPU ranks and first launches hear the peers now; a warm CUDA launch enqueues and reads their
+    answer later. A pipeline's reader on its side thread launches in its writer's turn: not counted."""
+    if turns.turn_held():
+        return 0
+    wait = not call.shard.is_cuda or not op.contexts.has(call.shard, group, call.arguments, uneven)
+    return agreement.meet(op, group, agreement.said(op, call, uneven), wait=wait)
+
+
+def _explained(exc: SyncopyTimeout, group, n: int) -> SyncopyTimeout:
+    """`exc` with the cause its peers left word of (agreement.cause), if any: the rank at fault and why."""
+    why = agreement.cause(group, n)
+    if why is None:
+        return exc
+    return SyncopyTimeout(exc.rank, exc.chunk, exc.epoch, exc.timeout_s, why, agreement.SAME)
+
+
+def _prepare(op, grid, group, built, call, split, uneven: bool) -> tuple:
+    """Everything before the transfers, once the ranks agreed on what they launch: (ctx, backend,
+    kernel arguments, options, order, own error ring)."""
     ctx, backend = op.contexts.get(call.shard, group, call.arguments, uneven=uneven)
     if uneven:
         _relayout(op, ctx, backend, split, call.shard)
@@ -95,6 +141,11 @@ def run(op, grid, args, kwargs, group) -> None:
     own = _own_errors(op, ctx, built.transformed.checked) if backend is None and not op.producer else None
     if own is not None:
         _check_own(ctx, own)  # a world of one: its earlier launches that are done, likewise
+    return ctx, backend, kernel_args, options, order, own
+
+
+def _transfer_and_compute(op, grid, group, built, call, n: int, ctx, backend, kernel_args, options, order, own) -> None:
+    """This launch's epoch, transfers, kernel and outcome (a timeout names the cause the peers left word of)."""
     need = ctx.tiles_per_chunk[op.orders.shape_key(grid, kernel_args)] if op.producer else None
     if need is not None:
         ctx.set_targets(need)
@@ -102,7 +153,10 @@ def run(op, grid, args, kwargs, group) -> None:
     trace, trace_buf = op.tracer.start(ctx, epoch, len(order.ranges))
     transfer = _start(op, ctx, backend, call.shard, epoch, need)
     window = op.kernel.run(grid, kernel_args, ctx, order.table, trace_buf, options, transfer)
-    _settle(op, ctx, backend, own, transfer, epoch, call.shard, traced=trace is not None)
+    try:
+        _settle(op, ctx, backend, own, transfer, epoch, call.shard, traced=trace is not None)
+    except SyncopyTimeout as exc:
+        raise _explained(exc, group, n) from None
     if trace is not None:
         op.tracer.finish(trace, trace_buf, order.table, order.ranges, order.exec_order, window,
                          persistent=built.transformed.persistent is not None)

@@ -231,6 +231,14 @@ def control_group(group, timeout_s: float | None = None) -> object:
     return control
 
 
+def refuse_broken_group(group) -> None:
+    """`refuse_broken` for the control group of the user's `group`, if one was made."""
+    with _table_lock:
+        control = _groups.get(group)
+    if control is not None:
+        refuse_broken(control)
+
+
 def refuse_broken(control) -> None:
     """A LaunchError, saying why, if `control`'s group was marked broken (`mark_broken`)."""
     if id(control) in _broken:
@@ -346,7 +354,8 @@ def prepared(group, timeout_s: float | None, what: str, prepare):
         with _Heartbeat(store, f"{prefix}/beat/{rank}"):
             result = prepare()
     except BaseException as exc:
-        _store_op(lambda: store.set(f"{prefix}/ready/{rank}", f"failed: {type(exc).__name__}"), rank, what)
+        said = (str(exc).splitlines() or [""])[0][:600] or type(exc).__name__  # the peers quote it
+        _store_op(lambda: store.set(f"{prefix}/ready/{rank}", f"failed: {said}"), rank, what)
         raise
     _store_op(lambda: store.set(f"{prefix}/ready/{rank}", "ok"), rank, what)
     _await_prepared(store, prefix, rank, world, wait_bound(timeout_s), what)
@@ -401,7 +410,7 @@ def _await_prepared(store, prefix: str, rank: int, world: int, bound: float, wha
                 continue
             status = _store_op(lambda: store.get(key), rank, what).decode()
             if status != "ok":
-                raise LaunchError(f"rank {rank}: rank {r} could not prepare {what} ({status}); its own error says why")
+                raise LaunchError(f"rank {rank}: rank {r} could not prepare {what}: {status.removeprefix('failed: ')}")
             del waiting[r]
         now = time.monotonic()
         for r, (beats, moved) in list(waiting.items()):

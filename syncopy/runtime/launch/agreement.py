@@ -1,0 +1,318 @@
+"""What each rank launches, told to its peers at every launch on a group.
+
+Launches on a group take turns on each rank, and the n-th launch of a rank meets the n-th launch of
+each peer (runtime/launch/sequence.py, launch). So every launch first says, in one small all_gather
+on a gloo group of its own (`_Group.exchange`), what it is about to launch: the operator, the
+communicated tensors' shapes and dtypes, and the error this rank's own checks of the call raised, if
+any. Ranks that disagree -- another operator, other shapes from the second launch on, a tensor one
+rank passed non-contiguous, a launch fewer -- each raise one line that names the rank at fault and
+what differs, before any chunk moves; the group stays usable.
+
+    rank 0   |say(mm, A [8, 16])|=== transfers, kernel ===|
+    rank 1   |say(mm, A [12,16])|  -> both: "rank 1 passed 'A' with shape [12, 16] but rank 0 [8, 16] ..."
+
+Where it waits: CPU ranks (their launches are synchronous anyway) wait for the answer before their
+transfers, bounded by the operator's timeout_s (a first launch of the operator: by the control
+plane's bound, `control.wait_bound`, as it may build the kernel). A warm launch on CUDA tensors
+enqueues and returns, as any CUDA op: its exchange completes in the background and is read at the
+next launch on the group, or when a wait times out (`cause`), never with a host wait.
+
+What a rank does after its exchange is noted too, in the group's store: its last launch number, and
+the error of a launch it refused after the exchange (a grid that writes past its output, an
+autotune failure). A peer whose chunks then never come names that rank and its error
+(`cause`), or the rank that never made this launch, instead of a bare timeout."""
+from __future__ import annotations
+
+import collections
+import json
+import threading
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from syncopy.errors import LaunchError
+from syncopy.runtime.launch import contexts
+from syncopy.runtime.transport.backends import control
+
+SIZE = 2048  # bytes each rank says per launch (an error longer than fits is cut)
+_ERROR_CHARS = 900
+SAME = "every rank of the group must launch the same operators, with the same shapes, the same number of times, in the same order"
+
+
+def _error_words(exc: BaseException) -> str:
+    """An error as a peer quotes it: syncopy's own one line as it is; another's with its type."""
+    from syncopy.errors import SyncopyError
+
+    text = str(exc) or type(exc).__name__
+    return text if isinstance(exc, SyncopyError) else f"{type(exc).__name__}: {text}"
+
+
+def said(op, call=None, uneven: bool = False, error: BaseException | None = None) -> dict:
+    """What this rank says of its launch of `op`: the operator (its kernel and schedule), the
+    communicated tensors' (shape, dtype) from the bound `call`, or the error its own checks raised."""
+    words = {"kernel": op.local.fn.__name__, "schedule": op.schedule.key()}
+    if call is not None:
+        words["shard"] = [list(contexts._shard_shape(call.shard, uneven)), str(call.shard.dtype)]
+        words["listed"] = str(op.contexts.listed_shapes(call.arguments))  # as the first launch's check prints them
+    if error is not None:
+        words["error"] = _error_words(error)[:_ERROR_CHARS]
+    return words
+
+
+class _Group:
+    """The launches of one user group on this rank: its own gloo group, how many launches it made,
+    and the exchanges not yet read (warm CUDA launches)."""
+
+    def __init__(self, group, timeout_s: float | None):
+        self.user = group
+        self.rank, self.world = dist.get_rank(group), dist.get_world_size(group)
+        self.name = control._name_of(group)
+        bound = timedelta(seconds=control.wait_bound(timeout_s))
+        self.group = control.member_group(group, "launches", "gloo", bound)
+        self.count = 0  # launches made on the group (exchanges started)
+        self.pending: collections.deque = collections.deque()  # (n, work, outs, words, op name)
+        self.broken: str | None = None
+        self.seen_ops: set[str] = set()  # operators (kernel, schedule) this rank launched here before
+
+    def exchange(self, words: dict) -> tuple[int, object, list]:
+        """Start launch n's exchange (n counts from 1); returns (n, its work, the buffers it fills)."""
+        self.count += 1
+        words = dict(words, n=self.count)
+        data = json.dumps(words).encode()
+        if len(data) > SIZE:  # only an error can be that long
+            words["error"] = words.get("error", "")[: max(0, len(words.get("error", "")) - (len(data) - SIZE) - 8)]
+            data = json.dumps(words).encode()[:SIZE]
+        mine = torch.zeros(SIZE, dtype=torch.uint8)
+        mine[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        outs = [torch.empty(SIZE, dtype=torch.uint8) for _ in range(self.world)]
+        self._note(f"last/{self.rank}", f"{self.count} {words['kernel']}")
+        return self.count, dist.all_gather(outs, mine, group=self.group, async_op=True), outs
+
+    def _note(self, key: str, value: str) -> None:
+        """A word in the job's store for peers that time out later (`cause`); best effort."""
+        try:
+            control._store().set(f"syncopy-launch/{self.name}/{key}", value)
+        except Exception:  # no store (it went with rank 0): peers say what they saw
+            pass
+
+    def _read(self, key: str) -> str | None:
+        try:
+            store = control._store()
+            full = f"syncopy-launch/{self.name}/{key}"
+            return store.get(full).decode() if store.check([full]) else None
+        except Exception:
+            return None
+
+
+_lock = threading.Lock()
+_groups: dict[int, _Group] = {}  # group token -> its launches
+
+
+def _drop(alive: set[int]) -> None:
+    with _lock:
+        for token in [t for t in _groups if t not in alive]:
+            del _groups[token]
+
+
+control.on_release(_drop)
+
+
+def _of(group, timeout_s: float | None) -> _Group:
+    token = control.group_token(group)
+    with _lock:
+        found = _groups.get(token)
+    if found is None:
+        try:
+            found = _Group(group, timeout_s)
+        except RuntimeError as exc:  # a member never came to the group's creation
+            raise LaunchError(f"rank {dist.get_rank(group)}: not every rank of the group reached its first syncopy launch "
+                              f"within {control.wait_bound(timeout_s):g}s ({control.transport_text(exc)}); {SAME}") from None
+        with _lock:
+            _groups[token] = found
+    return found
+
+
+def meet(op, group, words: dict, wait: bool) -> int:
+    """This rank's launch of `op` on `group` says `words` (`said`) and, with `wait`, hears the peers'
+    (bounded): a LaunchError naming the rank at fault when they differ or when a peer does not come.
+    Without `wait` (a warm CUDA launch) the answer is read later (`settle_pending`, `cause`).
+    Returns the launch's number on the group (1, 2, ...); 0 in a world of one."""
+    if dist.get_world_size(group) == 1:
+        return 0
+    g = _of(group, op.timeout_s)
+    if g.broken is not None:
+        raise LaunchError(f"rank {g.rank}: {g.broken}; create a new process group (dist.new_group) and launch on it")
+    settle_pending(g, block=False)
+    op_id = f"{words['kernel']} {words['schedule']}"
+    first = op_id not in g.seen_ops
+    g.seen_ops.add(op_id)
+    n, work, outs = g.exchange(words)
+    if not wait and not first:
+        g.pending.append((n, work, outs, words))
+        return n
+    bound = control.wait_bound(op.timeout_s) if first else op.timeout_s
+    _wait(g, n, work, outs, words, bound)
+    return n
+
+
+def settle_pending(g: _Group, block: bool, bound: float = 0.0) -> None:
+    """Read the exchanges of earlier warm launches that completed (all of them, waiting up to `bound`
+    for each, with `block`); a disagreement found there raises as at the launch itself."""
+    while g.pending:
+        n, work, outs, words = g.pending[0]
+        if not block and not work.is_completed():
+            return
+        g.pending.popleft()
+        _wait(g, n, work, outs, words, bound)
+
+
+def _wait(g: _Group, n: int, work, outs: list, words: dict, bound: float) -> None:
+    """Wait up to `bound` for launch n's exchange and compare: a LaunchError naming the rank at fault
+    when a peer differs, did not come (this rank gives up, and says so for it: `_gave_up`), or came
+    only after its peers had given up on it (this rank is the late one)."""
+    try:
+        work.wait(timeout=timedelta(seconds=max(bound, 0.001)))
+    except RuntimeError as exc:
+        g.broken = f"launch {n} of this group never met every peer's"
+        message = _missing(g, n, words, bound, exc)
+        _gave_up(g, n, f"after {bound:g}s")
+        raise LaunchError(message) from None
+    late = _given_up_on(g, n)
+    if late is not None:
+        g.broken = f"launch {n} of this group came after its peers had given up on it"
+        raise LaunchError(f"rank {g.rank}: launch {n} on this group ({words['kernel']}): this rank came late: {late}; launch on "
+                          "every rank within timeout_s of each other (or raise timeout_s), then create a new process group")
+    theirs = [json.loads(bytes(o.tolist()).rstrip(b"\0").decode() or "{}") for o in outs]
+    problem = difference(g.rank, n, words, theirs)
+    if problem is not None:
+        raise LaunchError(problem)
+
+
+def _gave_up(g: _Group, n: int, after: str) -> None:
+    """This rank stops waiting for launch n (`after`: how long it waited): its word for the peer that
+    comes late (`_given_up_on`)."""
+    g._note(f"gaveup/{n}/{g.rank}", after)
+    try:
+        control._store().add(f"syncopy-launch/{g.name}/gaveup/{n}", 1)
+    except Exception:
+        pass
+
+
+def _given_up_on(g: _Group, n: int) -> str | None:
+    """Did a peer give up waiting for launch n before this rank came (one store round trip when none did)?"""
+    try:
+        if control._store().add(f"syncopy-launch/{g.name}/gaveup/{n}", 0) == 0:
+            return None
+    except Exception:  # no store: nothing known
+        return None
+    words = [f"rank {r} gave up waiting for it {said}" for r in range(g.world)
+             if r != g.rank and (said := g._read(f"gaveup/{n}/{r}")) is not None]
+    return "; ".join(words) or None
+
+
+def difference(rank: int, n: int, mine: dict, theirs: list[dict]) -> str | None:
+    """The first way a peer's launch n differs from this rank's (`mine`), in one line; None if none.
+    This rank's own error is its own to raise (the caller does): it is not reported here."""
+    if "error" in mine:
+        return None
+    for r, other in enumerate(theirs):
+        if r == rank:
+            continue
+        if "error" in other:
+            return f"rank {rank}: launch {n} on this group ({mine['kernel']}): rank {r} refused it: {other['error']}"
+        if other["kernel"] != mine["kernel"]:
+            return (f"rank {rank}: launch {n} on this group: rank {r} launched {other['kernel']} ({_schedule_words(other)}) but "
+                    f"rank {rank} {mine['kernel']} ({_schedule_words(mine)}); {SAME}")
+        if other["schedule"] != mine["schedule"]:
+            differs = contexts._schedule_difference(r, other["schedule"], rank, mine["schedule"])
+            if n == 1:
+                return differs
+            differs = differs.split(";")[0].replace(f"rank {r} launched with", f"rank {r} launched {mine['kernel']} with", 1)
+            return (f"rank {rank}: launch {n} on this group: {differs}; every rank must launch the same operators in the same "
+                    "order, each with the same schedule (the same file and the same overlap() overrides)")
+        schedule = json.loads(mine["schedule"])
+        tensors = schedule["tensor"] if isinstance(schedule["tensor"], list) else [schedule["tensor"]]
+        if other.get("shard") != mine.get("shard"):
+            return contexts.shard_difference(tensors[0], schedule["pattern"], schedule.get("dim", 0), r, other["shard"], rank,
+                                             mine["shard"])
+        if other.get("listed") != mine.get("listed"):
+            return contexts.listed_difference(tensors[1:], r, other["listed"], rank, mine["listed"])
+    return None
+
+
+def _schedule_words(words: dict) -> str:
+    s = json.loads(words["schedule"])
+    tensor = s.get("tensor")
+    tensor = ", ".join(f"'{t}'" for t in tensor) if isinstance(tensor, list) else f"'{tensor}'"
+    return f"{s.get('pattern')} of {tensor}"
+
+
+def _missing(g: _Group, n: int, words: dict, bound: float, exc: BaseException) -> str:
+    """Who did not come to launch n, from the store's words (`last/<rank>`), and what they last did;
+    a peer whose connection closed (it died, or gave up on its own wait) is said to have dropped out."""
+    where = f"rank {g.rank}: launch {n} on this group ({words['kernel']})"
+    text = control.transport_text(exc)
+    late = _given_up_on(g, n)
+    if late is not None:
+        return (f"{where}: this rank came late: {late}; launch on every rank within timeout_s of each other (or raise "
+                "timeout_s), then create a new process group")
+    if "imeout" not in text and "imed out" not in text:
+        late = [r for r in range(g.world) if r != g.rank and _count(g, r) < n]
+        who = f"rank(s) {', '.join(map(str, late))} had not made it" if late else "every peer had made it"
+        return (f"{where}: a peer's connection closed while this rank waited for it ({text}); {who}: look for the cause in "
+                "their own output, then restart the job")
+    late, said = [], []
+    for r in range(g.world):
+        if r == g.rank:
+            continue
+        last = g._read(f"last/{r}")
+        count, _, kernel = (last or "0 -").partition(" ")
+        if int(count) < n:
+            late.append(r)
+            said.append(f"rank {r} made {count} launch{'es' if count != '1' else ''} here"
+                        + (f", the last of {kernel}" if int(count) else ""))
+    who = f"rank(s) {', '.join(map(str, late))}" if late else "some rank"
+    why = f" ({'; '.join(said)})" if said else f" ({text})"
+    return f"{where}: {who} did not make it within {bound:g}s{why}; {SAME}, or raise timeout_s"
+
+
+def _count(g: _Group, r: int) -> int:
+    """Rank r's launches on the group so far, as it last wrote in the store (0: none, or no word)."""
+    return int((g._read(f"last/{r}") or "0").split(" ")[0])
+
+
+def refused(group, n: int, exc: BaseException) -> None:
+    """This rank refuses its launch n after the exchange (its own later checks): say so in the store,
+    so that peers waiting for its chunks name it and its error (`cause`)."""
+    if not n:
+        return
+    g = _groups.get(control.group_token(group))
+    if g is not None:
+        g._note(f"refused/{n}/{g.rank}", _error_words(exc)[:_ERROR_CHARS])
+
+
+def cause(group, n: int) -> str | None:
+    """Why a peer's chunks of launch n may never come, if this rank can tell: a peer refused that
+    launch after the exchange (`refused`), a warm launch's exchange found the ranks disagreeing, or a
+    peer never made launch n. None when nothing is known (a slow link, a peer stuck in its kernel)."""
+    if not n:
+        return None
+    g = _groups.get(control.group_token(group))
+    if g is None:
+        return None
+    for r in range(g.world):
+        if r != g.rank:
+            text = g._read(f"refused/{n}/{r}")
+            if text is not None:
+                return f"rank {r} refused launch {n} on this group: {text}"
+    for item in list(g.pending):
+        if item[0] == n and item[1].is_completed():
+            try:
+                settle_pending(g, block=True)
+            except LaunchError as exc:
+                return str(exc).split(": ", 1)[-1]
+    late = [r for r in range(g.world) if r != g.rank and _count(g, r) < n]
+    if late:
+        return f"rank(s) {', '.join(map(str, late))} never made launch {n} on this group"
+    return None
