@@ -213,8 +213,9 @@ def insert_waits(body: list[cst.BaseStatement], binding: TensorBinding, table: b
             if b is not binding and group is b.groups[0]:
                 said = (*said, _OWN_WAIT.format(tensor=b.tensor))
             waits += wait_statements(b, group, first, table and b is binding, notes=said, trace=last)
-        if first and not waits and any(g.stmt_index == index and g.rows_at for b in bindings for g in b.groups):
-            # Its only waits are inside a loop that sweeps the rows, per iteration: the tile starts here.
+        if first and not waits and any(g.stmt_index == index for b in bindings for g in b.groups):
+            # Its only waits are deeper inside this statement (per iteration of a loop that sweeps the rows,
+            # per read under an `if`, before a read whose rows are known only there): the tile starts here.
             waits = [cst.parse_statement(f"{D}.trace_tile_start({names.SIGNALS}, {names.TRACE}, {names.CTX}, {names.TRACE_FLAG})\n")]
         if waits:
             waits, stmt = _with_leading(waits, stmt)
