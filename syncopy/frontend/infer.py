@@ -889,6 +889,15 @@ class _DropZeros(cst.CSTTransformer):
             return bare
         return keep.with_changes(lpar=updated.lpar, rpar=updated.rpar)
 
+    def leave_Call(self, original, updated):
+        # `tl.multiple_of(0, BN)` (a loop's `start = tl.multiple_of(start, BN)` at its first corner) is 0:
+        # the hint changes no value, and compiled Triton refuses it on a literal.
+        leaf = (cu.call_name(updated) or "").rsplit(".", 1)[-1]
+        first = updated.args[0].value if updated.args else None
+        if leaf in ("multiple_of", "max_contiguous") and isinstance(first, cst.Integer):
+            return first
+        return updated
+
     def leave_Subscript(self, original, updated):
         return updated
 
