@@ -48,6 +48,12 @@ class Access:
     # the first, v at the last, the last iteration's counter); `pointer` is the first iteration's.
     affine: tuple[str, str, str, str] | None = None
     every: bool = False    # the rows cannot be told (a helper we cannot follow): every chunk
+    # The constexpr `if` tests the read sits under, outermost first, each with the arm it is in (True:
+    # the body, False: the else): (code, arm). Triton compiles only the live arm of such an `if`, so
+    # the wait reads them too and bounds only what the launch's constexprs leave live (a dead arm's
+    # unmasked load reads no row). Tests that are not constexpr are left out: the read waits as if
+    # they held (a bound too wide is slower, never wrong).
+    guard: tuple[tuple[str, bool], ...] = ()
 
 
 @dataclass
@@ -883,6 +889,15 @@ class _DropZeros(cst.CSTTransformer):
             return bare
         return keep.with_changes(lpar=updated.lpar, rpar=updated.rpar)
 
+    def leave_Call(self, original, updated):
+        # `tl.multiple_of(0, BN)` (a loop's `start = tl.multiple_of(start, BN)` at its first corner) is 0:
+        # the hint changes no value, and compiled Triton refuses it on a literal.
+        leaf = (cu.call_name(updated) or "").rsplit(".", 1)[-1]
+        first = updated.args[0].value if updated.args else None
+        if leaf in ("multiple_of", "max_contiguous") and isinstance(first, cst.Integer):
+            return first
+        return updated
+
     def leave_Subscript(self, original, updated):
         return updated
 
@@ -904,11 +919,11 @@ def _access_names(a: Access) -> set[str]:
 
 def _covered(groups: list[ReadGroup], accesses: list[Access], body, index: int) -> bool:
     """A later read of the very same rows (same expressions, nothing they use reassigned since the
-    earlier wait) needs no second wait."""
+    earlier wait, live wherever the earlier wait was) needs no second wait."""
     for g in groups:
         if len(g.accesses) != len(accesses):
             continue
-        if all(cu.same_expression(x.pointer, y.pointer) and x.desc == y.desc
+        if all(cu.same_expression(x.pointer, y.pointer) and x.desc == y.desc and set(x.guard) <= set(y.guard)
                and (x.mask == y.mask or (x.mask and y.mask and cu.same_expression(x.mask, y.mask)))
                for x, y in zip(g.accesses, accesses)):
             between = set().union(*(cu.assigned_in(s) for s in body[g.stmt_index:index]))
@@ -1046,11 +1061,51 @@ def _hoist(ks: KernelSource, block: list[cst.CSTNode], reads, before: set[str], 
                 ) from None
             fallbacks.append((call, ptr, mask, exc.why, exc.rows_at))
             continue
+        guard = _constexpr_guard(ks, block[-1], call)
         for access in corners:
             access.clamped = access.clamped or clamped
+            access.guard = guard
             if access not in accesses:
                 accesses.append(access)
     return accesses
+
+
+def _constexprs(ks: KernelSource) -> set[str]:
+    """The kernel's `tl.constexpr` parameters it never assigns: values fixed per compiled specialisation."""
+    p = ks.func.params
+    declared = {x.name.value for x in (*p.posonly_params, *p.params, *p.kwonly_params)
+                if x.annotation is not None and ks.code(x.annotation.annotation).endswith("constexpr")}
+    return declared - cu.assigned_in(ks.func.body)
+
+
+#: What a constexpr test may be made of: names of constexpr parameters, literals, and operators on them.
+_STATIC_NODES = (cst.Name, cst.Integer, cst.Float, cst.BinaryOperation, cst.UnaryOperation, cst.BooleanOperation,
+                 cst.Comparison, cst.ComparisonTarget, cst.BaseBinaryOp, cst.BaseUnaryOp, cst.BaseBooleanOp,
+                 cst.BaseCompOp, cst.LeftParen, cst.RightParen, cst.BaseParenthesizableWhitespace)
+
+
+def _is_constexpr_test(test: cst.BaseExpression, constexprs: set[str]) -> bool:
+    """A test Triton evaluates when it compiles (its `if` keeps one arm): only constexpr parameters,
+    literals (True, False, None, numbers) and operators."""
+    return all(isinstance(n, _STATIC_NODES) for n in _walk(test)) \
+        and cu.names_in(test) <= constexprs | {"True", "False", "None"}
+
+
+def _constexpr_guard(ks: KernelSource, stmt: cst.CSTNode, call: cst.Call) -> tuple[tuple[str, bool], ...]:
+    """The constexpr `if` tests on the way from `stmt` down to `call`, outermost first, with the arm
+    the call is in (Access.guard)."""
+    constexprs = _constexprs(ks)
+    guard: list[tuple[str, bool]] = []
+    node = stmt
+    while not isinstance(node, cst.SimpleStatementLine):
+        step = next(((branch, s) for branch, stmts in _blocks(node) for s in stmts if cu.contains(s, call)), None)
+        if step is None:
+            break  # in the statement's own header
+        branch, inner = step
+        if isinstance(node, cst.If) and _is_constexpr_test(node.test, constexprs):
+            guard.append((_code(node.test.with_changes(lpar=[], rpar=[])).strip(), branch == "body"))
+        node = inner
+    return tuple(guard)
 
 
 def _blocks(node: cst.CSTNode) -> list[tuple[str, list]]:

@@ -10,6 +10,8 @@ every chunk overlapping the rows the program reads there (a tile may span severa
 """
 from __future__ import annotations
 
+import textwrap
+
 import libcst as cst
 
 from syncopy.frontend.infer import ReadGroup, TensorBinding
@@ -25,9 +27,14 @@ def range_statements(binding: TensorBinding, group: ReadGroup, lo: str = names.L
     ctx = binding.ctx
     if binding.explicit_rows is not None:
         return [cst.parse_statement(f"{lo}, {hi} = {D}.chunk_range_of_rows({binding.explicit_rows}, {ctx})\n")]
-    out = []
+    out: list[cst.BaseStatement] = []
+    if group.accesses and group.accesses[0].guard:
+        # The first read may be compiled out: start from no chunk, merge each live read's range in.
+        out.append(cst.parse_statement(f"{lo}, {hi} = {D}.empty_range({ctx})\n"))
+    guarded: list[tuple[tuple[tuple[str, bool], ...], list[cst.BaseStatement]]] = []
     for i, access in enumerate(group.accesses):
-        tl_, th_ = (lo, hi) if i == 0 else (f"{lo}_{i}", f"{hi}_{i}")
+        mine = []
+        tl_, th_ = (lo, hi) if i == 0 and not access.guard else (f"{lo}_{i}", f"{hi}_{i}")
         if access.every:
             call = f"{D}.all_chunks({ctx})"
         elif access.affine is not None:
@@ -43,17 +50,49 @@ def range_statements(binding: TensorBinding, group: ReadGroup, lo: str = names.L
             call = f"{D}.chunk_range({access.pointer}, {binding.base}, {ctx}, {outer})"
         else:
             call = f"{D}.chunk_range_masked({access.pointer}, {access.mask}, {binding.base}, {ctx}, {outer})"
-        out.append(cst.parse_statement(f"{tl_}, {th_} = {call}\n"))
-        if i:
-            out.append(cst.parse_statement(f"{lo}, {hi} = {D}.merge_ranges({lo}, {hi}, {tl_}, {th_})\n"))
+        mine.append(cst.parse_statement(f"{tl_}, {th_} = {call}\n"))
+        if tl_ != lo:
+            mine.append(cst.parse_statement(f"{lo}, {hi} = {D}.merge_ranges({lo}, {hi}, {tl_}, {th_})\n"))
+        guarded.append((access.guard, mine))
+    return out + _under(guarded)
+
+
+def _under(items: list[tuple[tuple[tuple[str, bool], ...], list[cst.BaseStatement]]], depth: int = 0) -> list[cst.BaseStatement]:
+    """Each item's statements inside the constexpr `if`s of its read's guard (infer.Access.guard), as
+    the read itself is, so that Triton compiles them only where the read is live; reads under the same
+    test share one `if` (their merges commute)."""
+    out: list[cst.BaseStatement] = []
+    i = 0
+    while i < len(items):
+        guard, stmts = items[i]
+        if len(guard) <= depth:
+            out += stmts
+            i += 1
+            continue
+        test = guard[depth][0]
+        j = i
+        while j < len(items) and len(items[j][0]) > depth and items[j][0][depth][0] == test:
+            j += 1
+        live = _under([x for x in items[i:j] if x[0][depth][1]], depth + 1)
+        dead = _under([x for x in items[i:j] if not x[0][depth][1]], depth + 1)
+        if live:
+            code = f"if {test}:\n{indented(live)}\n" + (f"else:\n{indented(dead)}\n" if dead else "")
+        else:
+            code = f"if not ({test}):\n{indented(dead)}\n"
+        out.append(cst.parse_statement(code))
+        i = j
     return out
+
+
+def indented(stmts: list[cst.BaseStatement], by: str = "    ") -> str:
+    """The code of `stmts`, every line indented `by` (a block to paste under an `if`/`else`)."""
+    return textwrap.indent("\n".join(cst.Module(body=[s]).code.strip("\n") for s in stmts), by)
 
 
 def from_table_or(computed: list[cst.BaseStatement]) -> cst.BaseStatement:
     """`if SYNCOPY_TABLE:` read the range the probe found for this tile, `else:` compute it."""
-    inner = "\n".join("    " + cst.Module(body=[s]).code.strip() for s in computed)
     code = (f"if {names.TABLE_FLAG}:\n    {names.LO}, {names.HI} = {names.TABLE_LO}, {names.TABLE_HI}\n"
-            f"else:\n{inner}\n")
+            f"else:\n{indented(computed)}\n")
     return cst.parse_statement(code)
 
 
@@ -174,8 +213,9 @@ def insert_waits(body: list[cst.BaseStatement], binding: TensorBinding, table: b
             if b is not binding and group is b.groups[0]:
                 said = (*said, _OWN_WAIT.format(tensor=b.tensor))
             waits += wait_statements(b, group, first, table and b is binding, notes=said, trace=last)
-        if first and not waits and any(g.stmt_index == index and g.rows_at for b in bindings for g in b.groups):
-            # Its only waits are inside a loop that sweeps the rows, per iteration: the tile starts here.
+        if first and not waits and any(g.stmt_index == index for b in bindings for g in b.groups):
+            # Its only waits are deeper inside this statement (per iteration of a loop that sweeps the rows,
+            # per read under an `if`, before a read whose rows are known only there): the tile starts here.
             waits = [cst.parse_statement(f"{D}.trace_tile_start({names.SIGNALS}, {names.TRACE}, {names.CTX}, {names.TRACE_FLAG})\n")]
         if waits:
             waits, stmt = _with_leading(waits, stmt)

@@ -55,7 +55,7 @@ def _commented(stmts: list[cst.BaseStatement], text: str) -> list[cst.BaseStatem
 def tile_wait(binding: inference.TensorBinding, group: inference.ReadGroup, tile: str) -> list[cst.BaseStatement]:
     """The wait at the start of a tile: the probed range of tile `tile` or, without a table, the computed one."""
     computed = consumer_wait.range_statements(binding, group)
-    inner = "\n".join("    " + cst.Module(body=[s]).code.strip() for s in computed)
+    inner = consumer_wait.indented(computed)
     lo, hi = names.LO, names.HI
     stmts = [
         _stmt(f"if {names.TABLE_FLAG}:\n    {lo}, {hi} = {D}.tile_range({names.ORDER}, {tile}, {names.CTX})\nelse:\n{inner}"),

@@ -178,7 +178,8 @@ def _describe(b: inference.TensorBinding, where: str = "wait before") -> str:
     lines = [f"tensor {b.tensor} dim {b.dim} base {b.base}"]
     for g in b.groups:
         lines.append(f"{where} line {g.line}" + (f" (inside its loop: {g.why})" if g.nested else "") + ":")
-        lines += ["  every chunk" if a.every else f"  rows of {a.pointer}" + (f" where {a.mask}" if a.mask else "")
+        lines += [("  every chunk" if a.every else f"  rows of {a.pointer}" + (f" where {a.mask}" if a.mask else ""))
+                  + "".join(f" if {t}" if arm else f" if not ({t})" for t, arm in a.guard)
                   for a in g.accesses]
     if b.no_remap:
         lines.append(f"tiles not remapped ({b.no_remap})")

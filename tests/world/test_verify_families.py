@@ -34,6 +34,7 @@ shared.register(__name__, 2, {
     "gemms": (f"{vf.__name__}:run_gemms", (vf.GEMMS,)),
     "autotuned": (f"{vf.__name__}:run_autotuned", (vf.AUTOTUNED,)),
     "all_to_all": (f"{vf.__name__}:run_all_to_all", ()),
+    "attention_styles": (f"{vf.__name__}:run_attention_styles", (list(vf.ATTENTION_STYLES),)),
 })
 
 
@@ -59,6 +60,7 @@ def test_every_kernel_of_the_families_is_verified():
     assert sorted(n for n, _ in vf.READ_CHECK) == _kernels("read_check")
     assert sorted(vf.AUTOTUNED + ["row_sums_whole_blocks"]) == _kernels("autotuned", ("leaky_relu",))
     assert {k for k, _ in vf.GEMMS} == {"grouped", "gemm2d", "rms", "mm_desc_out"}  # tests/world/workers.py's names
+    assert sorted(vf.ATTENTION_STYLES) == _kernels("attention_styles")
     assert [_kernels(m) for m in ("desc_out", "gemm2d", "grouped_gemm", "rownorm")] == [
         ["mm_desc_out"], ["gemm_2d"], ["matmul_grouped"], ["rms_rows"]]
 
@@ -107,3 +109,9 @@ def test_every_autotuned_kernel_agrees_under_every_condition():
 def test_the_all_to_all_kernel_agrees_under_every_condition():
     """moe_workers.scale_rows (the MoE test's all_to_all kernel), with the even exchange."""
     _check(shared.results(__name__, 2, "all_to_all"), ["scale_rows"])
+
+
+@pytest.mark.world
+def test_the_attention_kernels_of_public_repositories_agree_under_every_condition():
+    """FA2's forward (EVEN_N flipping between launches) and SGLang's split-KV decode (new pages each launch)."""
+    _check(shared.results(__name__, 2, "attention_styles"), list(vf.ATTENTION_STYLES))

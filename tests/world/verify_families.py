@@ -406,3 +406,33 @@ def run_all_to_all(rank: int, world: int) -> dict:
 
     sched = {"pattern": "all_to_all", "tensor": "X", "dim": 0, "chunks_per_rank": 2}
     return {"scale_rows": _verify(scale_rows, sched, _scale_rows_example, world)}
+
+
+# --------------------------------------------------------------------------------------------------
+# tests/kernels/attention_styles.py (tests/world/attention_styles_workers.py): attention as public
+# repositories write it, FA2 with EVEN_N flipping between launches (BLOCK_N 32: ragged, 16: even).
+
+ATTENTION_STYLES = {"fa2_forward": ["K", "V"], "decode_split_kv": ["K_Buffer", "V_Buffer"]}
+
+
+def _attention_styles_example(name: str):
+    def example(rank: int, world: int, launch: int):
+        from tests.world import attention_styles_workers as aw
+
+        if name == "fa2_forward":
+            q, k, v = aw.fa2_inputs(rank, world, launch)
+            block_n, causal = aw.FA2_LAUNCHES[launch % len(aw.FA2_LAUNCHES)]
+            return _made(lambda rec: aw.launch_fa2(rec, q, k, v, aw.torch_full_nan(q), aw.GATHERED, block_n, causal))
+        q, k, v, indptr, slots = aw.decode_inputs(rank, world, launch, pool=12)
+        return _made(lambda rec: aw.launch_decode(rec, q, k, v, indptr, slots))
+    return example
+
+
+def run_attention_styles(rank: int, world: int, names: list[str]) -> dict:
+    from tests.kernels import attention_styles
+
+    out = {}
+    for name in names:
+        sched = {"pattern": "all_gather", "tensor": ATTENTION_STYLES[name], "dim": 0, "chunks_per_rank": 2, "order": "ring"}
+        out[name] = _verify(getattr(attention_styles, name), sched, _attention_styles_example(name), world)
+    return out

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import torch
 
 from syncopy.passes.names import ASYNC_PROXY_FLAG
+from syncopy.runtime.launch.interpreter_limits import raise_interpreter_limit
 from syncopy.runtime.state.context import Context
 from syncopy.runtime.where import has_async_proxy
 
@@ -158,6 +159,9 @@ class Kernel:
         k0 = time.perf_counter() - ctx.t0
         try:
             fused[grid](**call_args, **self.syncopy_args(ctx, order, trace_buf), **options)
+        except Exception as exc:
+            raise_interpreter_limit(exc, self.build().transformed.source)
+            raise
         finally:
             k1 = time.perf_counter() - ctx.t0
             if transfer is not None:

@@ -10,6 +10,7 @@ import torch.distributed as dist
 
 from syncopy.errors import LaunchError
 from syncopy.runtime.launch.contexts import checked_group
+from syncopy.runtime.launch.interpreter_limits import raise_interpreter_limit
 from syncopy.runtime.transport import splits
 from syncopy.runtime.where import ensure_allocator
 
@@ -90,7 +91,11 @@ def run_local(op, grid, call_args: dict, options: dict, group) -> None:
     call_args, options = op.binder.tuned(grid, call_args, options, group, lambda: torch.empty_like(call_args[op.schedule.tensors[0]]))
     if op.schedule.dim == 0:
         op.orders.check_extents(grid, {**call_args, **options}, dist.get_world_size(group))
-    op.local[grid](**call_args, **options)
+    try:
+        op.local[grid](**call_args, **options)
+    except Exception as exc:
+        raise_interpreter_limit(exc, op.kernel.build().transformed.source)
+        raise
 
 
 def all_gather_rows(x, group=None):

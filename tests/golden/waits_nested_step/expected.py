@@ -10,6 +10,7 @@ def nested_steps(X, out, NC: tl.constexpr, OUTER: tl.constexpr, INNER: tl.conste
     p = X + pid * (OUTER * INNER) * NC
     c = tl.arange(0, NC)
     acc = tl.zeros([NC], dtype=tl.float32)
+    syncopy_device.trace_tile_start(syncopy_signals, syncopy_trace, syncopy_ctx, SYNCOPY_TRACE)
     for o in range(OUTER):
         for i in range(INNER):
             # syncopy: no bound before the loop (p changes inside the loop in a way inference cannot follow): wait before each read, from its own pointers

@@ -10,6 +10,7 @@ def ring_rows(X, out, M, NC: tl.constexpr, BR: tl.constexpr, NB: tl.constexpr, s
     pid = tl.program_id(0)
     c = tl.arange(0, NC)
     acc = tl.zeros([BR, NC], dtype=tl.float32)
+    syncopy_device.trace_tile_start(syncopy_signals, syncopy_trace, syncopy_ctx, SYNCOPY_TRACE)
     for i in range(NB):
         r = (pid + i) % NB
         rows = r * BR + tl.arange(0, BR)
