@@ -304,15 +304,17 @@ def _behind(flag, epoch):
 
 
 @triton.jit
-def _spin_polls(ptr, epoch, limit):
+def _spin_polls(ptr, epoch, limit, error_ptr):
     """After the block saw the flag down: compiled, at most `limit` more block-wide polls (see the
     comment below for why not a per-thread timed spin); interpreted, polls for `limit` microseconds
     of the host's clock (an interpreted poll's cost drifts within a process, so a count of polls
-    is no bound in time there)."""
+    is no bound in time there), and stops early once the error word is set: the host's transfer
+    thread sets it when a peer's connection closed (Context.abort_waits), so a dead peer is reported
+    at once, not after the timeout."""
     flag = _flag_of_block(ptr)
     if TIMED_WAITS:
         end = _now_us() + limit
-        while _behind(flag, epoch) & (_now_us() < end):
+        while _behind(flag, epoch) & (_now_us() < end) & (tl.load(error_ptr) == 0):
             flag = _flag_of_block(ptr)
     else:
         # Count the polls left down from the int64 budget: a 32-bit count of polls made would wrap
@@ -437,7 +439,7 @@ def wait_chunks(signals, ctx, g_lo, g_hi):
             # Read for the whole block (uniform): a plain load could differ between warps.
             failed = tl.atomic_add(signals + SIG_ERROR, 0, sem="relaxed", scope="sys")
             if failed == 0:
-                flag = _spin_polls(signals + SIG_BASE + g, epoch, limit)
+                flag = _spin_polls(signals + SIG_BASE + g, epoch, limit, signals + SIG_ERROR)
                 if _behind(flag, epoch):
                     tl.atomic_xchg(signals + SIG_ERROR + 1, tl.load(ctx + CTX_RANK).to(tl.int32))
                     tl.atomic_xchg(signals + SIG_ERROR + 2, g)

@@ -74,11 +74,14 @@ class SyncopyTimeout(SyncopyError):
 
     ADVICE = "check that every rank launched the kernel with the same shapes, or raise timeout_s"
 
-    def __init__(self, rank: int, chunk: tuple[int, int], epoch: int, timeout_s: float, detail: str = "", advice: str = ADVICE):
-        self.rank, self.chunk, self.epoch, self.timeout_s = rank, chunk, epoch, timeout_s
+    def __init__(self, rank: int, chunk: tuple[int, int], epoch: int, timeout_s: float, detail: str = "", advice: str = ADVICE,
+                 stopped: bool = False):
+        self.rank, self.chunk, self.epoch, self.timeout_s, self.stopped = rank, chunk, epoch, timeout_s, stopped
         src, index = chunk
+        # stopped: the wait ended before timeout_s, the chunk could never come (`detail` says why: a peer's connection closed)
+        waited = "stopped waiting" if stopped else f"waited {timeout_s:g}s"
         message = (
-            f"rank {rank} waited {timeout_s:g}s for chunk {index} of rank {src} (epoch {epoch}) and it never "
+            f"rank {rank} {waited} for chunk {index} of rank {src} (epoch {epoch}) and it never "
             f"arrived{'; ' + detail if detail else ''}; {advice}"
         )
         super().__init__(message)

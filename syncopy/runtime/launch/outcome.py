@@ -26,11 +26,11 @@ def raise_for_consumer(ctx: Context, transfer, epoch: int, timeout_s: float, che
         rank, flag, e = err
         chunk = ctx.plan.chunk_of_flag(flag)  # the kernel waits per unit; name the chunk
         ctx.broken = f"chunk {chunk} timed out"
-        raise SyncopyTimeout(rank, divmod(chunk, c), e, timeout_s, gone, _advice(gone))
+        raise SyncopyTimeout(rank, divmod(chunk, c), e, timeout_s, gone, _advice(gone), stopped=bool(gone) and ctx.aborted)
     if transfer is not None and transfer.lost:
         ctx.broken = f"chunk {transfer.lost[0]} lost"
         raise SyncopyTimeout(ctx.plan.rank, divmod(transfer.lost[0], c), epoch, timeout_s, _and("the transfer never completed", gone),
-                             _advice(gone))
+                             _advice(gone), stopped=bool(gone))
     _raise_if_dropped_out(ctx, epoch, gone, transfer)
     _raise_if_corrupt(ctx, epoch, transfer)
 
@@ -48,7 +48,7 @@ def raise_for_producer(ctx: Context, transfer, epoch: int, timeout_s: float, che
             chunk, peer = transfer.lost[0]
             ctx.broken = f"chunk {chunk} lost"
             raise SyncopyTimeout(ctx.plan.rank, divmod(chunk, ctx.plan.chunks_per_rank), epoch, timeout_s,
-                                 _and(f"its partial sum from rank {peer} never came", gone), _advice(gone))
+                                 _and(f"its partial sum from rank {peer} never came", gone), _advice(gone), stopped=bool(gone))
         unfinished = [g for g in ctx.plan.owned if not transfer.final[g].is_set()]
         if unfinished:
             ctx.broken = f"chunk {unfinished[0]} never reduced"

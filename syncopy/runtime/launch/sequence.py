@@ -114,7 +114,7 @@ def _explained(exc: SyncopyTimeout, group, n: int) -> SyncopyTimeout:
     why = agreement.cause(group, n)
     if why is None:
         return exc
-    return SyncopyTimeout(exc.rank, exc.chunk, exc.epoch, exc.timeout_s, why, agreement.SAME)
+    return SyncopyTimeout(exc.rank, exc.chunk, exc.epoch, exc.timeout_s, why, agreement.SAME, stopped=exc.stopped)
 
 
 def _prepare(op, grid, group, built, call, split, uneven: bool) -> tuple:

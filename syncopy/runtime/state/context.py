@@ -148,6 +148,7 @@ class Context:
         self.resolution = None
         self.lock = threading.Lock()
         self.trace = None  # this launch's trace.records.Trace, when traced
+        self.aborted = False  # see begin
         self.no_trace = torch.zeros(1, dtype=torch.int32, device=device)  # the trace argument of untraced launches (never touched)
         self.source: torch.Tensor | None = None  # all_to_all: the input whose blocks go to the peers
         self.kernel_file = ""  # set by the launcher: the user's kernel file, named by checked-mode violations
@@ -307,6 +308,7 @@ class Context:
             _word(self.ctx, at + dev.CTX_EPOCH.value).fill_(self.word)
             _word(self.ctx, at + dev.CTX_SPIN_LIMIT.value).fill_(spin_limit)
         self.signals[: dev.SIG_HEADER] = 0
+        self.aborted = False  # abort_waits: this launch's waits were ended early (a peer's connection closed)
         # The landed (or sent) count starts at -1, "not counted by the host": the GPU backends never
         # count (their copy engines and peers raise the flags), and a traced kernel then counts the
         # flags that are up itself (device._arrived). The host's first count makes it 1.
@@ -326,6 +328,27 @@ class Context:
             self._count()
             for f in self.plan.flags(chunk):
                 self.signals[dev.SIG_HEADER + f : dev.SIG_HEADER + f + 1] = self.word  # a fill, as _word's
+
+    def first_missing(self, prefer: set[int] = frozenset()) -> int | None:
+        """The first chunk whose flag is not raised in this launch, one of the ranks `prefer` first
+        (None: every chunk landed)."""
+        flags = self.signals[dev.SIG_HEADER : dev.SIG_HEADER + self.n_flags].tolist()
+        missing = [self.plan.chunk_of_flag(f) for f, w in enumerate(flags) if w != self.word]
+        theirs = [g for g in missing if g // self.plan.chunks_per_rank in prefer]
+        return (theirs or missing or [None])[0]
+
+    def abort_waits(self, chunk: int) -> None:
+        """Stop the kernel's waits of this launch now (the CPU backend, when a peer's connection closed:
+        the chunk `chunk` can never come): the error record names this rank, the chunk's first flag
+        and the epoch, as a wait that timed out would, and `aborted` says the wait ended early.
+        Interpreted waits poll the error word (device._spin_polls); compiled ones do not."""
+        with self.lock:
+            if int(self.signals[dev.SIG_ERROR.value]) != 0:
+                return  # a program recorded its own error first
+            self.aborted = True
+            flag = self.plan.flags(chunk)[0]
+            self.signals[1:4] = torch.tensor([self.plan.rank, flag, self.word], dtype=self.signals.dtype)
+            self.signals[0:1] = 1
 
     def land_all(self) -> None:
         """`land` of every chunk, right after `begin` (a world of one holds them all once its shard is

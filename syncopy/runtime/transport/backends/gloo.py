@@ -57,6 +57,10 @@ class _Threads:
             raise exc
         self.gone.setdefault(peer, transport_text(exc))
         mark_broken(self.group, f"rank {peer}'s connection closed")
+        self._peer_lost()
+
+    def _peer_lost(self) -> None:
+        """What else a lost peer ends (Transfer: the kernel's waits)."""
 
     def _complete(self, works: list) -> None:
         """Wait for this thread's sends, (peer, chunk, work) each; the first failure ends the wait."""
@@ -181,6 +185,14 @@ class Transfer(_Threads):
         self.landed = {g: threading.Event() for g in range(ctx.n_chunks)}
         self.lost: list[int] = []
 
+    def _peer_lost(self) -> None:
+        """A peer's connection closed: this launch cannot complete (what it would send or relay never
+        comes), so the kernel's waits stop now (Context.abort_waits), naming the first chunk missing,
+        instead of running out their timeout."""
+        missing = self.ctx.first_missing(prefer=set(self.gone))
+        if missing is not None:
+            self.ctx.abort_waits(missing)
+
     def start(self) -> "Transfer":
         return self._run(self.ctx.transfers("send"))  # in the instruction graph's order (runtime/state/instructions.py)
 
@@ -212,6 +224,7 @@ class Transfer(_Threads):
         """Wait for one posted receive; False (the chunk recorded as lost) if it never came."""
         if work is None:  # its sender was gone before the launch could post the receive
             self.lost.append(node.chunk)
+            self.ctx.abort_waits(node.chunk)
             return False
         try:
             ok = work.wait(timeout=timedelta(seconds=self.timeout_s))
