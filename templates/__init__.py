@@ -50,8 +50,9 @@ class Template:
 
     @property
     def pipeline(self) -> bool:
-        """Whether the template is several operators linked by a pipeline (its module makes them: `make_operator`)."""
-        return hasattr(self.module, "make_operator")
+        """Whether the template is several operators linked by a pipeline (its module makes them: `make_operator`).
+        Read from template.py's source, not by importing it: listing the templates imports no torch or triton."""
+        return "make_operator" in _top_level_names(self.name)
 
     def fused(self, **options):
         import syncopy
@@ -61,6 +62,24 @@ class Template:
 
         sched = self.schedule(chunks_per_rank=options.pop("chunks_per_rank", None), order=options.pop("order", None))
         return syncopy.overlap(sched, **options)(self.kernel())
+
+
+@lru_cache(maxsize=None)
+def _top_level_names(name: str) -> frozenset[str]:
+    """The names template.py of template `name` defines at its top level (functions, classes, assignments, imports)."""
+    import ast
+
+    tree = ast.parse((resources.files("syncopy.templates") / name / "template.py").read_text())
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(t.id for t in targets if isinstance(t, ast.Name))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return frozenset(names)
 
 
 def world_size(group=None) -> int:
