@@ -163,11 +163,23 @@ def _rank_body(opts: RunOptions) -> dict:
             "ok": all(r["outcome"] == "ok" for r in launches),
             "inputs": {k: tuple(v.shape) for k, v in inp.items() if isinstance(v, torch.Tensor)},
             "output": tuple(out.shape) if isinstance(out, torch.Tensor) else None,
-            "planner": resolution.describe() if resolution is not None else None,
+            "planner": planner_lines(resolution) if resolution is not None else None,
             # Per-shape state: one context (buffers, signal pad, plan) per distinct shard shape, made
             # collectively at its first launch and reused when the shape comes back.
             "contexts": sum(len(op.contexts.table) for op in (fused, fallback) if op is not None),
             "shapes": len({tuple(r["shape"]) for r in launches})}
+
+
+def planner_lines(resolution) -> str:
+    """What `--chunks auto` / `--order auto` chose, and, where the planner predicts the fused kernel
+    slower than the unfused sequence at any chunk count, that it still runs fused and why."""
+    line = resolution.describe()
+    if resolution.fused_s <= resolution.sequential_s:
+        return line
+    return (f"{line}\nplanner: sequential is predicted faster at this size (overlap does not pay); auto chooses among "
+            f"fused plans only, and {resolution.chunks_per_rank} chunk(s) per rank is the fastest of them; `syncopy run` runs "
+            "it fused anyway, since checking the fused kernel is its job; in your own code launch the unfused sequence at "
+            "this size (fused.reference[grid](...): the collective, then your kernel)")
 
 
 def slow_link(ms: float):

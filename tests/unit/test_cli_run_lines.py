@@ -43,3 +43,24 @@ def test_a_single_launch_has_no_later_time():
     assert rank_line(r) == "rank 0: OK; max relative error 0.00e+00; first launch 900.0 ms (builds the kernel)"
     assert _summary_times(summarize(RunResult([r]))) == ("no launch time (the first launch, which builds the kernel, "
                                                           "is left out; run --iters 2 or more)")
+
+
+def _resolution(fused_s, sequential_s):
+    from syncopy.planner.auto import Resolution
+
+    return Resolution(chunks_per_rank=1, order="ring", hardware="cpu-gloo", template="ag_gemm", shape=(192, 64, 64),
+                      dtype="fp32", world=2, fused_s=fused_s, sequential_s=sequential_s, reason="...")
+
+
+def test_auto_says_why_it_runs_fused_where_sequential_is_predicted_faster():
+    from syncopy.run import planner_lines
+
+    slower = planner_lines(_resolution(0.0836, 0.0693)).split("\n")
+    assert slower == [
+        "planner (cpu-gloo, ag_gemm M,N,K=192,64,64 fp32, world 2): chunks_per_rank 1, order ring; predicted fused "
+        "83.6 ms vs sequential 69.3 ms",
+        "planner: sequential is predicted faster at this size (overlap does not pay); auto chooses among fused plans "
+        "only, and 1 chunk(s) per rank is the fastest of them; `syncopy run` runs it fused anyway, since checking the "
+        "fused kernel is its job; in your own code launch the unfused sequence at this size (fused.reference[grid](...): "
+        "the collective, then your kernel)"]
+    assert planner_lines(_resolution(0.05, 0.0693)) == slower[0].replace("83.6", "50")
