@@ -242,10 +242,19 @@ def _run(args) -> int:
 
             timeline.draw(timeline.load(trace), args.timeline, title=f"syncopy run {args.name} --world {args.world}")
     _print_run(args, result)
+    if args.timeline and Path(args.timeline).is_file():
+        print(f"{args.timeline}: timeline of the run")
+    if (args.trace or args.timeline) and not args.slow_link:
+        print(INSTANT_LINK_NOTE)
     ok = _run_ok(result)
     if args.json:
         _write_run_json(args, result, ok)
     return 0 if ok else 1
+
+
+#: After `run --trace/--timeline` without --slow-link: why the picture shows every chunk at its launch's start.
+INSTANT_LINK_NOTE = ("trace: without --slow-link the link is instant and every chunk lands as its launch starts; add "
+                     "--slow-link 30 (how docs/timeline.png was drawn) to see tiles wait for chunks in flight")
 
 
 def _verify(args) -> int:

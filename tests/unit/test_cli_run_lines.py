@@ -64,3 +64,23 @@ def test_auto_says_why_it_runs_fused_where_sequential_is_predicted_faster():
         "fused kernel is its job; in your own code launch the unfused sequence at this size (fused.reference[grid](...): "
         "the collective, then your kernel)"]
     assert planner_lines(_resolution(0.05, 0.0693)) == slower[0].replace("83.6", "50")
+
+
+def _fake_run(monkeypatch):
+    import syncopy.run
+
+    ranks = [{"rank": 0, "launches": [_launch(0, "ok", 1.0), _launch(1, "ok", 0.1)], "max_err": 0.0, "ok": True,
+              "inputs": {"a": (8, 4)}, "output": (16, 4), "planner": None}]
+    monkeypatch.setattr(syncopy.run, "run", lambda *a, **k: RunResult(ranks))
+
+
+def test_a_trace_on_an_instant_link_says_why_every_chunk_is_at_the_start(monkeypatch, tmp_path, capsys):
+    from syncopy.cli import INSTANT_LINK_NOTE, main
+
+    _fake_run(monkeypatch)
+    assert main(["run", "ag_gemm", "--trace", str(tmp_path / "run.json")]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == INSTANT_LINK_NOTE == (
+        "trace: without --slow-link the link is instant and every chunk lands as its launch starts; add --slow-link 30 "
+        "(how docs/timeline.png was drawn) to see tiles wait for chunks in flight")
+    assert main(["run", "ag_gemm", "--trace", str(tmp_path / "run.json"), "--slow-link", "30"]) == 0
+    assert INSTANT_LINK_NOTE not in capsys.readouterr().out
