@@ -365,7 +365,7 @@ def _write_run_json(args, result, ok: bool) -> None:
 
     data = {"template": args.name, "world": args.world, "iters": args.iters, "random_shapes": args.random_shapes,
             "seed": args.seed, "inject": args.inject, "verify_chunks": args.verify_chunks, "timeout_s": args.timeout,
-            "slow_link_ms": args.slow_link, "ok": ok, **summarize(result), "first_failure": first_failure(result),
+            "slow_link_ms": args.slow_link, "routing": args.routing, "ok": ok, **summarize(result), "first_failure": first_failure(result),
             "died_exit_codes": {str(k): v for k, v in result.died.items()}}
     _write(lambda: Path(args.json).write_text(json.dumps(data, indent=1) + "\n"), f"--json {args.json}")
 
