@@ -190,7 +190,7 @@ def plan(templates: list[str], worlds: list[int], kinds: list[str]) -> list[tupl
     return cases
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--json", metavar="OUT", help="write the rows and totals here")
     p.add_argument("--quick", action="store_true", help=f"{', '.join(QUICK_TEMPLATES)} on {QUICK_WORLDS[0]} ranks only")
@@ -199,7 +199,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kinds", help=f"comma-separated cases among {','.join(KINDS)} (default: all)")
     p.add_argument("--timeout", type=float, default=TIMEOUT_S, help="each run's --timeout (seconds)")
     p.add_argument("--wall", type=float, default=WALL_S, help="hard wall bound of one case (seconds)")
-    args = p.parse_args(argv)
+    return p
+
+
+def cases_of(args, p: argparse.ArgumentParser) -> list[tuple[str, int, str, str]]:
+    """The cases a command line asks for (the README's counts are these)."""
     sys.path.insert(0, str(REPO))
     from syncopy import templates as library
 
@@ -209,7 +213,13 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [k for k in kinds if k not in KINDS]
     if unknown:
         p.error(f"--kinds: unknown case {unknown[0]!r}; use {', '.join(KINDS)}")
-    cases = plan(names, worlds, kinds)
+    return plan(names, worlds, kinds)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser()
+    args = p.parse_args(argv)
+    cases = cases_of(args, p)
     rows = []
     began = time.monotonic()
     for n, (name, world, kind, where) in enumerate(cases, start=1):

@@ -2,7 +2,7 @@
 checksums, launched alternately on one world (so both see the same load), and the checksum's own
 throughput (CRC-32 and packing on the sender, unpacking and CRC-32 on the receiver) per MiB.
 
-    TRITON_INTERPRET=1 python benchmarks/verify_cost_cpu.py [--world 2] [--shape 256,32,64] [--reps 10] [--template ag_gemm]
+    TRITON_INTERPRET=1 python benchmarks/verify_cost_cpu.py [--world 2] [--shape 256,32,64] [--reps 10] [--template ag_gemm] [--json OUT]
 """
 from __future__ import annotations
 
@@ -65,6 +65,7 @@ def main(argv=None) -> int:
     p.add_argument("--template", default="ag_gemm")
     p.add_argument("--shape", default="256,32,64", help="M,N,K as `syncopy run --shape` takes them")
     p.add_argument("--reps", type=int, default=10)
+    p.add_argument("--json", metavar="OUT", help="also write the figures printed as JSON")
     args = p.parse_args(argv)
     from syncopy.runtime.worlds.processes import spawn
 
@@ -77,6 +78,15 @@ def main(argv=None) -> int:
     tp = checksum_throughput()
     print(f"checksums alone: sender {tp['send_ms_per_mib']} ms/MiB (CRC-32 + pack), receiver {tp['recv_ms_per_mib']} ms/MiB "
           "(check + unpack)")
+    if args.json:
+        import json
+        import os
+
+        figures = {"template": args.template, "world": args.world, "shape": args.shape, "reps": args.reps,
+                   "plain_ms": round(plain * 1e3, 1), "verify_chunks_ms": round(verify * 1e3, 1),
+                   "verify_over_plain_pct": round((verify / plain - 1) * 100, 1), **tp,
+                   "load_average_1min": round(os.getloadavg()[0], 1)}
+        Path(args.json).write_text(json.dumps(figures, indent=1) + "\n")
     return 0
 
 

@@ -242,10 +242,19 @@ def _run(args) -> int:
 
             timeline.draw(timeline.load(trace), args.timeline, title=f"syncopy run {args.name} --world {args.world}")
     _print_run(args, result)
+    if args.timeline and Path(args.timeline).is_file():
+        print(f"{args.timeline}: timeline of the run")
+    if (args.trace or args.timeline) and not args.slow_link:
+        print(INSTANT_LINK_NOTE)
     ok = _run_ok(result)
     if args.json:
         _write_run_json(args, result, ok)
     return 0 if ok else 1
+
+
+#: After `run --trace/--timeline` without --slow-link: why the picture shows every chunk at its launch's start.
+INSTANT_LINK_NOTE = ("trace: without --slow-link the link is instant and every chunk lands as its launch starts; add "
+                     "--slow-link 30 (how docs/timeline.png was drawn) to see tiles wait for chunks in flight")
 
 
 def _verify(args) -> int:
@@ -295,8 +304,7 @@ def _print_run(args, result) -> None:
             print(first["planner"])
     for r in ranks:
         failed = next((x for x in r["launches"] if x["outcome"] != "ok"), None)
-        print(f"rank {r['rank']}: max relative error {r['max_err']:.2e} {failed['outcome'].upper() if failed else 'OK'}; "
-              f"median launch {r['median_s'] * 1e3:.0f} ms")
+        print(rank_line(r))
         if failed is not None:
             what = failed.get("error") or f"{failed.get('wrong_elements', 0)} elements differ from torch"
             print(f"rank {r['rank']} launch {failed['it'] + 1} {failed['outcome']}: {what}", file=sys.stderr)
@@ -305,11 +313,45 @@ def _print_run(args, result) -> None:
         print(f"rank {rank} died (exit code {code}: --inject {args.inject}){when}", file=sys.stderr)
     s = summarize(result)
     extra = "".join(f", {s[k]} {k}" for k in ("refused", "corrupt", "errors") if s[k])
-    p = "n/a" if s["p50_ms"] is None else f"p50 {s['p50_ms']:g} ms, p99 {s['p99_ms']:g} ms"
     print(f"{s['launches']} launches, {s['wrong']} wrong ({s['wrong_elements']} elements), {s['timeouts']} timeouts{extra}, "
-          f"launch time {p}")
+          f"{_summary_times(s)}")
     verdict = "correct" if _run_ok(result) else "WRONG" if s["wrong"] else "FAILED (a rank died)" if result.died else "FAILED"
     print(f"{name} on {len(ranks) or args.world} rank(s): {verdict}")
+
+
+def rank_line(r: dict) -> str:
+    """One rank's line of `syncopy run`: its verdict, its error against torch, and its launch times with
+    the first launch (which builds the kernel) apart from the later ones, as the summary's percentiles
+    count them; failed launches are counted, not timed."""
+    from syncopy.run import RETURNED, rank_times
+
+    launches = r["launches"]
+    failed = next((x for x in launches if x["outcome"] != "ok"), None)
+    t = rank_times(launches)
+    parts = []
+    if any(x["outcome"] in RETURNED for x in launches):
+        parts.append(f"max relative error {r['max_err']:.2e}")
+    if t["first_s"] is not None:
+        parts.append(f"first launch {_ms(t['first_s'])} (builds the kernel)")
+    if t["later_s"] is not None:
+        parts.append(f"later launches median {_ms(t['later_s'])} ({t['later']} launch{'es' if t['later'] > 1 else ''})")
+    if t["failed"]:
+        kinds = ", ".join(f"{n} {kind}" for kind, n in t["failed"].items())
+        parts.append(f"{sum(t['failed'].values())} of {len(launches)} launches failed ({kinds}), not timed")
+    return f"rank {r['rank']}: {failed['outcome'].upper() if failed else 'OK'}; {'; '.join(parts)}"
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.1f} ms" if seconds < 1 else f"{seconds * 1e3:.0f} ms"
+
+
+def _summary_times(s: dict) -> str:
+    """The summary's launch times: percentiles over every rank's returned launches after the first."""
+    if s["p50_ms"] is not None:
+        return f"launches after the first p50 {s['p50_ms']:g} ms, p99 {s['p99_ms']:g} ms"
+    if s["timeouts"] or s["corrupt"] or s["errors"]:
+        return "no launch time (failed launches are not timed; the first, which builds the kernel, is left out)"
+    return "no launch time (the first launch, which builds the kernel, is left out; run --iters 2 or more)"
 
 
 def _x(shape) -> str:
@@ -323,7 +365,7 @@ def _write_run_json(args, result, ok: bool) -> None:
 
     data = {"template": args.name, "world": args.world, "iters": args.iters, "random_shapes": args.random_shapes,
             "seed": args.seed, "inject": args.inject, "verify_chunks": args.verify_chunks, "timeout_s": args.timeout,
-            "slow_link_ms": args.slow_link, "ok": ok, **summarize(result), "first_failure": first_failure(result),
+            "slow_link_ms": args.slow_link, "routing": args.routing, "ok": ok, **summarize(result), "first_failure": first_failure(result),
             "died_exit_codes": {str(k): v for k, v in result.died.items()}}
     _write(lambda: Path(args.json).write_text(json.dumps(data, indent=1) + "\n"), f"--json {args.json}")
 

@@ -159,17 +159,27 @@ def _rank_body(opts: RunOptions) -> dict:
             if any(s in FATAL for s in statuses):
                 break
     resolution = fused.last_resolution
-    ok = [r for r in launches if r["outcome"] == "ok"]
     return {"rank": rank, "launches": launches, "max_err": max((r.get("max_err", 0.0) for r in launches), default=0.0),
             "ok": all(r["outcome"] == "ok" for r in launches),
-            "median_s": sorted(r["s"] for r in ok)[len(ok) // 2] if ok else 0.0,
             "inputs": {k: tuple(v.shape) for k, v in inp.items() if isinstance(v, torch.Tensor)},
             "output": tuple(out.shape) if isinstance(out, torch.Tensor) else None,
-            "planner": resolution.describe() if resolution is not None else None,
+            "planner": planner_lines(resolution) if resolution is not None else None,
             # Per-shape state: one context (buffers, signal pad, plan) per distinct shard shape, made
             # collectively at its first launch and reused when the shape comes back.
             "contexts": sum(len(op.contexts.table) for op in (fused, fallback) if op is not None),
             "shapes": len({tuple(r["shape"]) for r in launches})}
+
+
+def planner_lines(resolution) -> str:
+    """What `--chunks auto` / `--order auto` chose, and, where the planner predicts the fused kernel
+    slower than the unfused sequence at any chunk count, that it still runs fused and why."""
+    line = resolution.describe()
+    if resolution.fused_s <= resolution.sequential_s:
+        return line
+    return (f"{line}\nplanner: sequential is predicted faster at this size (overlap does not pay); auto chooses among "
+            f"fused plans only, and {resolution.chunks_per_rank} chunk(s) per rank is the fastest of them; `syncopy run` runs "
+            "it fused anyway, since checking the fused kernel is its job; in your own code launch the unfused sequence at "
+            "this size (fused.reference[grid](...): the collective, then your kernel)")
 
 
 def slow_link(ms: float):
@@ -285,6 +295,25 @@ def _progress(on: bool, name: str, total: int):
         yield advance
 
 
+#: Outcomes of a launch that returned an output (checked against torch, and timed).
+RETURNED = ("ok", "wrong")
+
+
+def rank_times(launches: list[dict]) -> dict:
+    """One rank's launch times, as the summary counts them: `first_s` (the first launch, which also
+    builds the kernel; None unless it returned), `later_s` (the median of the later launches that
+    returned; None if none did), `later` (how many), and `failed` (outcome -> count of the launches
+    that did not return: a failed launch's time is how long it took to fail, not a launch time)."""
+    returned = [x for x in launches if x["outcome"] in RETURNED]
+    later = sorted(x["s"] for x in returned if x["it"] > 0)
+    failed: dict[str, int] = {}
+    for x in launches:
+        if x["outcome"] not in RETURNED:
+            failed[x["outcome"]] = failed.get(x["outcome"], 0) + 1
+    first = next((x["s"] for x in returned if x["it"] == 0), None)
+    return {"first_s": first, "later_s": later[len(later) // 2] if later else None, "later": len(later), "failed": failed}
+
+
 def summarize(result: RunResult) -> dict:
     """The run's figures: launches (collective launches), wrong (launches with a wrong element on some
     rank) and wrong_elements, timeouts, corrupt, refused, errors, died, and p50/p99 of launch times (ms)
@@ -296,7 +325,7 @@ def summarize(result: RunResult) -> dict:
         for launch in r["launches"]:
             by_it.setdefault(launch["it"], set()).update([launch["outcome"], *(["refused"] if "refused" in launch else [])])
             wrong_elements += launch.get("wrong_elements", 0)
-            if launch["outcome"] in ("ok", "wrong") and launch["it"] > 0:  # the first launch also builds the kernel
+            if launch["outcome"] in RETURNED and launch["it"] > 0:  # the first launch also builds the kernel
                 times.append(launch["s"])
     kinds = list(by_it.values())
     times.sort()

@@ -50,8 +50,9 @@ class Template:
 
     @property
     def pipeline(self) -> bool:
-        """Whether the template is several operators linked by a pipeline (its module makes them: `make_operator`)."""
-        return hasattr(self.module, "make_operator")
+        """Whether the template is several operators linked by a pipeline (its module makes them: `make_operator`).
+        Read from template.py's source, not by importing it: listing the templates imports no torch or triton."""
+        return "make_operator" in _top_level_names(self.name)
 
     def fused(self, **options):
         import syncopy
@@ -61,6 +62,24 @@ class Template:
 
         sched = self.schedule(chunks_per_rank=options.pop("chunks_per_rank", None), order=options.pop("order", None))
         return syncopy.overlap(sched, **options)(self.kernel())
+
+
+@lru_cache(maxsize=None)
+def _top_level_names(name: str) -> frozenset[str]:
+    """The names template.py of template `name` defines at its top level (functions, classes, assignments, imports)."""
+    import ast
+
+    tree = ast.parse((resources.files("syncopy.templates") / name / "template.py").read_text())
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(t.id for t in targets if isinstance(t, ast.Name))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return frozenset(names)
 
 
 def world_size(group=None) -> int:
@@ -81,6 +100,63 @@ def rank_of(group=None) -> int:
     if group is not None and not isinstance(group, dist.ProcessGroup) and hasattr(group, "rank"):
         return group.rank()
     return dist.get_rank(group) if dist.is_initialized() else 0
+
+
+def refuse(template: str, message: str):
+    """A template's launch refuses its arguments in one line naming them as the template calls them
+    (`a`, `b`), not as its kernel does (`C`, the output the template allocates)."""
+    from syncopy.errors import LaunchError
+
+    raise LaunchError(f"syncopy.templates.{template}: {message}")
+
+
+def matmul_operands(template: str, a, b, a_name: str = "a", b_name: str = "b") -> None:
+    """`a @ b` can be taken: two matrices of one dtype whose inner sizes agree (a kernel would read past `b` otherwise)."""
+    for name, t in ((a_name, a), (b_name, b)):
+        if t.dim() != 2:
+            refuse(template, f"{name} has {t.dim()} dimensions {list(t.shape)}; pass a matrix (2 dimensions)")
+    if a.shape[1] != b.shape[0]:
+        refuse(template, f"{a_name} has {a.shape[1]} columns but {b_name} has {b.shape[0]} rows; {a_name} @ {b_name} needs "
+                         f"them equal: give {b_name} {a.shape[1]} rows or {a_name} {b.shape[0]} columns")
+    if a.dtype != b.dtype:
+        refuse(template, f"{a_name} is {_dtype(a)} but {b_name} is {_dtype(b)}; cast both to one dtype")
+
+
+def _dtype(t) -> str:
+    return str(t.dtype).removeprefix("torch.")
+
+
+_agreed: set = set()  # (group, template, rank, facts) already found the same on every rank
+
+
+def same_on_every_rank(template: str, group, timeout_s, facts: dict, why: str) -> None:
+    """Refuse, in one line naming the template's own arguments, a launch whose `facts` differ between
+    the ranks of `group`: each key is a phrase with {} for its value ("a with {} rows"). Exchanged at the first launch of each set of facts only (where the operator
+    exchanges shapes too), so a warm launch adds no collective; bounded as the operator's own handshake."""
+    import torch.distributed as dist
+
+    if group is not None and not isinstance(group, dist.ProcessGroup):
+        return  # a thread world's ranks share one process: its own launch checks them
+    group = dist.group.WORLD if group is None else group
+    if dist.get_world_size(group) == 1:
+        return
+    rank = dist.get_rank(group)
+    mine = tuple(facts.items())
+    key = (id(group), template, rank, mine)
+    if key in _agreed:
+        return
+    from syncopy.runtime.transport.backends import control
+
+    what = f"syncopy.templates.{template}'s argument check"
+    control.join(group, timeout_s, what)
+    theirs = [None] * dist.get_world_size(group)
+    dist.all_gather_object(theirs, mine, group=control.control_group(group, timeout_s))
+    for r, other in enumerate(theirs):
+        for (phrase, value), (_, their_value) in zip(mine, other):
+            if value != their_value:
+                refuse(template, f"rank {r} passed {phrase.format(their_value)} but rank {rank} passed "
+                                 f"{phrase.format(value)}; {why}")
+    _agreed.add(key)
 
 
 def available() -> dict[str, Template]:

@@ -2,7 +2,7 @@
 import torch
 import triton
 
-from syncopy.templates import all_gather_rows, world_size
+from syncopy.templates import all_gather_rows, matmul_operands, world_size
 
 DEFAULT_SHAPE = (96, 64, 64)
 TOLERANCE = {torch.float32: 1e-3, torch.float16: 2e-2, torch.bfloat16: 6e-2}
@@ -20,6 +20,7 @@ def launch(fused, a, b, group=None, **meta):
     """C = all_gather(a) @ b, fused."""
     meta = {**META, **meta}
     world = world_size(group)
+    matmul_operands("ag_gemm", a, b)
     m, k = a.shape[0] * world, a.shape[1]
     n = b.shape[1]
     c = torch.empty(m, n, dtype=a.dtype, device=a.device)

@@ -3,7 +3,7 @@ with M the rows of A per rank. One program per SM on a GPU (each loops over tile
 import torch
 import triton
 
-from syncopy.templates import all_gather_rows, world_size
+from syncopy.templates import all_gather_rows, matmul_operands, world_size
 
 DEFAULT_SHAPE = (96, 64, 64)
 TOLERANCE = {torch.float32: 1e-3, torch.float16: 2e-2, torch.bfloat16: 6e-2}
@@ -33,6 +33,7 @@ def launch(fused, a, b, group=None, **meta):
     """C = all_gather(a) @ b, fused (a persistent launch: the grid is the number of programs)."""
     meta = {**META, **meta}
     world = world_size(group)
+    matmul_operands("ag_gemm_persistent", a, b)
     m, k = a.shape[0] * world, a.shape[1]
     n = b.shape[1]
     c = torch.empty(m, n, dtype=a.dtype, device=a.device)

@@ -4,6 +4,8 @@ import torch
 import torch.distributed as dist
 import triton
 
+from syncopy.templates import matmul_operands, same_on_every_rank
+
 DEFAULT_SHAPE = (90, 64, 48)
 TOLERANCE = {torch.float32: 1e-3, torch.float16: 2e-2, torch.bfloat16: 6e-2}
 META = dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_M=2)
@@ -19,7 +21,11 @@ def inputs(rank, world, shape, dtype, seed=0):
 def launch(fused, a, b, group=None, **meta):
     """all_reduce(a @ b), fused: each chunk is reduced as soon as its tiles are stored."""
     meta = {**META, **meta}
+    matmul_operands("gemm_ar", a, b)
     (m, k), n = a.shape, b.shape[1]
+    same_on_every_rank("gemm_ar", group, fused.timeout_s, {"a with {} rows": m, "b with {} columns": n, "a and b as {}": str(a.dtype)},
+                       "all_reduce sums every rank's a @ b: give every rank's a the same rows and its b the same columns, "
+                       "in one dtype")
     c = torch.empty(m, n, dtype=a.dtype, device=a.device)
     grid = (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]),)
     fused[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1), **meta, group=group)

@@ -4,7 +4,7 @@ import torch
 import torch.distributed as dist
 import triton
 
-from syncopy.templates import world_size
+from syncopy.templates import matmul_operands, refuse, same_on_every_rank, world_size
 
 DEFAULT_SHAPE = (96, 64, 48)
 TOLERANCE = {torch.float32: 1e-3, torch.float16: 2e-2, torch.bfloat16: 6e-2}
@@ -23,7 +23,14 @@ def launch(fused, a, b, group=None, **meta):
     """This rank's rows of reduce_scatter(a @ b), fused: chunks leave as their tiles finish."""
     meta = {**META, **meta}
     world = world_size(group)
+    matmul_operands("gemm_rs", a, b)
     (m, k), n = a.shape, b.shape[1]
+    if m % world:
+        refuse("gemm_rs", f"a has {m} rows, which {world} ranks cannot share evenly (rank r keeps rows r*M/{world}.."
+                          f"(r+1)*M/{world} of the sum); give a a multiple of {world} rows")
+    same_on_every_rank("gemm_rs", group, fused.timeout_s, {"a with {} rows": m, "b with {} columns": n, "a and b as {}": str(a.dtype)},
+                       "reduce_scatter sums every rank's a @ b: give every rank's a the same rows and its b the same "
+                       "columns, in one dtype")
     c = torch.empty(m // world, n, dtype=a.dtype, device=a.device)
     grid = (triton.cdiv(m, meta["BLOCK_M"]), triton.cdiv(n, meta["BLOCK_N"]))
     # C's strides are those of the full (unreduced) product, which the kernel writes.

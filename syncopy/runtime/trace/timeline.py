@@ -17,6 +17,14 @@ from syncopy.errors import SyncopyError
 COLORS = {"kernel": "#9e9e9e", "wait": "#e53935", "tile": "#1e88e5", "chunk_in": "#43a047", "chunk_out": "#fb8c00",
           "signal": "#6a1b9a"}
 LANE_NAMES = ("kernel", "tiles", "chunks in", "chunks out")
+#: The legend: bars, then ticks (instant events), each listed only where the picture has one.
+BAR_LEGEND = (("kernel", "kernel"), ("wait", "tile waits"), ("tile", "tile works"),
+              ("chunk_in", "chunk in flight -> landed"), ("chunk_out", "chunk sent"))
+TICK_LEGEND = {"signal": "chunk's flag raised (ready to send)", "chunk": "chunk landed (no send recorded: e.g. its own rows)",
+               "tile": "tile started (GPU clock)"}
+FIGURE_WIDTH_IN, LABEL_FONT_PT = 14, 7
+#: Width of one character of a chunk label, as a fraction of the axes' width (7 pt text on about 12 inches of axes).
+LABEL_CHAR = 0.6 * LABEL_FONT_PT / (72 * 0.86 * FIGURE_WIDTH_IN)
 
 
 def _pyplot():
@@ -51,8 +59,10 @@ def draw(doc: dict, out, title: str | None = None) -> Path:
     tids = sorted({e.get("tid", 0) for e in events})  # the lanes drawn: those some event of some rank is on
     names = {(e["pid"], e["tid"]): e["args"]["name"] for e in doc["traceEvents"] if e.get("ph") == "M" and e.get("name") == "thread_name"}
     lanes = len(tids)
-    fig, ax = plt.subplots(figsize=(14, 1.1 + 0.55 * lanes * len(ranks)))
+    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH_IN, 1.5 + 0.55 * lanes * len(ranks)))
     yticks, ylabels = [], []
+    labels: dict[float, list[tuple[float, str]]] = {}  # lane's y -> (x, chunk id) of each chunk label
+    ticks: set[str] = set()
     for i, rank in enumerate(ranks):
         base = (len(ranks) - 1 - i) * (lanes + 1)
         row = {tid: base + lanes - 1 - k for k, tid in enumerate(tids)}
@@ -63,28 +73,65 @@ def draw(doc: dict, out, title: str | None = None) -> Path:
             y = row[e.get("tid", 0)]
             start = (e["ts"] - t0) / 1e3
             if e["ph"] == "i":
-                ax.plot([start, start], [y - 0.35, y + 0.35], color=COLORS["signal"], linewidth=1)
+                ticks.add(_tick_kind(e))
+                ax.plot([start, start], [y - 0.35, y + 0.35], color=_tick_color(e), linewidth=1)
                 continue
             width = max(e.get("dur", 0) / 1e3, 1e-3)
             color = _color(e)
             ax.broken_barh([(start, width)], (y - 0.35, 0.7), facecolors=color, edgecolors="white", linewidth=0.3)
             if e["cat"] == "chunk":
-                ax.text(start + width, y, f" {e['args'].get('chunk', '')}", va="center", ha="left", fontsize=7)
+                labels.setdefault(y, []).append((start + width, str(e["args"].get("chunk", ""))))
             elif e["cat"] == "kernel":  # which operator (a pipeline runs several on one lane)
                 ax.text(start, y, f" {e['name'].removeprefix('kernel ')}", va="center", ha="left", fontsize=6, clip_on=True)
+    span = max(max((e["ts"] + e.get("dur", 0) - t0) / 1e3 for e in events), 1e-3)
+    for y, items in labels.items():
+        for x, text in chunk_labels(items, LABEL_CHAR * span * 1.1):
+            ax.text(x, y, f" {text}", va="center", ha="left", fontsize=LABEL_FONT_PT)
     ax.set_yticks(yticks, ylabels, fontsize=8)
     ax.set_xlabel("ms")
     ax.grid(axis="x", linestyle=":", linewidth=0.5)
     launches = doc.get("otherData", {}).get("launches")
     ax.set_title(title or f"syncopy: {len(ranks)} ranks" + (f", {launches} launches" if launches else ""), fontsize=10)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=COLORS[k]) for k in ("kernel", "wait", "tile", "chunk_in", "chunk_out")]
-    ax.legend(handles, ["kernel", "tile waits", "tile works", "chunk in flight -> landed", "chunk sent"], loc="upper right",
-              fontsize=7, ncols=5)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=COLORS[k]) for k, _ in BAR_LEGEND]
+    names = [text for _, text in BAR_LEGEND]
+    for kind in (k for k in TICK_LEGEND if k in ticks):
+        handles.append(plt.Line2D([0], [0], color=_tick_color({"cat": kind}), linewidth=1.5))
+        names.append(TICK_LEGEND[kind])
+    # Below the axes, not over the first lanes' bars.
+    ax.legend(handles, names, loc="upper center", bbox_to_anchor=(0.5, -0.12), fontsize=7, ncols=min(len(names), 4),
+              frameon=False)
     fig.tight_layout()
     out = Path(out)
     fig.savefig(out, dpi=130)
     plt.close(fig)
     return out
+
+
+def chunk_labels(items: list[tuple[float, str]], char: float) -> list[tuple[float, str]]:
+    """The chunk labels of one lane, (x, text), none over another: labels that would overlap the one
+    before (`char`: one character's width in the picture's x units) are written as one, "2,3"."""
+    out: list[tuple[float, str]] = []
+    end = float("-inf")
+    for x, text in sorted(items, key=lambda item: (item[0], _chunk_key(item[1]))):
+        if out and x < end:
+            joined = f"{out[-1][1]},{text}"
+            out[-1] = (out[-1][0], joined)
+        else:
+            out.append((x, text))
+        end = out[-1][0] + (len(out[-1][1]) + 1.5) * char
+    return out
+
+
+def _chunk_key(text: str):
+    return (0, int(text)) if text.isdigit() else (1, text)
+
+
+def _tick_kind(e: dict) -> str:
+    return e["cat"] if e["cat"] in TICK_LEGEND else "signal"
+
+
+def _tick_color(e: dict) -> str:
+    return {"signal": COLORS["signal"], "chunk": COLORS["chunk_in"], "tile": COLORS["tile"]}[_tick_kind(e)]
 
 
 def _color(e: dict) -> str:
