@@ -129,6 +129,38 @@ def run_mistakes(rank: int, world: int) -> dict:
             out["fewer_second"] = _outcome(lambda: _launch(f, g, 2))
         stay_until_reported(rank, [0], 60, tag="fewer")
         out["fewer_refused"] = _outcome(lambda: _launch(f, g, 3)) if rank == 0 else None
+    # Warm CUDA launches do not wait for their exchange (they enqueue and return): the same exchange,
+    # deferred, on CPU ranks. A disagreement is found by the timeout's explanation, or at the next launch.
+    g = group_of([0, 1])
+    if g is not None:
+        out["deferred"] = _deferred(_fused(mm.mm), g, rank)
     dist.barrier()
+    return out
+
+
+def _deferred(fused, group, rank: int) -> dict:
+    """agreement.meet with wait=False after a first launch: what cause() and the next launch say."""
+    from syncopy.runtime.launch import agreement
+
+    def words(rows: int) -> dict:
+        return {"kernel": "mm", "schedule": fused.schedule.key(), "shard": [[rows, K], "torch.float32"], "listed": "()"}
+
+    def completed(n: int) -> None:
+        g = agreement._groups[agreement.control.group_token(group)]
+        work = next(item[1] for item in g.pending if item[0] == n)
+        work.wait()
+
+    out = {"first": agreement.meet(fused, group, words(ROWS), wait=True)}
+    n = agreement.meet(fused, group, words(ROWS if rank == 0 else ROWS + 4), wait=False)  # returns at once
+    out["second_n"] = n
+    completed(n)
+    out["cause"] = agreement.cause(group, None)
+    n = agreement.meet(fused, group, words(ROWS if rank == 0 else ROWS + 2), wait=False)
+    completed(n)
+    try:
+        agreement.meet(fused, group, words(ROWS), wait=False)
+        out["next"] = None
+    except Exception as exc:
+        out["next"] = f"{type(exc).__name__}: {exc}"
     return out
 

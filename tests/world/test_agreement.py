@@ -122,3 +122,22 @@ def test_a_rank_launching_fewer_times_is_named_with_its_launch_count():
     # The group's launches are out of step now: later ones refuse at once, saying why.
     assert r0["fewer_refused"]["type"] == "LaunchError", r0["fewer_refused"]
     assert re.match(r"^rank 0: launch 2 of this group never met every peer's; create a new process group", r0["fewer_refused"]["str"])
+
+
+@pytest.mark.world
+def test_a_warm_launch_that_does_not_wait_for_its_exchange_still_names_the_rank_at_fault():
+    # The GPU path: the exchange completes in the background; a chunk's timeout asks what it found
+    # (agreement.cause), and so does the next launch, which raises the earlier disagreement.
+    r0, r1, _ = _world()
+    for rank, r in ((0, r0), (1, r1)):
+        d = r["deferred"]
+        assert d["first"] == 1 and d["second_n"] == 2, d
+        other = 1 - rank
+        rows = {0: 8, 1: 12}
+        assert d["cause"] == (f"rank {other} passed 'A' with shape [{rows[other]}, 16] torch.float32 but rank {rank} passed "
+                              f"[{rows[rank]}, 16] torch.float32; all_gather needs the same size along dim 0 on every rank "
+                              "(pad the last shard)"), d
+        rows = {0: 8, 1: 10}
+        assert d["next"] == (f"LaunchError: rank {other} passed 'A' with shape [{rows[other]}, 16] torch.float32 but rank {rank} "
+                             f"passed [{rows[rank]}, 16] torch.float32; all_gather needs the same size along dim 0 on every rank "
+                             "(pad the last shard)"), d

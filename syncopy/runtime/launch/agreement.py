@@ -167,6 +167,23 @@ def settle_pending(g: _Group, block: bool, bound: float = 0.0) -> None:
         _wait(g, n, work, outs, words, bound)
 
 
+def _completed_difference(g: _Group) -> str | None:
+    """The disagreement an earlier warm launch's completed exchange found (its text), if any; the
+    exchanges still in flight stay pending."""
+    try:
+        settle_pending(g, block=False)
+    except LaunchError as exc:
+        return str(exc)
+    return None
+
+
+def settle(group) -> None:
+    """What the warm launches' exchanges on `group` found so far, raised (FusedKernel.synchronize)."""
+    g = _groups.get(control.group_token(group))
+    if g is not None:
+        settle_pending(g, block=False)
+
+
 def _wait(g: _Group, n: int, work, outs: list, words: dict, bound: float) -> None:
     """Wait up to `bound` for launch n's exchange and compare: a LaunchError naming the rank at fault
     when a peer differs, did not come (this rank gives up, and says so for it: `_gave_up`), or came
@@ -292,26 +309,25 @@ def refused(group, n: int, exc: BaseException) -> None:
         g._note(f"refused/{n}/{g.rank}", _error_words(exc)[:_ERROR_CHARS])
 
 
-def cause(group, n: int) -> str | None:
+def cause(group, n: int | None) -> str | None:
     """Why a peer's chunks of launch n may never come, if this rank can tell: a peer refused that
     launch after the exchange (`refused`), a warm launch's exchange found the ranks disagreeing, or a
-    peer never made launch n. None when nothing is known (a slow link, a peer stuck in its kernel)."""
-    if not n:
-        return None
+    peer never made launch n. n None: a launch before this one, whose error was read only now (a GPU
+    launch's, from its error ring): what the earlier exchanges found. None when nothing is known (a
+    slow link, a peer stuck in its kernel)."""
     g = _groups.get(control.group_token(group))
-    if g is None:
+    if g is None or n == 0:
+        return None
+    found = _completed_difference(g)
+    if found is not None:
+        return found.split(": ", 1)[-1] if found.startswith(f"rank {g.rank}: ") else found
+    if n is None:
         return None
     for r in range(g.world):
         if r != g.rank:
             text = g._read(f"refused/{n}/{r}")
             if text is not None:
                 return f"rank {r} refused launch {n} on this group: {text}"
-    for item in list(g.pending):
-        if item[0] == n and item[1].is_completed():
-            try:
-                settle_pending(g, block=True)
-            except LaunchError as exc:
-                return str(exc).split(": ", 1)[-1]
     late = [r for r in range(g.world) if r != g.rank and _count(g, r) < n]
     if late:
         return f"rank(s) {', '.join(map(str, late))} never made launch {n} on this group"

@@ -109,7 +109,7 @@ def _agreed(op, group, call, uneven: bool) -> int:
     return agreement.meet(op, group, agreement.said(op, call, uneven), wait=wait)
 
 
-def _explained(exc: SyncopyTimeout, group, n: int) -> SyncopyTimeout:
+def _explained(exc: SyncopyTimeout, group, n: int | None) -> SyncopyTimeout:
     """`exc` with the cause its peers left word of (agreement.cause), if any: the rank at fault and why."""
     why = agreement.cause(group, n)
     if why is None:
@@ -137,7 +137,10 @@ def _prepare(op, grid, group, built, call, split, uneven: bool) -> tuple:
                            int(options.get("num_ctas") or 1))
     order = op.orders.prepared(ctx, grid, kernel_args, options, backend, group)
     if deferred(backend):
-        backend.check()  # earlier launches that are done: their errors surface here
+        try:
+            backend.check()  # earlier launches that are done: their errors surface here
+        except SyncopyTimeout as exc:
+            raise _explained(exc, group, None) from None
     own = _own_errors(op, ctx, built.transformed.checked) if backend is None and not op.producer else None
     if own is not None:
         _check_own(ctx, own)  # a world of one: its earlier launches that are done, likewise
@@ -256,10 +259,15 @@ def follow_last_launch(last_stream: dict, token: int, device) -> None:
 
 
 def synchronize(op) -> None:
-    """Wait for `op`'s launches so far and raise the first error among them (FusedKernel.synchronize)."""
+    """Wait for `op`'s launches so far and raise the first error among them (FusedKernel.synchronize);
+    a disagreement between the ranks that the warm launches' exchanges found first (agreement.settle)."""
     for ctx, backend in list(op.contexts.table.values()):
-        if deferred(backend):
-            backend.check(wait=True)
+        if deferred(backend):  # p2p and nccl, which know the user's group
+            agreement.settle(backend.user_group)
+            try:
+                backend.check(wait=True)
+            except SyncopyTimeout as exc:
+                raise _explained(exc, backend.user_group, None) from None
         elif backend is None and getattr(ctx, "own_errors", None) is not None:
             _check_own(ctx, ctx.own_errors, wait=True)
 

@@ -300,6 +300,7 @@ class NcclBackend:
 
     def __init__(self, group, timeout_s: float, link: Link | None, faults: Faults | None):
         refuse_emulation(self.name, link, faults)
+        self.user_group = group  # the group launches meet on (runtime/launch/agreement.py)
         self.group = control_group(group, timeout_s)
         self.nccl = self.engine.transport(group)
         self.owns_nccl = self.nccl is not group  # a communicator of our own (nccl_group), which a failure may abort
