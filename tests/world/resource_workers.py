@@ -15,18 +15,20 @@ SCHEDULE = {"pattern": "all_gather", "tensor": "X", "dim": 0, "chunks_per_rank":
 
 def os_resources() -> tuple[int, int]:
     """(OS threads, open file descriptors) of this process, after collecting garbage, once the counts
-    settle: threads of a destroyed group may still be on their way out on a loaded machine (up to 2 s)."""
+    settle (the same for half a second): threads and sockets of a destroyed group may still be on their
+    way out on a loaded machine (up to 4 s)."""
     import time
 
     def count():
         gc.collect()
         return len(os.listdir("/proc/self/task")), len(os.listdir("/proc/self/fd"))
 
-    seen = count()
-    for _ in range(20):
+    seen, same = count(), 0
+    for _ in range(40):
         time.sleep(0.1)
         now = count()
-        if now == seen:
+        same = same + 1 if now == seen else 0
+        if same == 5:
             break
         seen = now
     return seen

@@ -65,7 +65,6 @@ class _Group:
     and the exchanges not yet read (warm CUDA launches)."""
 
     def __init__(self, group, timeout_s: float | None):
-        self.user = group
         self.rank, self.world = dist.get_rank(group), dist.get_world_size(group)
         self.name = control._name_of(group)
         bound = timedelta(seconds=control.wait_bound(timeout_s))
@@ -74,6 +73,7 @@ class _Group:
         self.pending: collections.deque = collections.deque()  # (n, work, outs, words, op name)
         self.broken: str | None = None
         self.seen_ops: set[str] = set()  # operators (kernel, schedule) this rank launched here before
+        self.counter = _Counter(f"syncopy-launch/{self.name}/last/{self.rank}")
 
     def exchange(self, words: dict) -> tuple[int, object, list]:
         """Start launch n's exchange (n counts from 1); returns (n, its work, the buffers it fills)."""
@@ -86,7 +86,7 @@ class _Group:
         mine = torch.zeros(SIZE, dtype=torch.uint8)
         mine[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
         outs = [torch.empty(SIZE, dtype=torch.uint8) for _ in range(self.world)]
-        self._note(f"last/{self.rank}", f"{self.count} {words['kernel']}")
+        self.counter.tell(f"{self.count} {words['kernel']}")
         return self.count, dist.all_gather(outs, mine, group=self.group, async_op=True), outs
 
     def _note(self, key: str, value: str) -> None:
@@ -105,14 +105,52 @@ class _Group:
             return None
 
 
+class _Counter:
+    """This rank's launch count on a group, written to the store by a thread of its own (a store
+    write is a round trip to the store's host, which a warm launch must not wait for): only the
+    latest count is written; peers read it seconds later, when they time out (`_missing`, `cause`)."""
+
+    def __init__(self, key: str):
+        # The key alone, no reference to the group: a thread (or a cycle) holding the group would keep
+        # its store, and with it rank 0's TCPStore server, alive after destroy_process_group.
+        self.key, self.latest, self.changed, self.closed = key, None, threading.Event(), False
+        self.thread = threading.Thread(target=self._run, daemon=True, name="syncopy-launch-count")
+        self.thread.start()
+
+    def tell(self, said: str) -> None:
+        self.latest = said
+        self.changed.set()
+
+    def close(self) -> None:
+        """Stop the thread (its group was destroyed): what it had to write is written first."""
+        self.closed = True
+        self.changed.set()
+        self.thread.join(timeout=5.0)
+
+    def _run(self) -> None:
+        while True:
+            self.changed.wait()
+            self.changed.clear()
+            if self.latest is not None:
+                try:
+                    control._store().set(self.key, self.latest)
+                except Exception:  # no store (destroyed, or gone with rank 0): peers say what they saw
+                    pass
+            if self.closed:
+                return
+
+
 _lock = threading.Lock()
 _groups: dict[int, _Group] = {}  # group token -> its launches
 
 
 def _drop(alive: set[int]) -> None:
+    """Let go of the launches of groups that were destroyed (control.release_destroyed): their gloo
+    group goes with the control plane's internal groups, their count's thread here."""
     with _lock:
-        for token in [t for t in _groups if t not in alive]:
-            del _groups[token]
+        gone = [_groups.pop(t) for t in list(_groups) if t not in alive]
+    for g in gone:
+        g.counter.close()
 
 
 control.on_release(_drop)
