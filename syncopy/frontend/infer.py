@@ -179,7 +179,9 @@ def _follow_helper(ks: KernelSource, call: cst.Call, derived: set[str], dim: int
     too), why, as a clause."""
     name = helpers.helper_name(call, helpers.local_names(ks.func)) or ""
     found = helpers.find(ks, name) if name else None
-    if found is None or found.builtin or depth > 4:
+    if found is not None and found.builtin:
+        return f"{name} is {found.builtin} under another name, which syncopy does not read as {found.builtin}"
+    if found is None or depth > 4:
         return f"the helper {name} is not a @triton.jit function of this file or of a module it imports"
     helper, sub = found.func, found.source
     env = helpers.bind_args(helper, call, ks)

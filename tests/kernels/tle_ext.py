@@ -1,7 +1,7 @@
 """A module of @triton.jit device functions in the style of FlagGems' triton_lang_extension (kernels
 import it as `tle` and write `pid = tle.program_id(0)`), with helpers that read and store through the
-pointers they are handed and a Triton builtin under another name. tests/kernels/helper_modules.py
-imports it: syncopy follows these helpers from there (issue 31, items 3 and 9)."""
+pointers they are handed. tests/kernels/helper_modules.py imports it: syncopy follows these helpers
+from there (issue 31, items 3 and 9)."""
 import triton
 from triton import language as tl
 
@@ -15,8 +15,6 @@ def program_id(axis: int) -> tl.tensor:
 def exp(x):
     return tl.exp(x)
 
-
-triton_cast = tl.cast
 
 
 @triton.jit
