@@ -386,6 +386,12 @@ def _reads(ks: KernelSource, stmt: cst.CSTNode, derived: set[str], tensor: str, 
                 f"strides=[...], block_shape=[...])",
                 ks.location(call),
             )
+        if desc is None and not writes and isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name) \
+                and call.func.value.value in derived and call.func.attr.value in ("load", "gather"):
+            # A descriptor over the tensor that inference did not see made (one handed back by a
+            # helper that may pass it through): its rows cannot be told.
+            out.append((call, _Every(f"'{call.func.value.value}' is a tensor descriptor syncopy did not see made"), None))
+            continue
         if desc is not None:
             stores = method in cu.WRITE_CALLS or method == "scatter"
             if stores and not writes:
