@@ -569,14 +569,15 @@ def _based_on(func: cst.FunctionDef, param: str) -> set[str]:
 
 def _refuse_helper_stores(ks: KernelSource, func: cst.FunctionDef, derived: set[str], tensor: str, depth: int = 0) -> None:
     """An all-gathered input is read-only: a store through a pointer into it inside a @triton.jit helper
-    of this file it is handed to (followed into the helpers that helper calls) is refused at the store,
-    naming the helper, whether or not inference can follow the helper's rows."""
+    it is handed to (of this file or an imported module, followed into the helpers that helper calls)
+    is refused at the store, naming the helper, whether or not inference can follow the helper's rows."""
     if depth > 8:
         return
-    defs = helpers.jit_helpers(ks)
     local = helpers.local_names(func)
     for call in cu.calls_in(func.body):
-        helper = defs.get(helpers.helper_name(call, local) or "")
+        name = helpers.helper_name(call, local)
+        found = helpers.find(ks, name) if name is not None else None
+        helper = found.func if found is not None else None
         env = helpers.bind_args(helper, call, ks) if helper is not None else None
         if env is None:
             continue
@@ -589,9 +590,9 @@ def _refuse_helper_stores(ks: KernelSource, func: cst.FunctionDef, derived: set[
                     raise KernelError(
                         f"the kernel writes into '{tensor}' ({name} in helper '{helper.name.value}', handed it as "
                         f"'{param}'); an all-gathered input is read-only, so write results to another argument",
-                        ks.location(store),
+                        found.source.location(store),
                     )
-            _refuse_helper_stores(ks, helper, mine, tensor, depth + 1)
+            _refuse_helper_stores(found.source, helper, mine, tensor, depth + 1)
 
 
 def _literal_int(code: str) -> int | None:

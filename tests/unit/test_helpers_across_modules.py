@@ -5,6 +5,7 @@ Kernels are written into a package of their own on sys.path, as a user's are."""
 from __future__ import annotations
 
 import importlib
+import sys
 import textwrap
 
 import pytest
@@ -75,6 +76,8 @@ def package(tmp_path, monkeypatch):
     (pkg / "__init__.py").write_text("")
     (pkg / "ext.py").write_text(textwrap.dedent(EXT))
     monkeypatch.syspath_prepend(str(tmp_path))
+    for name in [m for m in sys.modules if m == "hxmods" or m.startswith("hxmods.")]:
+        monkeypatch.delitem(sys.modules, name)  # finding hxmods.ext imports hxmods: this test's, not an earlier one's
     importlib.invalidate_caches()
 
     def write(text: str, head: str = HEAD):
@@ -212,3 +215,19 @@ def test_a_descriptor_helper_handed_a_descriptor_makes_none_and_waits_for_every_
     b = infer(package(text), "X", 0)
     assert [[(a.every, a.why) for a in g.accesses] for g in b.groups] == [
         [(True, "'e' is a tensor descriptor syncopy did not see made")]]
+
+
+def test_a_store_into_the_gathered_input_in_a_helper_of_another_module_is_refused_at_the_store(package, tmp_path):
+    (tmp_path / "hxmods" / "ext.py").write_text(textwrap.dedent(EXT) + textwrap.dedent('''
+
+        @triton.jit
+        def bump(P, rows, NC: tl.constexpr):
+            tl.store(P + rows[:, None] * NC + tl.arange(0, NC)[None, :], 0.0)
+        '''))
+    text = ROWS.format(pid="tl.program_id(0)", value="v").replace("    tl.store(out", "    tle.bump(X, rows, NC)\n    tl.store(out")
+    with pytest.raises(KernelError) as info:
+        infer(package(text), "X", 0)
+    ext = tmp_path / "hxmods" / "ext.py"
+    line = ext.read_text().splitlines().index("    tl.store(P + rows[:, None] * NC + tl.arange(0, NC)[None, :], 0.0)") + 1
+    assert str(info.value) == (f"{ext}:{line}:5: the kernel writes into 'X' (tl.store in helper 'bump', handed it as 'P'); an "
+                               "all-gathered input is read-only, so write results to another argument")
