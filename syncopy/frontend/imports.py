@@ -73,17 +73,87 @@ def imported_helper(ks: KernelSource, name: str, depth: int = 0) -> tuple[Kernel
     if target is None or depth > _DEPTH:
         return None
     module, func = target
+    origin = _module_file(module)
+    if origin is None:
+        return None
+    try:
+        other = from_file(origin, func)
+    except KernelError:
+        return _reexported(origin, func, depth)  # not defined there: maybe imported there
+    return other, other.func
+
+
+def _module_file(module: str) -> str | None:
+    """The .py file of an importable module, found without running it; None where there is none."""
     try:
         spec = importlib.util.find_spec(module)
     except (ImportError, ValueError, AttributeError):
         return None
-    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+    return spec.origin if spec is not None and spec.origin and spec.origin.endswith(".py") else None
+
+
+def qualified(module: cst.Module, dotted: str) -> str | None:
+    """The absolute dotted name `dotted` refers to through a module's top-level imports
+    (`tl.cast` -> `triton.language.cast` under `import triton.language as tl` or
+    `from triton import language as tl`); None where its head is not bound by an absolute import."""
+    head, _, rest = dotted.partition(".")
+    for bound, stmt, alias in _imports(module):
+        if bound != head:
+            continue
+        if isinstance(stmt, cst.Import):
+            full = cu.dotted(alias.name) if alias.asname else head
+        elif stmt.relative or stmt.module is None:
+            return None
+        else:
+            full = f"{cu.dotted(stmt.module)}.{cu.dotted(alias.name)}"
+        return f"{full}.{rest}" if rest else full
+    return None
+
+
+def triton_builtin(full: str | None) -> str | None:
+    """`tl.<name>` for an absolute name inside triton.language (`triton.language.math.exp` ->
+    `tl.math.exp`), else None."""
+    prefix = "triton.language"
+    if full is None or not (full == prefix or full.startswith(prefix + ".")):
         return None
+    return "tl" + full[len(prefix):]
+
+
+def _alias_in(module: cst.Module, name: str) -> str | None:
+    """What a module-level `name = tl.cast` (a Triton builtin under another name) stands for, as
+    `tl.cast`; None where `name` is assigned anything else, or more than once."""
+    values = [small.value for stmt in module.body if isinstance(stmt, cst.SimpleStatementLine) for small in stmt.body
+              if isinstance(small, cst.Assign) and any(name in cu.target_names(t.target) for t in small.targets)]
+    dotted = cu.dotted(values[0]) if len(values) == 1 else None
+    return triton_builtin(qualified(module, dotted)) if dotted else None
+
+
+def builtin_alias(ks: KernelSource, name: str, depth: int = 0) -> str | None:
+    """The Triton builtin (`tl.cast`) a call `name` of `ks`'s file runs under another name: an
+    assignment in this file (`triton_cast = tl.cast`), one in the module it is imported from, or a
+    direct import (`from triton.language import cast`); None where it is not one."""
+    if "." not in name:
+        alias = _alias_in(ks.module, name)
+        if alias is not None:
+            return alias
+    direct = triton_builtin(qualified(ks.module, name))
+    if direct is not None:
+        return direct
+    target = _target(ks, name)
+    if target is None or depth > _DEPTH:
+        return None
+    module, attr = target
+    path = _module_file(module)
+    if path is None:
+        return None
+    from syncopy.frontend.source import parse
+
     try:
-        other = from_file(spec.origin, func)
-    except KernelError:
-        return _reexported(spec.origin, func, depth)  # not defined there: maybe imported there
-    return other, other.func
+        other, positions = parse(open(path, encoding="utf-8").read(), path)
+    except (OSError, UnicodeDecodeError, KernelError):
+        return None
+    stub = KernelSource(path, other, cst.FunctionDef(cst.Name(attr), cst.Parameters(), cst.IndentedBlock([])), positions)
+    return builtin_alias(stub, attr, depth + 1)
 
 
 def _reexported(path: str, func: str, depth: int):

@@ -16,14 +16,15 @@ Nothing here matches on the user's names: the communicated argument is the only 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import itertools
 from dataclasses import dataclass, field
 
 import libcst as cst
 
-from syncopy.errors import InferenceError, KernelError, SourceLocation
+from syncopy.errors import InferenceError, KernelError, SourceLocation, SyncopyError
 from syncopy.frontend import cstutil as cu
-from syncopy.frontend import helpers, persistent, scope
+from syncopy.frontend import helpers, imports, persistent, scope
 from syncopy.frontend.source import KernelSource
 
 BASE_NAME = "syncopy_base"
@@ -54,6 +55,7 @@ class Access:
     # unmasked load reads no row). Tests that are not constexpr are left out: the read waits as if
     # they held (a bound too wide is slower, never wrong).
     guard: tuple[tuple[str, bool], ...] = ()
+    why: str = ""          # with `every`: why (said in the transformed source)
 
 
 @dataclass
@@ -119,6 +121,7 @@ class Descriptor:
     row_stride: str
     block_rows: str
     tail: str
+    made_by: int = field(default=0, compare=False)  # id of a helper call that made it (helpers.descriptor_made)
 
     def args(self) -> tuple[str, ...]:
         return (self.base, self.block_rows, self.rows, self.row_stride, self.tail)
@@ -133,8 +136,14 @@ class _DescRead:
 _PRODUCER = "reduce_scatter and all_reduce"
 
 
-#: A read whose rows cannot be told at all (a helper we cannot follow): it waits for every chunk.
-_EVERY = object()
+class _Every:
+    """A read whose rows cannot be told at all (a helper we cannot follow): it waits for every chunk."""
+
+    def __init__(self, why: str = ""):
+        self.why = why
+
+
+_EVERY = _Every()
 
 
 @dataclass
@@ -144,46 +153,87 @@ class _Followed:
     access: Access
 
 
+def _handed_descriptors(env: dict[str, str], descs: dict[str, Descriptor]) -> dict[str, Descriptor] | None:
+    """{helper parameter: the caller's descriptor} for the tensor descriptors a call hands on as
+    they are (`f(desc_k, ...)`); None where one goes in as part of an expression."""
+    out = {}
+    for p, code in env.items():
+        expr = cst.parse_expression(code)
+        if cu.names_in(expr) & set(descs):
+            if not isinstance(expr, cst.Name):
+                return None
+            out[p] = dataclasses.replace(descs[expr.value], name=p)
+    return out
+
+
+def _reads_through(sub: KernelSource, param: str, dim: int, descs: dict[str, Descriptor], writes: bool, depth: int) -> bool:
+    """Does the helper read (`writes`: store) through its parameter `param` at all?"""
+    try:
+        derived = _derived_names(sub.func, param)
+        own = {**({param: descs[param]} if param in descs else {}), **_descriptors(sub, sub.func, derived, param, dim)}
+        return bool(_reads(sub, sub.func.body, derived, param, dim, False, own, writes, depth))
+    except SyncopyError:
+        return True
+
+
 def _follow_helper(ks: KernelSource, call: cst.Call, derived: set[str], dim: int, depth: int = 0,
-                   writes: bool = False) -> list[Access] | None:
-    """The reads (`writes`: the stores) a @triton.jit helper of this file makes through the pointer
-    it is handed, as accesses in the caller's expressions (valid right before the call); None where
-    we cannot tell (a store whose rows the helper's own inference does not bound before its
-    statement, too)."""
-    helper = helpers.jit_helpers(ks).get(helpers.helper_name(call, helpers.local_names(ks.func)) or "")
-    if helper is None or depth > 4:
-        return None
+                   writes: bool = False, descs: dict[str, Descriptor] | None = None) -> list[Access] | str:
+    """The reads (`writes`: the stores) a @triton.jit helper makes through the pointer (or the
+    tensor descriptor, from `descs`) it is handed, as accesses in the caller's expressions (valid
+    right before the call); the helper is found in this file or in a module it imports. Where we
+    cannot tell (a store whose rows the helper's own inference does not bound before its statement,
+    too), why, as a clause."""
+    name = helpers.helper_name(call, helpers.local_names(ks.func)) or ""
+    found = helpers.find(ks, name) if name else None
+    if found is not None and found.builtin:
+        return f"{name} is {found.builtin} under another name, which syncopy does not read as {found.builtin}"
+    if found is None or depth > 4:
+        return f"the helper {name} is not a @triton.jit function of this file or of a module it imports"
+    helper, sub = found.func, found.source
     env = helpers.bind_args(helper, call, ks)
     if env is None:
-        return None
-    handed = [p for p, code in env.items() if cu.names_in(cst.parse_expression(code)) & derived]
+        return f"the arguments of {name} do not match its parameters"
+    seeds = _handed_descriptors(env, descs or {})
+    if seeds is None:
+        return f"{name} is handed a tensor descriptor inside an expression"
+    # Values computed from earlier calls count as derived too: only what it reads (stores) through counts.
+    handed = [p for p, code in env.items() if cu.names_in(cst.parse_expression(code)) & derived
+              and _reads_through(sub, p, dim, seeds, writes, depth + 1)]
+    if not handed:
+        return []
     if len(handed) != 1:
-        return None
-    sub = KernelSource(ks.path, ks.module, helper, ks.positions, ks.line_offset)
+        return f"{name} is handed the tensor in {len(handed)} parameters"
     try:
-        b = _infer(sub, handed[0], dim, None, writes, None, depth + 1)
-    except InferenceError:  # rows it cannot follow: the caller waits for every chunk (a refusal is never swallowed)
-        return None
+        b = _infer(sub, handed[0], dim, None, writes, None, depth + 1, descs_in=seeds)
+    except InferenceError as exc:  # rows it cannot follow: the caller waits for every chunk (a refusal is never swallowed)
+        return f"{name}: {exc.message.split('; ')[0]}"
     if b.persistent is not None or b.copy_base:
-        return None
+        return f"{name} moves the pointer it is handed or loops over tiles"
     local = cu.assigned_in(helper.body)
+    params = set(env)
     body = list(helper.body.body)
     out: list[Access] = []
     for g in b.groups:
         if g.nested or g.data:
-            return None
+            return f"{name} reads rows that depend on loaded data" if g.data else f"{name} reads rows it cannot bound before the call: {g.why}"
         pre: dict[str, str] = {}
         unknown: dict[str, cst.CSTNode] = {}
         for s in body[:g.stmt_index]:
             _effects(sub, s, pre, unknown)
         for a in g.accesses:
-            if a.every or a.desc is not None:
-                return None
+            if a.every:
+                return a.why or f"{name} calls a helper syncopy cannot follow"
             ptr = _subst(a.pointer, pre)
             mask = _subst(a.mask, pre) if a.mask else None
-            if _access_names(Access(ptr, mask)) & local:
-                return None
-            out.append(Access(_subst(ptr, env), _subst(mask, env) if mask else None, clamped=a.clamped))
+            names = _access_names(Access(ptr, mask))
+            if names & local:
+                return f"{name} reads rows computed from {', '.join(sorted(names & local))}, which it assigns in an if or a loop"
+            if sub.path != ks.path and any(imports.qualified(sub.module, n) is None
+                                           or imports.qualified(sub.module, n) != imports.qualified(ks.module, n)
+                                           for n in names - params if n not in ("None", "True", "False")):
+                return f"{name} reads rows computed from names its module binds otherwise than this file"
+            # A descriptor's fields are in the caller's names already (handed in as they are).
+            out.append(Access(_subst(ptr, env), _subst(mask, env) if mask else None, desc=a.desc, clamped=a.clamped))
     return out
 
 
@@ -284,7 +334,6 @@ def uses_descriptors(ks: KernelSource, func: cst.FunctionDef, derived: set[str],
     """Whether `func` reaches the tensor (the names in `derived`) through a tensor descriptor: it
     makes or uses one over it, or hands it to a @triton.jit helper of this file that does. A helper
     defined elsewhere counts too: syncopy cannot look inside it, and a fence too many costs little."""
-    defs = helpers.jit_helpers(ks)
     local = helpers.local_names(func)
     for call in cu.calls_in(func.body):
         if not any(cu.names_in(a.value) & derived for a in call.args):
@@ -294,15 +343,18 @@ def uses_descriptors(ks: KernelSource, func: cst.FunctionDef, derived: set[str],
         name = helpers.helper_name(call, local)
         if name is None or name in seen:
             continue
-        helper = defs.get(name)
-        if helper is None:
+        found = helpers.find(ks, name)
+        if found is None:
             return True
+        if found.builtin:
+            continue
+        helper = found.func
         env = helpers.bind_args(helper, call, ks)
         # Arguments we cannot match to parameters: any parameter may be the tensor.
         handed = helpers.local_names(helper) if env is None else \
             [p for p, code in env.items() if cu.names_in(cst.parse_expression(code)) & derived]
         inner = set().union(*(_derived_names(helper, p) for p in handed))
-        if uses_descriptors(ks, helper, inner, seen | {name}):
+        if uses_descriptors(found.source, helper, inner, seen | {name}):
             return True
     return False
 
@@ -332,7 +384,7 @@ def _reads(ks: KernelSource, stmt: cst.CSTNode, derived: set[str], tensor: str, 
         name = cu.call_name(call) or ""
         leaf = name.rsplit(".", 1)[-1]
         method, desc, coords = _descriptor_of(call, descs)
-        if not writes and isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name) \
+        if not writes and desc is None and isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name) \
                 and call.func.value.value == tensor and call.func.attr.value in ("load", "gather", "store", "scatter"):
             raise InferenceError(
                 f"'{tensor}' is used as a tensor descriptor made on the host ({name}); syncopy gathers tensors, so pass "
@@ -340,6 +392,12 @@ def _reads(ks: KernelSource, stmt: cst.CSTNode, derived: set[str], tensor: str, 
                 f"strides=[...], block_shape=[...])",
                 ks.location(call),
             )
+        if desc is None and not writes and isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name) \
+                and call.func.value.value in derived and call.func.attr.value in ("load", "gather"):
+            # A descriptor over the tensor that inference did not see made (one handed back by a
+            # helper that may pass it through): its rows cannot be told.
+            out.append((call, _Every(f"'{call.func.value.value}' is a tensor descriptor syncopy did not see made"), None))
+            continue
         if desc is not None:
             stores = method in cu.WRITE_CALLS or method == "scatter"
             if stores and not writes:
@@ -385,25 +443,31 @@ def _reads(ks: KernelSource, stmt: cst.CSTNode, derived: set[str], tensor: str, 
         head = name.split(".", 1)[0]
         if not name or head in ("tl", "triton", "math", "libdevice") or leaf in _PURE_METHODS or leaf in ("range", "min", "max", "len", "int", "float", "static_range"):
             continue
-        # A user helper handed a pointer into the tensor reads (or, on the producer side, may write)
-        # through it.
+        # Python's own functions (`isinstance`) and Triton's under another name (`triton_cast = tl.cast`)
+        # read nothing through a pointer; a helper that only makes a tensor descriptor is one (_descriptors).
+        found = helpers.find(ks, name) if any(cu.names_in(a.value) & derived for a in call.args) else None
+        if found is not None and found.builtin and not helpers.loads_data(found.as_builtin(call)) \
+                or any(d.made_by == id(call) for d in descs.values()):
+            continue
+        # A user helper handed a pointer into the tensor (or a descriptor over it) reads (or, on the
+        # producer side, may write) through it.
         for a in call.args:
             if cu.names_in(a.value) & derived:
                 handed = sorted(cu.names_in(a.value) & set(descs))
-                if handed and not explicit and not writes:
-                    raise InferenceError(
-                        f"'{tensor}' is read through the tensor descriptor '{handed[0]}' handed to {name}, which inference "
-                        f"does not follow; load with {handed[0]}.load([row, col]) in the kernel or {hint}",
-                        ks.location(call),
-                    )
                 if explicit:
                     out.append((call, a.value, None))
                     break
                 # Follow the helper's own arithmetic; one we cannot read waits for (on the producer
                 # side: counts against) every chunk.
-                followed = _follow_helper(ks, call, derived, dim, depth, writes)
-                if followed is None:
-                    out.append((call, _EVERY, None))
+                followed = _follow_helper(ks, call, derived, dim, depth, writes, descs)
+                if isinstance(followed, str) and handed and not writes and found is None:
+                    raise InferenceError(
+                        f"'{tensor}' is read through the tensor descriptor '{handed[0]}' handed to {name}, which inference "
+                        f"does not follow; load with {handed[0]}.load([row, col]) in the kernel or {hint}",
+                        ks.location(call),
+                    )
+                if isinstance(followed, str):
+                    out.append((call, _Every(followed), None))
                 else:
                     out += [(call, _Followed(x), None) for x in followed]
                 break
@@ -511,14 +575,15 @@ def _based_on(func: cst.FunctionDef, param: str) -> set[str]:
 
 def _refuse_helper_stores(ks: KernelSource, func: cst.FunctionDef, derived: set[str], tensor: str, depth: int = 0) -> None:
     """An all-gathered input is read-only: a store through a pointer into it inside a @triton.jit helper
-    of this file it is handed to (followed into the helpers that helper calls) is refused at the store,
-    naming the helper, whether or not inference can follow the helper's rows."""
+    it is handed to (of this file or an imported module, followed into the helpers that helper calls)
+    is refused at the store, naming the helper, whether or not inference can follow the helper's rows."""
     if depth > 8:
         return
-    defs = helpers.jit_helpers(ks)
     local = helpers.local_names(func)
     for call in cu.calls_in(func.body):
-        helper = defs.get(helpers.helper_name(call, local) or "")
+        name = helpers.helper_name(call, local)
+        found = helpers.find(ks, name) if name is not None else None
+        helper = found.func if found is not None else None
         env = helpers.bind_args(helper, call, ks) if helper is not None else None
         if env is None:
             continue
@@ -531,9 +596,9 @@ def _refuse_helper_stores(ks: KernelSource, func: cst.FunctionDef, derived: set[
                     raise KernelError(
                         f"the kernel writes into '{tensor}' ({name} in helper '{helper.name.value}', handed it as "
                         f"'{param}'); an all-gathered input is read-only, so write results to another argument",
-                        ks.location(store),
+                        found.source.location(store),
                     )
-            _refuse_helper_stores(ks, helper, mine, tensor, depth + 1)
+            _refuse_helper_stores(found.source, helper, mine, tensor, depth + 1)
 
 
 def _literal_int(code: str) -> int | None:
@@ -941,16 +1006,23 @@ def body_start(func: cst.FunctionDef) -> int:
     return 0
 
 
-def _descriptors(ks: KernelSource, func: cst.FunctionDef, derived: set[str], tensor: str, dim: int) -> dict[str, Descriptor]:
-    """Tensor descriptors made over the communicated tensor: `d = tl.make_tensor_descriptor(...)`."""
-    found: list[tuple[cst.Assign, cst.Call]] = []
+def _descriptors(ks: KernelSource, func: cst.FunctionDef, derived: set[str], tensor: str, dim: int,
+                 base_name: str = BASE_NAME) -> dict[str, Descriptor]:
+    """Tensor descriptors made over the communicated tensor: `d = tl.make_tensor_descriptor(...)`, or
+    by a helper that does only that (helpers.descriptor_made: the attention tutorial's
+    `desc_k = _maybe_make_tensor_desc(desc_k, shape=..., ...)`, whose base, the tensor itself, is
+    then read from `base_name`, where the kernel keeps the tensor's start)."""
+    found: list[tuple[cst.Assign, cst.Call, cst.Call]] = []
 
     class V(cst.CSTVisitor):
         def visit_Assign(self, n: cst.Assign) -> None:
-            if isinstance(n.value, cst.Call) and (cu.call_name(n.value) or "").rsplit(".", 1)[-1] == "make_tensor_descriptor":
-                base = cu.arg(n.value, 0, "base")
-                if base is not None and cu.names_in(base) & derived:
-                    found.append((n, n.value))
+            if not isinstance(n.value, cst.Call):
+                return
+            made = n.value if (cu.call_name(n.value) or "").rsplit(".", 1)[-1] == "make_tensor_descriptor" \
+                else helpers.descriptor_made(ks, n.value)
+            base = cu.arg(made, 0, "base") if made is not None else None
+            if base is not None and cu.names_in(base) & derived:
+                found.append((n, made, n.value))
 
     func.body.visit(V())
     out: dict[str, Descriptor] = {}
@@ -971,12 +1043,19 @@ def _descriptors(ks: KernelSource, func: cst.FunctionDef, derived: set[str], ten
                 counts[x] = counts.get(x, 0) + 2
 
     func.body.visit(Count())
-    for assign, call in found:
-        where = ks.location(call)
+    for assign, call, written in found:
+        where = ks.location(written)
         targets = [t.target for t in assign.targets]
         if len(targets) != 1 or not isinstance(targets[0], cst.Name):
             raise InferenceError(f"assign the tensor descriptor of '{tensor}' to one name; {_binding_hint(tensor, dim)}", where)
         name = targets[0].value
+        if call is not written and (cu.names_in(cu.arg(call, 0, "base")) & derived != {tensor}
+                                    or counts.get(tensor, 0) > (name == tensor)):
+            # A helper that passes a descriptor through unchanged is one only while it is handed the
+            # pointer itself (no descriptor, nothing moved): otherwise it stays a helper call.
+            continue
+        # `K = make(K, ...)`: the descriptor is made from where the tensor starts, kept in base_name.
+        own = {tensor: base_name} if name == tensor else {}
         if dim != 0:
             raise InferenceError(
                 f"'{tensor}' is read through the tensor descriptor '{name}' but the schedule shards dim {dim}; inference binds "
@@ -987,7 +1066,7 @@ def _descriptors(ks: KernelSource, func: cst.FunctionDef, derived: set[str], ten
                 f"the tensor descriptor '{name}' of '{tensor}' needs literal shape=[...], strides=[...] and block_shape=[...] lists "
                 f"for inference to follow it; write them out or {_binding_hint(tensor, dim)}", where)
         shape, strides, block = ([ks.code(e.value) for e in x.elements] for x in lists[1:])
-        used = set().union(*(cu.names_in(x) for x in lists))
+        used = set().union(*(cu.names_in(x) for x in lists)) - set(own)
         moved = sorted(n for n in used if counts.get(n, 0) > (0 if n in ks.params else 1))
         if counts.get(name, 0) > 1 or moved:
             what = f"'{name}' itself" if counts.get(name, 0) > 1 else ", ".join(moved)
@@ -996,7 +1075,8 @@ def _descriptors(ks: KernelSource, func: cst.FunctionDef, derived: set[str], ten
                 f"descriptor once from values that do not change, or {_binding_hint(tensor, dim)}", where)
         tail = " + ".join(cu.paren(f"{cu.paren(n)} - 1") if st == "1" else f"({cu.paren(n)} - 1) * {cu.paren(st)}"
                           for n, st in zip(shape[1:], strides[1:])) or "0"
-        out[name] = Descriptor(name, ks.code(lists[0]), shape[0], strides[0], block[0], tail)
+        out[name] = Descriptor(name, cu.substitute(ks.module, lists[0], own), shape[0], strides[0], block[0], tail,
+                               made_by=id(written) if call is not written else 0)
     return out
 
 
@@ -1016,9 +1096,9 @@ def _hoist(ks: KernelSource, block: list[cst.CSTNode], reads, before: set[str], 
         inner |= cu.assigned_in(block[-1])
     assigned = set().union(*(cu.assigned_in(s) for s in block))
     for call, ptr, mask in reads:
-        if ptr is _EVERY:
-            if Access("0", every=True) not in accesses:
-                accesses.append(Access("0", every=True))
+        if isinstance(ptr, _Every):
+            if Access("0", every=True, why=ptr.why) not in accesses:
+                accesses.append(Access("0", every=True, why=ptr.why))
             continue
         env: dict[str, str] = {}
         unknown: dict[str, cst.CSTNode] = {}
@@ -1036,7 +1116,8 @@ def _hoist(ks: KernelSource, block: list[cst.CSTNode], reads, before: set[str], 
             if isinstance(ptr, _DescRead):
                 pointer, mask_code, desc = cu.substitute(ks.module, ptr.row, env), None, ptr.desc.args()
             elif isinstance(ptr, _Followed):
-                pointer, desc, clamped = _subst(ptr.access.pointer, env), None, ptr.access.clamped
+                pointer, clamped = _subst(ptr.access.pointer, env), ptr.access.clamped
+                desc = tuple(_subst(x, env) for x in ptr.access.desc) if ptr.access.desc else None
                 mask_code = _subst(ptr.access.mask, env) if ptr.access.mask else None
             else:
                 pointer, desc = cu.substitute(ks.module, ptr, env), None
@@ -1329,7 +1410,7 @@ def infer(ks: KernelSource, tensor: str, dim: int, rows: str | None = None, writ
 
 
 def _infer(ks: KernelSource, tensor: str, dim: int, rows: str | None, writes: bool, before_line: int | None,
-           depth: int = 0, loops: bool = False) -> TensorBinding:
+           depth: int = 0, loops: bool = False, descs_in: dict[str, Descriptor] | None = None) -> TensorBinding:
     if before_line is not None and writes:
         raise KernelError(
             "binding.before_line applies to the patterns that read the tensor (all_gather, all_to_all); a producer "
@@ -1343,7 +1424,7 @@ def _infer(ks: KernelSource, tensor: str, dim: int, rows: str | None, writes: bo
     derived = _derived_names(func, tensor)
     if not writes:
         _refuse_helper_stores(ks, func, derived, tensor)
-    descs = _descriptors(ks, func, derived, tensor, dim)
+    descs = {**(descs_in or {}), **_descriptors(ks, func, derived, tensor, dim)}
     binding.descriptors = uses_descriptors(ks, func, derived)
     body = list(func.body.body)
 
@@ -1355,7 +1436,7 @@ def _infer(ks: KernelSource, tensor: str, dim: int, rows: str | None, writes: bo
         for call, ptr, _ in reads_of(stmt):
             if isinstance(ptr, _Followed):
                 out |= _access_names(ptr.access)
-            elif ptr is not _EVERY:
+            elif not isinstance(ptr, _Every):
                 out |= cu.names_in(ptr.row if isinstance(ptr, _DescRead) else ptr)
             out |= {"<read>"}
         return out
@@ -1394,7 +1475,9 @@ def _infer(ks: KernelSource, tensor: str, dim: int, rows: str | None, writes: bo
             binding.groups.append(ReadGroup(at, [], line))
             break
         fallbacks: list = []
-        accesses = _hoist(ks, [stmt], reads, before, tensor, dim, writes, fallbacks, loops, tainted) if reads else []
+        # Inside a followed helper no wait can go per iteration: its reads are bounded over its loops.
+        accesses = _hoist(ks, [stmt], reads, before, tensor, dim, writes, fallbacks, loops and not depth,
+                          None if depth else tainted) if reads else []
         # A read of rows already waited for needs no second wait; every write counts, because the
         # announcement must follow the last one.
         if accesses and (writes or not _covered([g for g in binding.groups if not g.inner and not g.nested], accesses, body, index)):

@@ -97,8 +97,10 @@ def from_table_or(computed: list[cst.BaseStatement]) -> cst.BaseStatement:
 
 
 def _comments(binding: TensorBinding, group: ReadGroup, what: str) -> list[str]:
-    if any(a.every for a in group.accesses):
-        return [f"# syncopy: wait for every chunk of {binding.tensor}: syncopy cannot bound the rows a helper called here reads"]
+    every = [a for a in group.accesses if a.every]
+    if every:
+        why = f" ({every[0].why})" if every[0].why else ""
+        return [f"# syncopy: wait for every chunk of {binding.tensor}: syncopy cannot bound the rows a helper called here reads{why}"]
     lines = []
     if group.nested:
         lines.append(f"# syncopy: no bound before the loop ({group.why}): wait before each read, from its own pointers")

@@ -174,16 +174,20 @@ def _side_effect(ks: KernelSource, body: cst.CSTNode) -> str:
     for call in cu.calls_in(body):
         if _has_effect(call):
             return f"calls {cu.call_name(call) or _leaf(call)} (a side effect whose order may matter)"
-    defs = helpers.jit_helpers(ks)
     local = helpers.local_names(ks.func)
     for call in cu.calls_in(body):
         name = helpers.helper_name(call, local)
         if name is None:
             continue
-        helper = defs.get(name)
+        helper = helpers.find(ks, name)
         if helper is None:
-            return f"calls {name}, which is not a @triton.jit function of this file (syncopy cannot see whether it stores)"
-        if any(_has_effect(c) for c in cu.calls_in(helper.body)) or helpers.helper_does(ks, helper, _has_effect):
+            return (f"calls {name}, which is not a @triton.jit function of this file or of a module it imports (syncopy "
+                    "cannot see whether it stores)")
+        if helper.builtin:
+            if _has_effect(helper.as_builtin(call)):
+                return f"calls {name} ({helper.builtin}: a side effect whose order may matter)"
+            continue
+        if any(_has_effect(c) for c in cu.calls_in(helper.func.body)) or helpers.helper_does(helper.source, helper.func, _has_effect):
             return (f"calls the helper {name}, which stores, prints or calls what syncopy cannot see (a side effect "
                     "whose order may matter)")
     return ""

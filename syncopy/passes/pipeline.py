@@ -7,6 +7,8 @@ from __future__ import annotations
 import libcst as cst
 
 from syncopy.errors import KernelError, SyncopyError
+from syncopy.frontend import cstutil as cu
+from syncopy.frontend import helpers
 from syncopy.frontend import infer as inference
 from syncopy.frontend import persistent as persistent_flow
 from syncopy.frontend import scope
@@ -20,7 +22,7 @@ def transform(ks: KernelSource, schedule: Schedule) -> Transformed:
     """Run the passes for `schedule` on the kernel in `ks`. A failure that is no refusal of the
     kernel (a SyncopyError) is syncopy's own: one located line saying so and how to report it."""
     try:
-        return _transform(ks, schedule)
+        return _transform(helpers.inline_program_ids(ks), schedule)
     except SyncopyError:
         raise
     except Exception as exc:  # an internal failure: never a traceback out of syncopy's own code for a user
@@ -111,7 +113,18 @@ def _other_bindings(ks: KernelSource, schedule: Schedule, main: inference.Tensor
     for b in (main, *out):
         if b.copy_base:
             b.base = names.base_of(b.tensor)
+            _rename_base(b)
     return out
+
+
+def _rename_base(b: inference.TensorBinding) -> None:
+    """A descriptor made from the tensor's own start (`K = make(K, ...)`) reads it from the base name
+    inference wrote (infer.BASE_NAME): the listed tensor's own one now."""
+    for g in b.groups:
+        for a in g.accesses:
+            if a.desc is not None and inference.BASE_NAME in cu.names_in(cst.parse_expression(a.desc[0])):
+                a.desc = (cu.substitute(cst.Module(body=[]), cst.parse_expression(a.desc[0]), {inference.BASE_NAME: b.base}),
+                          *a.desc[1:])
 
 
 def _read_first(main: inference.TensorBinding, others: list[inference.TensorBinding]) \
@@ -148,6 +161,12 @@ def _producer(ks: KernelSource, schedule: Schedule, rows: str | None, before_lin
     fresh = producer_notify.depends_on_data(prefix, ks.module, pointers)
     notified = producer_notify.insert_notifies(body, binding, table=True, fresh=fresh)
     remapped_body, remapped = tile_reorder.remap_program_ids(ks, notified)
+    if not remapped and helpers.program_id_helper(ks):
+        raise KernelError(
+            f"kernel '{ks.name}' takes its program id only from a helper ({helpers.program_id_helper(ks)}), which the "
+            "tile remap cannot reach; call tl.program_id(axis) in the kernel itself",
+            ks.location(func),
+        )
     if not remapped:
         raise KernelError(
             f"kernel '{ks.name}' never calls tl.program_id, so every program would write the same rows of "

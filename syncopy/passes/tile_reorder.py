@@ -16,6 +16,7 @@ import libcst as cst
 
 from syncopy.errors import KernelError
 from syncopy.frontend import cstutil as cu
+from syncopy.frontend import helpers
 from syncopy.frontend.source import KernelSource
 from syncopy.passes import names
 
@@ -30,11 +31,16 @@ def _axis(ks: KernelSource, call: cst.Call) -> int:
 class _Replace(cst.CSTTransformer):
     def __init__(self, ks: KernelSource):
         self.ks = ks
+        self.helpers = helpers.jit_helpers(ks)
         self.count = 0
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         name = cu.call_name(original) or ""
-        if name.rsplit(".", 1)[-1] == "program_id" and (name == "program_id" or name.split(".")[0] in ("tl", "triton", "language")):
+        # A bare `program_id(0)` is Triton's (`from triton.language import program_id`) unless the file
+        # defines its own: a helper of that name is inlined first where it only hands the id back
+        # (helpers.inline_program_ids), and kept otherwise.
+        bare = name == "program_id" and name not in self.helpers
+        if name.rsplit(".", 1)[-1] == "program_id" and (bare or name.split(".")[0] in ("tl", "triton", "language")):
             self.count += 1
             return cst.Name(names.PIDS[_axis(self.ks, original)])
         return updated

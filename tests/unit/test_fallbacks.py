@@ -18,7 +18,8 @@ GOLDEN = Path(gw.__file__).parent
 CASES = {
     "waits_data_rows": (11, "'gather_rows': tiles keep their launch order: the rows of its first read depend on loaded data, "
                             "which changes from launch to launch"),
-    "waits_helper_rows": (26, "'two_helpers': wait for every chunk of X: syncopy cannot bound the rows a helper called here reads"),
+    "waits_helper_rows": (26, "'two_helpers': wait for every chunk of X: syncopy cannot bound the rows a helper called here reads "
+                              "(_wrapped_block reads rows it cannot bound before the call: the rows read are not affine in the loop counter)"),
 }
 
 

@@ -33,7 +33,7 @@ def two_helpers(X, out, M, NC: tl.constexpr, BR: tl.constexpr, syncopy_ctx, sync
     syncopy_device.trace_tile_start(syncopy_signals, syncopy_trace, syncopy_ctx, SYNCOPY_TRACE)
     v = _block_of(X, pid, M, NC, BR)
     # Not bounded by any corner (wrapped rows inside the helper): every chunk.
-    # syncopy: wait for every chunk of X: syncopy cannot bound the rows a helper called here reads
+    # syncopy: wait for every chunk of X: syncopy cannot bound the rows a helper called here reads (_wrapped_block reads rows it cannot bound before the call: the rows read are not affine in the loop counter)
     syncopy_lo, syncopy_hi = syncopy_device.all_chunks(syncopy_ctx)
     syncopy_device.wait_chunks(syncopy_signals, syncopy_ctx, syncopy_lo, syncopy_hi)
     w = _wrapped_block(X, pid, tl.num_programs(0), M, NC, BR)
