@@ -57,7 +57,13 @@ def attention_reference(q, k, v, seqlen_k: int, scale: float):
 
 
 def _attention(name, fused, rank: int, world: int, launch: int):
-    """One launch of FA2 (or the guarded attention) over K, V [B, S, H, D] gathered along S."""
+    """One launch of FA2 (or the guarded attention) over K, V [B, S, H, D] gathered along S, and torch's answer."""
+    out, q, k, v, seqlen_k = launch_attention(name, fused, rank, world, launch)
+    return out, attention_reference(q, _gathered(k, world), _gathered(v, world), seqlen_k, D ** -0.5)
+
+
+def launch_attention(name, fused, rank: int, world: int, launch: int):
+    """Launch `fused` as flash_attn_triton.py launches _fwd_kernel: (out, q, k, v, seqlen_k)."""
     import torch
     import triton
 
@@ -76,7 +82,7 @@ def _attention(name, fused, rank: int, world: int, launch: int):
         fused[grid](*args, BLOCK_HEADDIM=D, BLOCK_M=BLOCK_M, BLOCK_N=block_n)
     else:
         fused[grid](*args, D=D, BM=BLOCK_M, BN=block_n)
-    return out, attention_reference(q, _gathered(k, world), _gathered(v, world), seqlen_k, D ** -0.5)
+    return out, q, k, v, seqlen_k
 
 
 def scan_reference(states, dA_cs):
@@ -93,6 +99,16 @@ def scan_reference(states, dA_cs):
 
 def _scan(fused, rank: int, world: int, launch: int):
     import torch
+
+    out, final, states, dA_cs = launch_scan(fused, rank, world, launch)
+    chunks = SCAN_CHUNKS * world
+    want_out, want_final = scan_reference(_gathered(states, world), dA_cs)
+    return torch.cat([out[:, :chunks].flatten(), final.flatten()]), torch.cat([want_out.flatten(), want_final.flatten()])
+
+
+def launch_scan(fused, rank: int, world: int, launch: int):
+    """Launch `fused` as Mamba's _state_passing_fwd launches its kernel: (out, final, states, dA_cs)."""
+    import torch
     import triton
 
     g = torch.Generator().manual_seed(104729 * launch + 31 * rank + world)
@@ -108,8 +124,7 @@ def _scan(fused, rank: int, world: int, launch: int):
     fused[grid](states, out, final, dA_cs, SCAN_DIM, chunks, st[0], st[1], st[2], st[3], out.stride(0), out.stride(1),
                 out.stride(2), out.stride(3), final.stride(0), final.stride(1), final.stride(2), dA_cs.stride(0),
                 dA_cs.stride(2), dA_cs.stride(1), BLOCK_SIZE=SCAN_BLOCK)
-    want_out, want_final = scan_reference(_gathered(states, world), dA_cs)
-    return torch.cat([out[:, :chunks].flatten(), final.flatten()]), torch.cat([want_out.flatten(), want_final.flatten()])
+    return out, final, states, dA_cs
 
 
 def recurrence_reference(q, k, v):
@@ -125,6 +140,12 @@ def recurrence_reference(q, k, v):
 
 
 def _recurrence(fused, rank: int, world: int, launch: int):
+    o, q, k, v = launch_recurrence(fused, rank, world, launch)
+    return o, recurrence_reference(q, _gathered(k, world), _gathered(v, world))
+
+
+def launch_recurrence(fused, rank: int, world: int, launch: int):
+    """Launch `fused` one program per (batch, head): (o, q, k, v)."""
     import torch
 
     g = torch.Generator().manual_seed(15485863 * launch + 31 * rank + world)
@@ -135,7 +156,7 @@ def _recurrence(fused, rank: int, world: int, launch: int):
     st = _strides(q.shape)
     fused[(B, H)](q, k, v, o, steps, q.stride(0), q.stride(1), q.stride(2), st[0], st[1], st[2], st[0], st[1], st[2],
                   o.stride(0), o.stride(1), o.stride(2), K=STATE)
-    return o, recurrence_reference(q, _gathered(k, world), _gathered(v, world))
+    return o, q, k, v
 
 
 def run_sequence_loops(rank: int, world: int, hold: bool) -> dict:
