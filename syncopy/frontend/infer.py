@@ -832,8 +832,8 @@ def _rows_move(pointer: str, desc, dim: int, levels: int, tiles: set[str] | None
     the communicated dim)? Seen where a loop counter, and no program id, indexes the first axis of a
     2-D block (`(start + tl.arange(0, BN))[:, None] * stride`) or a descriptor's row coordinate.
     Rows that also follow the program id (a tile's own row blocks) keep their wait before the loop:
-    tiles are then reordered instead. A pointer stepped by a stride (`p += BK * stride`) does not
-    say which axis it walks: it keeps its wait before the loop unless `loop_order` is set."""
+    tiles are then reordered instead. A counter term outside the block (`k_ptrs + start_n * stride`, a
+    pointer stepped by a stride) is `_walks_rows`'s to judge."""
     if dim != 0 or tiles is None:
         return False
     syms = {_ITER.format(i) for i in range(levels)}
