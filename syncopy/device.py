@@ -200,6 +200,14 @@ def first_row(ptrs, base, ctx):
 
 
 @triton.jit
+def first_row_along(ptrs, base, ctx):
+    """`first_row` for a tensor communicated along a dim other than 0: the first row along that dim a
+    pointer block points into, (offset // stride) % size, as the waits count rows there."""
+    off = ptrs.to(tl.int64) - base.to(tl.int64) + tl.zeros([1], dtype=tl.int64)
+    return tl.min((off // tl.load(ctx + CTX_STRIDE_BYTES)) % tl.load(ctx + CTX_SIZE))
+
+
+@triton.jit
 def _first_iteration(src, r0, dr, rows_per_rank, world, n):
     # The first iteration whose rows begin in rank src's block or later (iteration j begins at r0 + j*dr).
     j = (tl.maximum(src * rows_per_rank - r0, 0) + dr - 1) // dr

@@ -897,8 +897,8 @@ def _rows_move(pointer: str, desc, dim: int, levels: int, tiles: set[str] | None
     the communicated dim)? Seen where a loop counter, and no program id, indexes the first axis of a
     2-D block (`(start + tl.arange(0, BN))[:, None] * stride`) or a descriptor's row coordinate.
     Rows that also follow the program id (a tile's own row blocks) keep their wait before the loop:
-    tiles are then reordered instead. A pointer stepped by a stride (`p += BK * stride`) does not
-    say which axis it walks: it keeps its wait before the loop unless `loop_order` is set."""
+    tiles are then reordered instead. A counter term outside the block (`k_ptrs + start_n * stride`, a
+    pointer stepped by a stride) is `_walks_rows`'s to judge."""
     if dim != 0 or tiles is None:
         return False
     syms = {_ITER.format(i) for i in range(levels)}
@@ -918,6 +918,84 @@ def _rows_move(pointer: str, desc, dim: int, levels: int, tiles: set[str] | None
 
     cst.parse_expression(pointer).visit(_Rows())
     return bool(found)
+
+
+def _walks_rows(ks: KernelSource, pointer: str, dim: int, levels: int, tiles: set[str] | None,
+                before: dict[str, str] | None) -> bool:
+    """Does a read in a loop sweep the rows along `dim` through a counter term `_rows_move` does not
+    look into: an offset `count * stride` added to a pointer made before the loop (FA2's
+    `k_ptrs + start_n * stride_kn`) or a pointer stepped each iteration (`p += stride_t`, a scan or a
+    recurrence)? The pointer is read with the names the kernel assigned before the loop inlined
+    (`before`), as a sum of terms; a term's strides are the launch-time parameters it is scaled by.
+    The counter's term sweeps the rows where its strides are
+      - those of the first axis of a 2-D block no program id indexes (`offs_n[:, None] * stride_kn`),
+        along dim 0, or along another dim where no program id indexes any axis of the block (the
+        tile's rows are then scalar offsets: batch and head); or
+      - those of no other term: the loop alone walks that axis, a position no block spans and no
+        program id picks (Mamba's `states_ptrs += stride_states_chunk`).
+    Strides written as constexprs (`p += H * K`) say nothing: the wait stays before the loop.
+    Either answer is sound: it only decides whether each iteration waits for its own chunks."""
+    if tiles is None:
+        return False
+    syms = {_ITER.format(i) for i in range(levels)}
+    launched = set(ks.params) - _constexprs(ks)
+    expr = cst.parse_expression(_subst(pointer, before) if before else pointer)
+    terms = [_term(t, syms, tiles, launched) for t in _sum_terms(expr)]
+    fixed = [t for t in terms if not t.counter]
+    tiled_block = any(t.tiled and t.axis != "scalar" for t in fixed)
+    for t in terms:
+        if not (t.counter and t.axis == "scalar" and t.strides):
+            continue
+        same = [f for f in fixed if f.strides == t.strides]
+        if not same:
+            return True
+        if any(f.axis == "rows" and not f.tiled for f in same) and (dim == 0 or not tiled_block):
+            return True
+    return False
+
+
+@dataclass
+class _Term:
+    """One term of a pointer's sum: does it use a loop counter, a program id; which axis of a block it
+    indexes (`rows` [:, None], `cols` [None, :], `block` 1-D, `scalar`); the launch-time parameters
+    it is scaled by."""
+
+    counter: bool
+    tiled: bool
+    axis: str
+    strides: frozenset
+
+
+def _sum_terms(node: cst.BaseExpression) -> list[cst.BaseExpression]:
+    node = node.with_changes(lpar=[], rpar=[]) if hasattr(node, "lpar") else node
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.Add, cst.Subtract)):
+        return _sum_terms(node.left) + _sum_terms(node.right)
+    return [node]
+
+
+def _factors(node: cst.BaseExpression) -> list[cst.BaseExpression]:
+    node = node.with_changes(lpar=[], rpar=[]) if hasattr(node, "lpar") else node
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply):
+        return _factors(node.left) + _factors(node.right)
+    return [node]
+
+
+def _term(node: cst.BaseExpression, syms: set[str], tiles: set[str], launched: set[str]) -> _Term:
+    code = _code(node)
+    axes = [_axis(n) for n in _walk(node) if isinstance(n, cst.Subscript)]
+    axis = "rows" if "rows" in axes else "cols" if "cols" in axes else "block" if "arange" in code else "scalar"
+    strides = frozenset(f.value for f in _factors(node) if isinstance(f, cst.Name) and f.value in launched)
+    return _Term(bool(cu.names_in(node) & syms), bool(cu.names_in(node) & tiles) or "program_id" in code, axis, strides)
+
+
+def _axis(node: cst.Subscript) -> str:
+    """'rows' for `x[:, None]`, 'cols' for `x[None, :]`, '' for any other subscript."""
+    parts = [e.slice for e in node.slice]
+    if len(parts) != 2:
+        return ""
+    full = [isinstance(p, cst.Slice) and p.lower is None and p.upper is None for p in parts]
+    none = [isinstance(p, cst.Index) and isinstance(p.value, cst.Name) and p.value.value == "None" for p in parts]
+    return "rows" if full[0] and none[1] else "cols" if none[0] and full[1] else ""
 
 
 def _last_corner(levels: list[str]) -> dict[str, str]:
@@ -1082,14 +1160,15 @@ def _descriptors(ks: KernelSource, func: cst.FunctionDef, derived: set[str], ten
 
 def _hoist(ks: KernelSource, block: list[cst.CSTNode], reads, before: set[str], tensor: str, dim: int,
            writes: bool = False, fallbacks: list | None = None, loops: bool = False,
-           tiles: set[str] | None = None) -> list[Access]:
+           tiles: set[str] | None = None, prior: dict[str, str] | None = None) -> list[Access]:
     """The reads of the last statement of `block`, as expressions valid right before `block[0]`
     (every statement of `block` but the last runs in between and is inlined).
 
     A read whose rows cannot be bounded there (see `_Fallback`) goes to `fallbacks` as
     (call, pointer, mask, why, rows_at) when a list is given; otherwise it is an InferenceError.
     `loops` (the schedule sets `loop_order`): every read whose pointer changes with its loop waits
-    per iteration, not only those `_rows_move` recognises. `tiles`: the names derived from program ids."""
+    per iteration, not only those `_rows_move` and `_walks_rows` recognise. `tiles`: the names derived
+    from program ids; `prior`: what the kernel's statements before `block[0]` assign, as code."""
     accesses: list[Access] = []
     inner = set().union(*(cu.assigned_in(s) for s in block[:-1])) if len(block) > 1 else set()
     if not isinstance(block[-1], cst.SimpleStatementLine):
@@ -1127,7 +1206,8 @@ def _hoist(ks: KernelSource, block: list[cst.CSTNode], reads, before: set[str], 
             if bad:
                 raise _Fallback(f"{', '.join(bad)} changes inside the loop in a way inference cannot follow")
             levels = len(state["levels"])
-            if not writes and levels and (_rows_move(pointer, desc, dim, levels, tiles) or _moves_at_all(pointer, levels, loops)):
+            if not writes and levels and (_rows_move(pointer, desc, dim, levels, tiles) or _moves_at_all(pointer, levels, loops)
+                                          or (desc is None and _walks_rows(ks, pointer, dim, levels, tiles, prior))):
                 at = None
                 if levels == 1 and isinstance(block[0], cst.For) and desc is None and len(block) == 1:
                     at = (_at_corner(pointer, {_ITER.format(0): "0"}), _at_corner(pointer, {_ITER.format(0): "1"}))
@@ -1446,6 +1526,7 @@ def _infer(ks: KernelSource, tensor: str, dim: int, rows: str | None, writes: bo
     data = helpers.data_names(ks, func)
     helper_pid = "" if writes else helpers.program_id_helper(ks)
     before: set[str] = set(ks.params)
+    prior: dict[str, str] = {}  # what the statements so far assign, as code (_walks_rows reads pointers with it)
     for index, stmt in enumerate(body):
         if loop is not None and index == loop.index:
             if before_line is not None:
@@ -1464,6 +1545,7 @@ def _infer(ks: KernelSource, tensor: str, dim: int, rows: str | None, writes: bo
                 if rows is not None:
                     break
                 before |= cu.assigned_in(stmt)
+                _effects(ks, stmt, prior, {})
                 continue
             # Not a loop over tiles after all (split-K style: its start comes from a program id
             # but its rows are no function of it): one wait before the loop, as for any loop.
@@ -1477,7 +1559,7 @@ def _infer(ks: KernelSource, tensor: str, dim: int, rows: str | None, writes: bo
         fallbacks: list = []
         # Inside a followed helper no wait can go per iteration: its reads are bounded over its loops.
         accesses = _hoist(ks, [stmt], reads, before, tensor, dim, writes, fallbacks, loops and not depth,
-                          None if depth else tainted) if reads else []
+                          None if depth else tainted, prior) if reads else []
         # A read of rows already waited for needs no second wait; every write counts, because the
         # announcement must follow the last one.
         if accesses and (writes or not _covered([g for g in binding.groups if not g.inner and not g.nested], accesses, body, index)):
@@ -1485,6 +1567,7 @@ def _infer(ks: KernelSource, tensor: str, dim: int, rows: str | None, writes: bo
             binding.groups.append(ReadGroup(index, accesses, first.line, at=(first.line, first.col)))
         binding.groups += [_fallback_group(ks, index, stmt, *f) for f in fallbacks]
         before |= cu.assigned_in(stmt)
+        _effects(ks, stmt, prior, {})
     if not binding.groups and writes:
         raise InferenceError(
             f"kernel '{ks.name}' never stores into '{tensor}', so no program would announce its chunks; "

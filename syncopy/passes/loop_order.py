@@ -612,10 +612,11 @@ def rewrite(ks: KernelSource, loop: cst.BaseStatement, how: ArrivalLoop | Writte
     start, stop, step = (["0", args[0], "1"] if len(args) == 1 else [*args, "1"] if len(args) == 2 else args)
     b, var = how.binding, loop.target.value
     r0, r1 = how.rows_at
+    first_row = "first_row" if b.dim == 0 else "first_row_along"  # rows along an inner dim wrap at its size
     pre = [
         f"{N} = {D}.trip_count({start}, {stop}, {step})\n",
-        f"{R0} = {D}.first_row({r0}, {b.base}, {b.ctx})\n",
-        f"{R1} = {D}.first_row({r1}, {b.base}, {b.ctx})\n",
+        f"{R0} = {D}.{first_row}({r0}, {b.base}, {b.ctx})\n",
+        f"{R1} = {D}.{first_row}({r1}, {b.base}, {b.ctx})\n",
     ]
     stmts = [cst.parse_statement(code) for code in pre]
     note = cst.EmptyLine(comment=cst.Comment("# syncopy: the loop only accumulates: its iterations run in chunk-arrival "

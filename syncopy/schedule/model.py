@@ -132,12 +132,15 @@ class Schedule(BaseModel):
     binding: Binding | None = Field(default=None, description="for kernels inference cannot follow: which rows a program "
                                     "reads (`rows`) and where its wait goes (`before_line`)")
     loop_order: Literal["arrival", "as_written"] | None = Field(
-        default=None, description="how a loop whose iterations read other rows of `tensor` runs (attention's key/value "
-        "loop, a GEMM reducing along `dim`): each iteration waits for its own chunks; `arrival` runs the iterations in "
+        default=None, description="how a loop whose iterations read other rows of `tensor` along `dim` runs (attention's "
+        "key/value loop, FA2's `k_ptrs + start_n * stride_kn`, a GEMM reducing along `dim`, a scan stepping its pointer by a "
+        "stride: docs/how-it-works.md, \"Loops in arrival order\"): each iteration waits for its own chunks; `arrival` runs "
+        "the iterations in "
         "chunk-arrival order, this rank's rows first (refused where that order is not proven not to change the result: "
         "docs/how-it-works.md, \"Loops in arrival order\"), `as_written` keeps their order; unset: `arrival` where the "
         "loop is proven to run in any order, else `as_written`. "
-        "Set, it also moves the waits into loops whose pointer is stepped")
+        "Set, it also moves the waits into every loop whose pointer changes with it (a step written in constexprs, "
+        "`p += H * K`)")
     units_per_rank: StrictInt | None = Field(default=None, ge=1, description="full form: each shard is cut into this many "
                                              "equal units, which `chunks` slices")
     chunks: list[tuple[StrictInt, StrictInt]] | None = Field(default=None, description="full form: chunk i's units "

@@ -43,20 +43,32 @@ KEEP_ORDER = {"waits_data_rows": "tiles keep their launch order: the rows of its
               "waits_wrapped_rows": "no bound before the loop (the rows read are not affine in the loop counter)",
               "waits_persistent_index": "tiles keep their order: the rows of its first read depend on loaded data",
               "loop_arrival_colsum": "no bound before the loop (each iteration reads other rows of 'X', so each waits",
-              "loop_as_written_gemm": "no bound before the loop (each iteration reads other rows of 'B', so each waits"}
+              "loop_as_written_gemm": "no bound before the loop (each iteration reads other rows of 'B', so each waits",
+              "loop_seq_fa2_dim1": "no bound before the loop (each iteration reads other rows of 'K', so each waits",
+              "loop_seq_arrival_dim1": "no bound before the loop (each iteration reads other rows of 'K', so each waits",
+              "loop_seq_scan_stepped": "no bound before the loop (each iteration reads other rows of 'states_ptr', so each",
+              "loop_seq_recurrence_stepped": "no bound before the loop (each iteration reads other rows of 'k', so each waits"}
 # Kernels whose loop over the communicated rows runs in chunk-arrival order (issue 13 item 3): its
 # `for` header becomes a loop over arrival slots, which reassigns the user's loop variable first.
-ARRIVAL = {"loop_arrival_colsum": ("for r0 in range(0, M, BR):", "r0 = 0 + syncopy_device.arrival_iteration(")}
+ARRIVAL = {"loop_arrival_colsum": ("for r0 in range(0, M, BR):", "r0 = 0 + syncopy_device.arrival_iteration("),
+           "loop_seq_arrival_dim1": ("for start in range(0, seqlen_k, BN):", "start = 0 + syncopy_device.arrival_iteration(")}
 # Kernels whose loop over the communicated rows keeps its written order because its reorder is not
 # proven (issue 30 part A, one per numbered case): the comment before the loop says why.
 WRITTEN = {"loop_written_decayed_sum": "it carries 'acc' from iteration to iteration (rescaled by 0.5, which is not the "
                                        "online-softmax rescale",
            "loop_written_max_reader": "it carries 'count' from iteration to iteration (its update reads 'top'",
            "loop_written_helper_store": "it calls the helper _save_row, which stores",
-           "loop_written_unguarded_softmax": "(rescaled by exp(max before - max after) without the first-block guard"}
+           "loop_written_unguarded_softmax": "(rescaled by exp(max before - max after) without the first-block guard",
+           # Issue 31 item 6: loops over a sequence gathered along dim 1, FA2's and the scans'.
+           "loop_seq_fa2_dim1": "it assigns its variable 'start_n' in its body",
+           "loop_seq_scan_stepped": "it calls tl.store (a side effect whose order may matter)",
+           "loop_seq_recurrence_stepped": "it calls tl.store (a side effect whose order may matter)"}
 # Goldens that list several communicated tensors (issue 30 B): their kernels are tests/kernels/listed.py's,
 # which tests/world/test_listed_tensors.py launches with every order of the list on worlds of 2 and 3.
 LISTED = [c for c in CASES if len(load_schedule(HERE / c / "schedule.yaml").tensors) > 1]
+# Goldens gathered along dim 1 (issue 31 item 6): their kernels are tests/kernels/sequence_loops.py's,
+# which tests/world/test_sequence_loops.py launches on worlds of 2 and 3 (the recipes gather along dim 0).
+ALONG = [c for c in CASES if load_schedule(HERE / c / "schedule.yaml").dim != 0]
 # The listed tensor each reads first, whatever its place in the list: its wait starts the tile and reads the table.
 READ_FIRST = {"listed_dequant_scale_first": "S", "listed_layernorm_residual": "X", "listed_swiglu_reversed": "A",
               "listed_three_tensors": "ROWSCALE"}
@@ -104,6 +116,10 @@ def test_every_case_is_present():
         "listed_three_tensors",
         "loop_arrival_colsum",
         "loop_as_written_gemm",
+        "loop_seq_arrival_dim1",
+        "loop_seq_fa2_dim1",
+        "loop_seq_recurrence_stepped",
+        "loop_seq_scan_stepped",
         "loop_written_decayed_sum",
         "loop_written_helper_store",
         "loop_written_max_reader",
@@ -428,7 +444,7 @@ def test_persistent_flat_loop_with_pointer_reads_waits_before_each_read():
 def test_recipes_cover_every_all_gather_golden():
     from tests.golden.golden_worlds import RECIPES
 
-    gather = [c for c in CASES if load_schedule(HERE / c / "schedule.yaml").pattern == "all_gather" and c not in LISTED]
+    gather = [c for c in CASES if load_schedule(HERE / c / "schedule.yaml").pattern == "all_gather" and c not in LISTED + ALONG]
     assert sorted(RECIPES) == gather
     from tests.golden.golden_worlds import PRODUCER_RECIPES
 

@@ -82,10 +82,15 @@ def test_tutorial_grouped_1d_launch_with_pointer_advanced_in_the_loop():
                       "(rr[None, :] - (red - (tl.cdiv(red, T3) - 1) * T3))", "tl.cdiv(red, T3) - 1"))]
 
 
-def test_the_other_operand_of_the_same_kernel():
+def test_the_other_operand_of_the_same_kernel_waits_per_iteration_of_the_k_loop():
+    # Rhs gathered along K: its pointer, stepped by T3 * t0, sweeps the rows that `rr[:, None] * t0`
+    # spans (issue 31 item 6), so each iteration waits for its own chunks, at its read.
     b = infer(_kernel(GROUPED), "Rhs", 0)
-    assert [(a.pointer, a.mask, a.affine[0]) for a in b.groups[0].accesses] == [
-        ("oth", None, "(oth + ((tl.cdiv(red, T3) - 1) * (T3 * t0)))")]
+    g = b.groups[0]
+    assert (g.stmt_index, g.nested, g.why) == (15, (("body", 1),), "each iteration reads other rows of 'Rhs', so each waits "
+                                                                 "for its own chunks")
+    assert g.rows_at == ("oth", "(oth + (1 * (T3 * t0)))")
+    assert [(a.pointer, a.mask) for a in g.accesses] == [("oth", "rr[:, None] < red - h * T3")]
 
 
 def test_plain_2d_launch_with_tl_range_keywords_and_swapped_axes():

@@ -18,10 +18,12 @@ import importlib
 import pytest
 
 from tests.world import shared
+from tests.world import sequence_loop_workers as sw
 from tests.world import verify_families as vf
 from tests.world.test_verify import _check
 
 BOUNDS = vf.bounds_cases()
+SEQUENCE_LOOPS = sw.NAMES
 CASES = vf.producer_cases()
 
 shared.register(__name__, 2, {
@@ -35,6 +37,7 @@ shared.register(__name__, 2, {
     "autotuned": (f"{vf.__name__}:run_autotuned", (vf.AUTOTUNED,)),
     "all_to_all": (f"{vf.__name__}:run_all_to_all", ()),
     "attention_styles": (f"{vf.__name__}:run_attention_styles", (list(vf.ATTENTION_STYLES),)),
+    "sequence_loops": (f"{vf.__name__}:run_sequence_loops", (list(SEQUENCE_LOOPS),)),
 })
 
 
@@ -61,6 +64,7 @@ def test_every_kernel_of_the_families_is_verified():
     assert sorted(vf.AUTOTUNED + ["row_sums_whole_blocks"]) == _kernels("autotuned", ("leaky_relu",))
     assert {k for k, _ in vf.GEMMS} == {"grouped", "gemm2d", "rms", "mm_desc_out"}  # tests/world/workers.py's names
     assert sorted(vf.ATTENTION_STYLES) == _kernels("attention_styles")
+    assert sorted(SEQUENCE_LOOPS) == _kernels("sequence_loops")
     assert [_kernels(m) for m in ("desc_out", "gemm2d", "grouped_gemm", "rownorm")] == [
         ["mm_desc_out"], ["gemm_2d"], ["matmul_grouped"], ["rms_rows"]]
 
@@ -115,3 +119,8 @@ def test_the_all_to_all_kernel_agrees_under_every_condition():
 def test_the_attention_kernels_of_public_repositories_agree_under_every_condition():
     """FA2's forward (EVEN_N flipping between launches) and SGLang's split-KV decode (new pages each launch)."""
     _check(shared.results(__name__, 2, "attention_styles"), list(vf.ATTENTION_STYLES))
+
+
+@pytest.mark.world
+def test_every_sequence_loop_kernel_agrees_under_every_condition():
+    _check(shared.results(__name__, 2, "sequence_loops"), list(SEQUENCE_LOOPS))

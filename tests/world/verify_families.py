@@ -436,3 +436,30 @@ def run_attention_styles(rank: int, world: int, names: list[str]) -> dict:
         sched = {"pattern": "all_gather", "tensor": ATTENTION_STYLES[name], "dim": 0, "chunks_per_rank": 2, "order": "ring"}
         out[name] = _verify(getattr(attention_styles, name), sched, _attention_styles_example(name), world)
     return out
+
+
+# --------------------------------------------------------------------------------------------------
+# tests/kernels/sequence_loops.py (tests/world/sequence_loop_workers.py): loops over a sequence
+# gathered along dim 1 (issue 31 item 6), each iteration waiting for its own chunks.
+
+def _sequence_loops_example(name: str):
+    def example(rank: int, world: int, launch: int):
+        from tests.world import sequence_loop_workers as sw
+
+        if name in ("fa2_bshd", "guarded_attention_bshd"):
+            return _made(lambda rec: sw.launch_attention(name, rec, rank, world, launch % len(sw.FA2_LAUNCHES)))
+        if name == "state_passing":
+            return _made(lambda rec: sw.launch_scan(rec, rank, world, launch))
+        return _made(lambda rec: sw.launch_recurrence(rec, rank, world, launch))
+    return example
+
+
+def run_sequence_loops(rank: int, world: int, names: list[str]) -> dict:
+    from tests.kernels import sequence_loops
+    from tests.world.sequence_loop_workers import TENSORS
+
+    out = {}
+    for name in names:
+        sched = {"pattern": "all_gather", "tensor": TENSORS[name], "dim": 1, "chunks_per_rank": 2, "order": "ring"}
+        out[name] = _verify(getattr(sequence_loops, name), sched, _sequence_loops_example(name), world)
+    return out
