@@ -126,37 +126,14 @@ def _dtype(t) -> str:
     return str(t.dtype).removeprefix("torch.")
 
 
-_agreed: set = set()  # (group, template, rank, facts) already found the same on every rank
+def same_on_every_rank(template: str, facts: dict, why: str):
+    """A `with` block around a template's fused launch: its `facts` (each key a phrase with {} for its
+    value, "a with {} rows") travel with what the launch says to its peers (runtime/launch/agreement.py),
+    and a launch whose facts differ between the ranks is refused on every rank, in one line naming the
+    template's own arguments. No collective of its own: the launch's exchange carries them."""
+    from syncopy.runtime.launch import agreement
 
-
-def same_on_every_rank(template: str, group, timeout_s, facts: dict, why: str) -> None:
-    """Refuse, in one line naming the template's own arguments, a launch whose `facts` differ between
-    the ranks of `group`: each key is a phrase with {} for its value ("a with {} rows"). Exchanged at the first launch of each set of facts only (where the operator
-    exchanges shapes too), so a warm launch adds no collective; bounded as the operator's own handshake."""
-    import torch.distributed as dist
-
-    if group is not None and not isinstance(group, dist.ProcessGroup):
-        return  # a thread world's ranks share one process: its own launch checks them
-    group = dist.group.WORLD if group is None else group
-    if dist.get_world_size(group) == 1:
-        return
-    rank = dist.get_rank(group)
-    mine = tuple(facts.items())
-    key = (id(group), template, rank, mine)
-    if key in _agreed:
-        return
-    from syncopy.runtime.transport.backends import control
-
-    what = f"syncopy.templates.{template}'s argument check"
-    control.join(group, timeout_s, what)
-    theirs = [None] * dist.get_world_size(group)
-    dist.all_gather_object(theirs, mine, group=control.control_group(group, timeout_s))
-    for r, other in enumerate(theirs):
-        for (phrase, value), (_, their_value) in zip(mine, other):
-            if value != their_value:
-                refuse(template, f"rank {r} passed {phrase.format(their_value)} but rank {rank} passed "
-                                 f"{phrase.format(value)}; {why}")
-    _agreed.add(key)
+    return agreement.facts(f"syncopy.templates.{template}", facts, why)
 
 
 def available() -> dict[str, Template]:

@@ -23,12 +23,13 @@ def launch(fused, a, b, group=None, **meta):
     meta = {**META, **meta}
     matmul_operands("gemm_ar", a, b)
     (m, k), n = a.shape, b.shape[1]
-    same_on_every_rank("gemm_ar", group, fused.timeout_s, {"a with {} rows": m, "b with {} columns": n, "a and b as {}": str(a.dtype)},
-                       "all_reduce sums every rank's a @ b: give every rank's a the same rows and its b the same columns, "
-                       "in one dtype")
-    c = torch.empty(m, n, dtype=a.dtype, device=a.device)
-    grid = (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]),)
-    fused[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1), **meta, group=group)
+    facts = {"a with {} rows": m, "b with {} columns": n, "a and b as {}": str(a.dtype)}
+    why = ("all_reduce sums every rank's a @ b: give every rank's a the same rows and its b the same columns, "
+           "in one dtype")
+    with same_on_every_rank("gemm_ar", facts, why):  # said with the launch (runtime/launch/agreement.py)
+        c = torch.empty(m, n, dtype=a.dtype, device=a.device)
+        grid = (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]),)
+        fused[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1), **meta, group=group)
     return c
 
 

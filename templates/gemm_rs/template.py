@@ -28,13 +28,14 @@ def launch(fused, a, b, group=None, **meta):
     if m % world:
         refuse("gemm_rs", f"a has {m} rows, which {world} ranks cannot share evenly (rank r keeps rows r*M/{world}.."
                           f"(r+1)*M/{world} of the sum); give a a multiple of {world} rows")
-    same_on_every_rank("gemm_rs", group, fused.timeout_s, {"a with {} rows": m, "b with {} columns": n, "a and b as {}": str(a.dtype)},
-                       "reduce_scatter sums every rank's a @ b: give every rank's a the same rows and its b the same "
-                       "columns, in one dtype")
-    c = torch.empty(m // world, n, dtype=a.dtype, device=a.device)
-    grid = (triton.cdiv(m, meta["BLOCK_M"]), triton.cdiv(n, meta["BLOCK_N"]))
-    # C's strides are those of the full (unreduced) product, which the kernel writes.
-    fused[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), n, 1, **meta, group=group)
+    facts = {"a with {} rows": m, "b with {} columns": n, "a and b as {}": str(a.dtype)}
+    why = ("reduce_scatter sums every rank's a @ b: give every rank's a the same rows and its b the same "
+           "columns, in one dtype")
+    with same_on_every_rank("gemm_rs", facts, why):  # said with the launch (runtime/launch/agreement.py)
+        c = torch.empty(m // world, n, dtype=a.dtype, device=a.device)
+        grid = (triton.cdiv(m, meta["BLOCK_M"]), triton.cdiv(n, meta["BLOCK_N"]))
+        # C's strides are those of the full (unreduced) product, which the kernel writes.
+        fused[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), n, 1, **meta, group=group)
     return c
 
 

@@ -25,9 +25,12 @@ def test_group_cycles_leak_no_thread_and_no_file_descriptor(cycles):
     for rank, r in enumerate(cycles):
         threads = [t for t, _ in r["seen"][:-1]]
         fds = [f for _, f in r["seen"][:-1]]
-        # no growth from the second cycle on, one of slack (a leak was ~4 threads and ~15 fds per cycle)
-        assert max(threads[2:]) <= max(threads[:2]) + 1, (rank, r["seen"])
-        assert max(fds[2:]) <= max(fds[:2]) + 1, (rank, r["seen"])  # fewer is fine: a cycle's closing may lag
+        # No growth from the second cycle on, one of slack (a leak was ~4 threads and ~15 fds per cycle,
+        # every cycle). A cycle whose count is high because a destroyed group's sockets were still closing
+        # is no leak (a loaded machine, once: fds 31, 31, 35, 31): a leak raises every later cycle, its least too.
+        assert min(threads[2:]) <= max(threads[:2]) + 1, (rank, r["seen"])
+        assert min(fds[2:]) <= max(fds[:2]) + 1, (rank, r["seen"])
+        assert sorted(fds[1:]) != fds[1:] or fds[-1] <= fds[1] + 1, (rank, r["seen"])  # nor a steady climb
 
 
 def test_release_after_the_last_group_frees_its_resources(cycles):

@@ -24,6 +24,7 @@ autotune failure). A peer whose chunks then never come names that rank and its e
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import threading
 from datetime import timedelta
@@ -48,10 +49,29 @@ def _error_words(exc: BaseException) -> str:
     return text if isinstance(exc, SyncopyError) else f"{type(exc).__name__}: {text}"
 
 
+_told = threading.local()  # .facts: (who, [[phrase, value], ...], why) of the launch a caller wraps (`facts`)
+
+
+@contextlib.contextmanager
+def facts(who: str, told: dict, why: str):
+    """Launches in this block also say `told` (a caller's facts, each a phrase with {} for its value:
+    "a with {} rows"), and ranks whose facts differ refuse in one line naming them (a template's own
+    arguments, which its kernel never sees: the b whose columns differ, not the C it allocates)."""
+    before = getattr(_told, "facts", None)
+    _told.facts = (who, [[phrase, value] for phrase, value in told.items()], why)
+    try:
+        yield
+    finally:
+        _told.facts = before
+
+
 def said(op, call=None, uneven: bool = False, error: BaseException | None = None) -> dict:
     """What this rank says of its launch of `op`: the operator (its kernel and schedule), the
-    communicated tensors' (shape, dtype) from the bound `call`, or the error its own checks raised."""
+    communicated tensors' (shape, dtype) from the bound `call`, the caller's facts (`facts`), or the
+    error its own checks raised."""
     words = {"kernel": op.local.fn.__name__, "schedule": op.schedule.key()}
+    if getattr(_told, "facts", None) is not None:
+        words["facts"] = _told.facts
     if call is not None:
         words["shard"] = [list(contexts._shard_shape(call.shard, uneven)), str(call.shard.dtype)]
         words["listed"] = str(op.contexts.listed_shapes(call.arguments))  # as the first launch's check prints them
@@ -276,6 +296,11 @@ def difference(rank: int, n: int, mine: dict, theirs: list[dict]) -> str | None:
             continue
         if "error" in other:
             return f"rank {rank}: launch {n} on this group ({mine['kernel']}): rank {r} refused it: {other['error']}"
+        if other.get("facts") != mine.get("facts") and other.get("facts") and mine.get("facts"):
+            who, told, why = mine["facts"]
+            for (phrase, value), (_, theirs) in zip(told, other["facts"][1]):
+                if value != theirs:
+                    return f"{who}: rank {r} passed {phrase.format(theirs)} but rank {rank} passed {phrase.format(value)}; {why}"
         if other["kernel"] != mine["kernel"]:
             return (f"rank {rank}: launch {n} on this group: rank {r} launched {other['kernel']} ({_schedule_words(other)}) but "
                     f"rank {rank} {mine['kernel']} ({_schedule_words(mine)}); {SAME}")
