@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import hashlib
 import json
 import threading
 from datetime import timedelta
@@ -36,7 +37,7 @@ from syncopy.errors import LaunchError
 from syncopy.runtime.launch import contexts
 from syncopy.runtime.transport.backends import control
 
-SIZE = 2048  # bytes each rank says per launch (an error longer than fits is cut)
+SIZE = 4096  # bytes each rank says per launch (an error longer than fits is cut; long lists go as digests)
 _ERROR_CHARS = 900
 SAME = "every rank of the group must launch the same operators, with the same shapes, the same number of times, in the same order"
 
@@ -49,6 +50,23 @@ def _error_words(exc: BaseException) -> str:
     return text if isinstance(exc, SyncopyError) else f"{type(exc).__name__}: {text}"
 
 
+def _schedule_said(op) -> str:
+    """The schedule as `Schedule.key()` JSON, each long value (an explicit plan, a list of ranks) as
+    its digest: what is compared fits in SIZE, and a difference still names the key. Kept per operator."""
+    said = getattr(op, "_said_schedule", None)
+    if said is None:
+        full = json.loads(op.schedule.key())
+        said = json.dumps({k: v if len(json.dumps(v)) <= _LONG else f"sha1:{_digest(v)}" for k, v in full.items()},
+                          sort_keys=True)
+        op._said_schedule = said
+    return said
+
+
+def _digest(value) -> str:
+    return hashlib.sha1(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
+
+
+_LONG = 96  # a schedule value longer than this (as JSON) is said as its digest
 _told = threading.local()  # .facts: (who, [[phrase, value], ...], why) of the launch a caller wraps (`facts`)
 
 
@@ -69,7 +87,7 @@ def said(op, call=None, uneven: bool = False, error: BaseException | None = None
     """What this rank says of its launch of `op`: the operator (its kernel and schedule), the
     communicated tensors' (shape, dtype) from the bound `call`, the caller's facts (`facts`), or the
     error its own checks raised."""
-    words = {"kernel": op.local.fn.__name__, "schedule": op.schedule.key()}
+    words = {"kernel": op.local.fn.__name__, "schedule": _schedule_said(op)}
     if getattr(_told, "facts", None) is not None:
         words["facts"] = _told.facts
     if call is not None:
@@ -100,9 +118,16 @@ class _Group:
         self.count += 1
         words = dict(words, n=self.count)
         data = json.dumps(words).encode()
-        if len(data) > SIZE:  # only an error can be that long
-            words["error"] = words.get("error", "")[: max(0, len(words.get("error", "")) - (len(data) - SIZE) - 8)]
-            data = json.dumps(words).encode()[:SIZE]
+        if len(data) > SIZE and "error" in words:  # a long error is cut
+            words["error"] = words["error"][: max(0, len(words["error"]) - (len(data) - SIZE) - 8)]
+            data = json.dumps(words).encode()
+        for key in ("facts", "listed", "schedule"):  # then long lists are said as their digests
+            if len(data) > SIZE and key in words:
+                words[key] = f"sha1:{_digest(words[key])}"
+                data = json.dumps(words).encode()
+        if len(data) > SIZE:
+            raise LaunchError(f"rank {self.rank}: what this launch says to its peers takes {len(data)} bytes, more than "
+                              f"{SIZE}: this is syncopy's bug to report")
         mine = torch.zeros(SIZE, dtype=torch.uint8)
         mine[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
         outs = [torch.empty(SIZE, dtype=torch.uint8) for _ in range(self.world)]
@@ -296,7 +321,7 @@ def difference(rank: int, n: int, mine: dict, theirs: list[dict]) -> str | None:
             continue
         if "error" in other:
             return f"rank {rank}: launch {n} on this group ({mine['kernel']}): rank {r} refused it: {other['error']}"
-        if other.get("facts") != mine.get("facts") and other.get("facts") and mine.get("facts"):
+        if other.get("facts") != mine.get("facts") and isinstance(other.get("facts"), list) and isinstance(mine.get("facts"), list):
             who, told, why = mine["facts"]
             for (phrase, value), (_, theirs) in zip(told, other["facts"][1]):
                 if value != theirs:
@@ -305,24 +330,33 @@ def difference(rank: int, n: int, mine: dict, theirs: list[dict]) -> str | None:
             return (f"rank {rank}: launch {n} on this group: rank {r} launched {other['kernel']} ({_schedule_words(other)}) but "
                     f"rank {rank} {mine['kernel']} ({_schedule_words(mine)}); {SAME}")
         if other["schedule"] != mine["schedule"]:
+            if not (_schedule_of(other) and _schedule_of(mine)):  # said as digests: only that they differ is known
+                return f"rank {rank}: launch {n} on this group: rank {r} launched {mine['kernel']} with another schedule; {SAME}"
             differs = contexts._schedule_difference(r, other["schedule"], rank, mine["schedule"])
             if n == 1:
                 return differs
             differs = differs.split(";")[0].replace(f"rank {r} launched with", f"rank {r} launched {mine['kernel']} with", 1)
             return (f"rank {rank}: launch {n} on this group: {differs}; every rank must launch the same operators in the same "
                     "order, each with the same schedule (the same file and the same overlap() overrides)")
-        schedule = json.loads(mine["schedule"])
-        tensors = schedule["tensor"] if isinstance(schedule["tensor"], list) else [schedule["tensor"]]
+        schedule = _schedule_of(mine)
+        tensors = schedule.get("tensor", "?")
+        tensors = tensors if isinstance(tensors, list) else [tensors]
         if other.get("shard") != mine.get("shard"):
-            return contexts.shard_difference(tensors[0], schedule["pattern"], schedule.get("dim", 0), r, other["shard"], rank,
-                                             mine["shard"])
+            return contexts.shard_difference(tensors[0], schedule.get("pattern", "the pattern"), schedule.get("dim", 0), r,
+                                             other["shard"], rank, mine["shard"])
         if other.get("listed") != mine.get("listed"):
             return contexts.listed_difference(tensors[1:], r, other["listed"], rank, mine["listed"])
     return None
 
 
+def _schedule_of(words: dict) -> dict:
+    """The schedule a rank said, as a dict ({} where it was said as its digest)."""
+    said = words.get("schedule", "")
+    return {} if said.startswith("sha1:") else json.loads(said)
+
+
 def _schedule_words(words: dict) -> str:
-    s = json.loads(words["schedule"])
+    s = _schedule_of(words)
     tensor = s.get("tensor")
     tensor = ", ".join(f"'{t}'" for t in tensor) if isinstance(tensor, list) else f"'{tensor}'"
     return f"{s.get('pattern')} of {tensor}"
