@@ -126,6 +126,23 @@ def _dtype(t) -> str:
     return str(t.dtype).removeprefix("torch.")
 
 
+def refusals_told(launch):
+    """A template's `launch(fused, ..., group=None, ...)` whose own checks' refusals (arguments that
+    are no matrices, rows a world cannot share) are said to the peers as this rank's refusal of the
+    launch (runtime/launch/agreement.py, guarded): they name this rank and its error, and the group's
+    launches stay in step."""
+    import functools
+
+    @functools.wraps(launch)
+    def told(fused, *args, group=None, **kwargs):
+        from syncopy.runtime.launch import agreement
+
+        with agreement.guarded(fused, group):
+            return launch(fused, *args, group=group, **kwargs)
+
+    return told
+
+
 def same_on_every_rank(template: str, facts: dict, why: str):
     """A `with` block around a template's fused launch: its `facts` (each key a phrase with {} for its
     value, "a with {} rows") travel with what the launch says to its peers (runtime/launch/agreement.py),

@@ -2,7 +2,7 @@
 import torch
 import triton
 
-from syncopy.templates import all_gather_rows, matmul_operands, world_size
+from syncopy.templates import all_gather_rows, matmul_operands, refusals_told, world_size
 
 DEFAULT_SHAPE = (96, 64, 64)
 TOLERANCE = {torch.float32: 1e-3, torch.float16: 2e-2, torch.bfloat16: 6e-2}
@@ -16,6 +16,7 @@ def inputs(rank, world, shape, dtype, seed=0):
     return {"a": a, "b": b}
 
 
+@refusals_told
 def launch(fused, a, b, group=None, **meta):
     """C = all_gather(a) @ b, fused."""
     meta = {**META, **meta}

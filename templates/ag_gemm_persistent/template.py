@@ -3,7 +3,7 @@ with M the rows of A per rank. One program per SM on a GPU (each loops over tile
 import torch
 import triton
 
-from syncopy.templates import all_gather_rows, matmul_operands, world_size
+from syncopy.templates import all_gather_rows, matmul_operands, refusals_told, world_size
 
 DEFAULT_SHAPE = (96, 64, 64)
 TOLERANCE = {torch.float32: 1e-3, torch.float16: 2e-2, torch.bfloat16: 6e-2}
@@ -29,6 +29,7 @@ def inputs(rank, world, shape, dtype, seed=0):
     return {"a": a, "b": b}
 
 
+@refusals_told
 def launch(fused, a, b, group=None, **meta):
     """C = all_gather(a) @ b, fused (a persistent launch: the grid is the number of programs)."""
     meta = {**META, **meta}

@@ -4,7 +4,7 @@ import torch
 import torch.distributed as dist
 import triton
 
-from syncopy.templates import matmul_operands, same_on_every_rank
+from syncopy.templates import matmul_operands, refusals_told, same_on_every_rank
 
 DEFAULT_SHAPE = (90, 64, 48)
 TOLERANCE = {torch.float32: 1e-3, torch.float16: 2e-2, torch.bfloat16: 6e-2}
@@ -18,6 +18,7 @@ def inputs(rank, world, shape, dtype, seed=0):
     return {"a": a, "b": b}
 
 
+@refusals_told
 def launch(fused, a, b, group=None, **meta):
     """all_reduce(a @ b), fused: each chunk is reduced as soon as its tiles are stored."""
     meta = {**META, **meta}

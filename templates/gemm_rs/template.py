@@ -4,7 +4,7 @@ import torch
 import torch.distributed as dist
 import triton
 
-from syncopy.templates import matmul_operands, refuse, same_on_every_rank, world_size
+from syncopy.templates import matmul_operands, refusals_told, refuse, same_on_every_rank, world_size
 
 DEFAULT_SHAPE = (96, 64, 48)
 TOLERANCE = {torch.float32: 1e-3, torch.float16: 2e-2, torch.bfloat16: 6e-2}
@@ -19,6 +19,7 @@ def inputs(rank, world, shape, dtype, seed=0):
     return {"a": a, "b": b}
 
 
+@refusals_told
 def launch(fused, a, b, group=None, **meta):
     """This rank's rows of reduce_scatter(a @ b), fused: chunks leave as their tiles finish."""
     meta = {**META, **meta}

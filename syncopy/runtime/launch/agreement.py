@@ -83,6 +83,46 @@ def facts(who: str, told: dict, why: str):
         _told.facts = before
 
 
+@contextlib.contextmanager
+def guarded(op, group):
+    """A caller's own checks before it launches `op` on `group` (a template's argument checks): an
+    error raised in the block before the launch said anything is said to the peers as this rank's
+    refusal of that launch, so that they name this rank and its error instead of waiting for it, and
+    the group's launches stay in step. Thread worlds and worlds of one have nothing to tell."""
+    token = _launch_token(group)
+    before = getattr(_told, "launches", 0)
+    try:
+        yield
+    except Exception as exc:
+        # Only a refusal before the launch began: a launch refuses, or says its own refusal, itself.
+        if token is not None and getattr(op, "schedule", None) is not None and getattr(_told, "launches", 0) == before:
+            with contextlib.suppress(Exception):  # a peer that did not come either: this rank's own error comes first
+                meet(op, _group_of(group), said(op, error=exc))
+        raise
+
+
+def began() -> None:
+    """A launch began on this thread (runtime/launch/sequence.py, launch): `guarded` says nothing for it."""
+    _told.launches = getattr(_told, "launches", 0) + 1
+
+
+def _group_of(group):
+    return dist.group.WORLD if group is None else group
+
+
+def _launch_token(group) -> int | None:
+    """The token of the process group a launch on `group` runs on; None where launches say nothing."""
+    if not dist.is_initialized():
+        return None
+    group = _group_of(group)
+    try:
+        if not isinstance(group, dist.ProcessGroup) or dist.get_rank(group) < 0 or dist.get_world_size(group) == 1:
+            return None
+    except (RuntimeError, ValueError):  # not a member: its launch is refused before it says anything
+        return None
+    return control.group_token(group)
+
+
 def said(op, call=None, uneven: bool = False, error: BaseException | None = None) -> dict:
     """What this rank says of its launch of `op`: the operator (its kernel and schedule), the
     communicated tensors' (shape, dtype) from the bound `call`, the caller's facts (`facts`), or the
@@ -216,13 +256,31 @@ def _of(group, timeout_s: float | None) -> _Group:
     return found
 
 
-def meet(op, group, words: dict, wait: bool) -> int:
-    """This rank's launch of `op` on `group` says `words` (`said`) and, with `wait`, hears the peers'
-    (bounded): a LaunchError naming the rank at fault when they differ or when a peer does not come.
-    Without `wait` (a warm CUDA launch) the answer is read later (`settle_pending`, `cause`).
-    Returns the launch's number on the group (1, 2, ...); 0 in a world of one."""
+class Told:
+    """A launch's exchange, started (`tell`): its number on the group, and whether the operator (or
+    the caller: a first launch of a shape) launches here for the first time (`first`)."""
+
+    def __init__(self, g: _Group, n: int, work, outs: list, words: dict, first: bool):
+        self.g, self.n, self.work, self.outs, self.words, self.first = g, n, work, outs, words, first
+
+    def hear(self, bound: float, timeout: tuple | None = None) -> None:
+        """Wait up to `bound` for the peers' words and compare: a LaunchError naming the rank at
+        fault when they differ or a peer did not come. `timeout` (rank, chunk_of, epoch, timeout_s): a
+        peer p that did not come is a SyncopyTimeout for chunk chunk_of(p) instead (a warm launch,
+        whose chunks are what never comes)."""
+        _wait(self.g, self.n, self.work, self.outs, self.words, bound, timeout)
+
+    def defer(self) -> None:
+        """Read the peers' words later (a warm CUDA launch enqueues and returns): `settle_pending`, `cause`."""
+        self.g.pending.append((self.n, self.work, self.outs, self.words))
+
+
+def tell(op, group, words: dict) -> Told | None:
+    """Start this rank's exchange of launch n of `op` on `group`: it says `words` (`said`). None in a
+    world of one. Earlier warm launches' exchanges that completed are read first (a disagreement
+    there raises now); a group whose launches fell out of step refuses at once."""
     if dist.get_world_size(group) == 1:
-        return 0
+        return None
     g = _of(group, op.timeout_s)
     if g.broken is not None:
         raise LaunchError(f"rank {g.rank}: {g.broken}; create a new process group (dist.new_group) and launch on it")
@@ -230,13 +288,21 @@ def meet(op, group, words: dict, wait: bool) -> int:
     op_id = f"{words['kernel']} {words['schedule']}"
     first = op_id not in g.seen_ops
     g.seen_ops.add(op_id)
-    n, work, outs = g.exchange(words)
-    if not wait and not first:
-        g.pending.append((n, work, outs, words))
-        return n
-    bound = control.wait_bound(op.timeout_s) if first else op.timeout_s
-    _wait(g, n, work, outs, words, bound)
-    return n
+    return Told(g, *g.exchange(words), words, first)
+
+
+def meet(op, group, words: dict, wait: bool = True) -> int:
+    """`tell`, then hear the peers (bounded by the control plane's bound at the operator's first
+    launch here, else by its timeout_s), or, without `wait`, read their answer later. Returns the
+    launch's number on the group (1, 2, ...); 0 in a world of one."""
+    told = tell(op, group, words)
+    if told is None:
+        return 0
+    if not wait and not told.first:
+        told.defer()
+    else:
+        told.hear(control.wait_bound(op.timeout_s) if told.first else op.timeout_s)
+    return told.n
 
 
 def settle_pending(g: _Group, block: bool, bound: float = 0.0) -> None:
@@ -267,7 +333,7 @@ def settle(group) -> None:
         settle_pending(g, block=False)
 
 
-def _wait(g: _Group, n: int, work, outs: list, words: dict, bound: float) -> None:
+def _wait(g: _Group, n: int, work, outs: list, words: dict, bound: float, timeout: tuple | None = None) -> None:
     """Wait up to `bound` for launch n's exchange and compare: a LaunchError naming the rank at fault
     when a peer differs, did not come (this rank gives up, and says so for it: `_gave_up`), or came
     only after its peers had given up on it (this rank is the late one)."""
@@ -277,6 +343,14 @@ def _wait(g: _Group, n: int, work, outs: list, words: dict, bound: float) -> Non
         g.broken = f"launch {n} of this group never met every peer's"
         message = _missing(g, n, words, bound, exc)
         _gave_up(g, n, f"after {bound:g}s")
+        if timeout is not None and ("did not make it within" in message or "dropped out" in message):
+            from syncopy.errors import SyncopyTimeout
+
+            rank, chunk_of, epoch, timeout_s = timeout
+            late = [r for r in range(g.world) if r != g.rank and _count(g, r) < n]
+            chunk = chunk_of(late[0] if late else next(r for r in range(g.world) if r != g.rank))
+            detail = message.split(f"({words['kernel']}): ", 1)[-1].split(f"; {SAME}")[0]
+            raise SyncopyTimeout(rank, chunk, epoch, timeout_s, f"launch {n} on this group: {detail}", SAME + ", or raise timeout_s") from None
         raise LaunchError(message) from None
     late = _given_up_on(g, n)
     if late is not None:
@@ -284,8 +358,10 @@ def _wait(g: _Group, n: int, work, outs: list, words: dict, bound: float) -> Non
         raise LaunchError(f"rank {g.rank}: launch {n} on this group ({words['kernel']}): this rank came late: {late}; launch on "
                           "every rank within timeout_s of each other (or raise timeout_s), then create a new process group")
     theirs = [json.loads(bytes(o.tolist()).rstrip(b"\0").decode() or "{}") for o in outs]
-    problem = difference(g.rank, n, words, theirs)
+    problem = difference(g.rank, n, theirs[g.rank], theirs)  # this rank's words as its peers read them
     if problem is not None:
+        if "are out of step" in problem:
+            g.broken = f"the launches on this group fell out of step at launch {n}"
         raise LaunchError(problem)
 
 
@@ -319,6 +395,10 @@ def difference(rank: int, n: int, mine: dict, theirs: list[dict]) -> str | None:
     for r, other in enumerate(theirs):
         if r == rank:
             continue
+        if other.get("n") != n:  # one rank made a launch the others did not: no later launch can pair
+            return (f"rank {rank}: the launches on this group are out of step: rank {r} made its launch {other.get('n')} "
+                    f"({other.get('kernel')}) as rank {rank} made its launch {n} ({mine['kernel']}); {SAME}; create a new "
+                    "process group")
         if "error" in other:
             return f"rank {rank}: launch {n} on this group ({mine['kernel']}): rank {r} refused it: {other['error']}"
         if other.get("facts") != mine.get("facts") and isinstance(other.get("facts"), list) and isinstance(mine.get("facts"), list):
@@ -367,11 +447,12 @@ def _missing(g: _Group, n: int, words: dict, bound: float, exc: BaseException) -
     a peer whose connection closed (it died, or gave up on its own wait) is said to have dropped out."""
     where = f"rank {g.rank}: launch {n} on this group ({words['kernel']})"
     text = control.transport_text(exc)
-    late = _given_up_on(g, n)
-    if late is not None:
-        return (f"{where}: this rank came late: {late}; launch on every rank within timeout_s of each other (or raise "
-                "timeout_s), then create a new process group")
     if "imeout" not in text and "imed out" not in text:
+        # A connection closed: a peer that gave up on this launch before this rank came closes it too.
+        late = _given_up_on(g, n)
+        if late is not None:
+            return (f"{where}: this rank came late: {late}; launch on every rank within timeout_s of each other (or raise "
+                    "timeout_s), then create a new process group")
         late = [r for r in range(g.world) if r != g.rank and _count(g, r) < n]
         who = f"rank(s) {', '.join(map(str, late))} had not made it" if late else "every peer had made it"
         return (f"{where}: a peer's connection closed while this rank waited for it ({text}); {who}: look for the cause in "

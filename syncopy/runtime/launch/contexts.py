@@ -228,9 +228,13 @@ class Contexts:
 
     def has(self, shard: torch.Tensor, group, args: dict, uneven: bool = False) -> bool:
         """Is the context of this launch made (a warm launch: no collective first launch)?"""
+        return self.peek(shard, group, args, uneven) is not None
+
+    def peek(self, shard: torch.Tensor, group, args: dict, uneven: bool = False) -> tuple | None:
+        """(context, backend) of this launch if made, without making it the most recently used."""
         key = self.key(shard, group, args, uneven)
         with _cache_lock:
-            return key in self.table
+            return self.table.get(key)
 
     def key(self, shard: torch.Tensor, group, args: dict, uneven: bool = False) -> tuple:
         return (control.group_token(group), _shard_shape(shard, uneven), shard.dtype, shard.device, self.listed_shapes(args))

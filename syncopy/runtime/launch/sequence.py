@@ -53,7 +53,7 @@ def launch(op, grid, args, kwargs, group) -> None:
     threads) runs under torch.inference_mode(), whatever the caller's mode: it records no autograd
     anyway, and in that mode it may update in place both the caller's tensors (inference tensors
     under the caller's inference_mode) and its own (made once, reused in any later mode)."""
-    op.binder.refuse_grad(args, kwargs)
+    agreement.began()
     group = checked_group(group)
     device = cuda_device(args, kwargs)
     # A pipeline's reader on its side thread (CPU ranks) launches in the turn its writer's thread holds.
@@ -69,20 +69,27 @@ def run(op, grid, args, kwargs, group) -> None:
     """One launch of `op` on `group` (a checked process group whose turn the caller holds); the steps
     of the module's docstring."""
     built, call, split, uneven = _checked_call(op, args, kwargs, group)
-    n = _agreed(op, group, call, uneven)
+    told = _tell(op, group, call, uneven)
+    first = told is not None and (told.first or not op.contexts.has(call.shard, group, call.arguments, uneven))
+    if first:  # a first launch meets the peers anyway: hear them before anything collective
+        told.hear(control.wait_bound(op.timeout_s))
+    n = told.n if told is not None else 0
     try:
         ready = _prepare(op, grid, group, built, call, split, uneven)
     except Exception as exc:
         agreement.refused(group, n, exc)  # peers waiting for this rank's chunks learn why they never come
         raise
+    if told is not None and not first:
+        _hear_warm(op, told, *ready[:2])
     _transfer_and_compute(op, grid, group, built, call, n, *ready)
 
 
 def _checked_call(op, args, kwargs, group):
     """The kernel built and the call bound and checked on this rank: (built, call, split, uneven).
-    A mistake here is this rank's alone: it is said to the peers (`_agreed`) before it is raised, so
-    that they name this rank and its error instead of waiting for its chunks."""
+    A mistake here is this rank's alone: it is said to the peers (agreement.meet) before it is raised,
+    so that they name this rank and its error instead of waiting for its chunks."""
     try:
+        op.binder.refuse_grad(args, kwargs)
         built = op.kernel.build()
         kwargs = dict(kwargs)
         split = splits.pop(kwargs, op.signature.parameters, op.schedule.pattern, op.local.fn.__name__)
@@ -93,20 +100,46 @@ def _checked_call(op, args, kwargs, group):
     except Exception as exc:
         if not turns.turn_held():
             with contextlib.suppress(LaunchError):  # a peer that did not come either: this rank's own error comes first
-                agreement.meet(op, group, agreement.said(op, error=exc), wait=True)
+                agreement.meet(op, group, agreement.said(op, error=exc))
         raise
-    op.contexts.refuse_broken(call.shard, group, call.arguments, uneven)  # at once, before meeting anyone
+    # An operator or group broken by an earlier launch (a timeout, also one a GPU launch's error ring
+    # reports only now) refuses at once and says nothing: its peers' operators broke with it (they
+    # refuse alike, the launches stay in step), or they are gone.
+    _check_earlier(op, call, group, uneven)
+    op.contexts.refuse_broken(call.shard, group, call.arguments, uneven)
     return built, call, split, uneven
 
 
-def _agreed(op, group, call, uneven: bool) -> int:
-    """This launch's number on `group`, once every rank said it launches the same (agreement.meet):
-    CPU ranks and first launches hear the peers now; a warm CUDA launch enqueues and reads their
-    answer later. A pipeline's reader on its side thread launches in its writer's turn: not counted."""
+def _check_earlier(op, call, group, uneven: bool) -> None:
+    """The errors of this context's earlier launches that are done (a backend that returns before its
+    kernel ran: their timeouts surface here, naming what the exchanges found)."""
+    hit = op.contexts.peek(call.shard, group, call.arguments, uneven)
+    if hit is not None and deferred(hit[1]):
+        try:
+            hit[1].check()
+        except SyncopyTimeout as exc:
+            raise _explained(exc, group, None) from None
+
+
+def _tell(op, group, call, uneven: bool):
+    """This launch's exchange, started (agreement.tell); None in a world of one, and for a pipeline's
+    reader on its side thread, which launches in its writer's turn (not counted)."""
     if turns.turn_held():
-        return 0
-    wait = not call.shard.is_cuda or not op.contexts.has(call.shard, group, call.arguments, uneven)
-    return agreement.meet(op, group, agreement.said(op, call, uneven), wait=wait)
+        return None
+    return agreement.tell(op, group, agreement.said(op, call, uneven))
+
+
+def _hear_warm(op, told, ctx, backend) -> None:
+    """A warm launch hears its peers before its transfers start, bounded by timeout_s (a peer that
+    never made this launch is a SyncopyTimeout for its first chunk, as its chunks are what never
+    comes); one on a backend that returns before its kernel ran (GPUs) enqueues and returns, as any
+    CUDA op, and reads their words later."""
+    if deferred(backend):
+        told.defer()
+        return
+    rank = ctx.plan.rank
+    chunk_of = (lambda peer: (rank, 0)) if op.producer else (lambda peer: (peer, 0))  # what this rank waits for
+    told.hear(op.timeout_s, timeout=(rank, chunk_of, ctx.epoch + 1, op.timeout_s))
 
 
 def _explained(exc: SyncopyTimeout, group, n: int | None) -> SyncopyTimeout:
