@@ -36,6 +36,11 @@ PRODUCER_TESTS = ("tests/world/test_reduce.py",)
 #: a difference (the rank, condition, launch, tensor, rows, chunk and first element). One shared world of 2, ~30-45 s.
 VERIFY_TESTS = ("tests/world/test_verify_sentinels.py",)
 
+#: The usual mistakes of one rank in a group (runtime/launch/agreement.py), one spawn of 3 (~20 s), and a
+#: rank killed mid-launch, whose peers must stop waiting at once (~10 s).
+AGREEMENT_TESTS = ("tests/world/test_agreement.py",)
+KILL_TESTS = ("tests/world/test_faults.py::test_a_rank_that_dies_mid_launch_is_named_by_its_peers_never_a_hang[local_first-False]",)
+
 
 @dataclass(frozen=True)
 class Mutant:
@@ -77,6 +82,12 @@ MUTANTS = (
     Mutant("corners-without-affinity", "rows bounded at the loop's corners without the proof that they are affine in its counters",
            "syncopy/frontend/infer.py", '        raise _Fallback("the rows read are not affine in the loop counter")\n',
            "        pass\n", VERIFY_TESTS),
+    Mutant("agreement-blind-to-shapes", "a launch's exchange does not compare the shards' shapes (the ranks meet other shapes' chunks)",
+           "syncopy/runtime/launch/agreement.py", '        if other.get("shard") != mine.get("shard"):\n',
+           "        if False:\n", AGREEMENT_TESTS),
+    Mutant("dead-peer-waits-out", "a peer whose connection closed leaves the kernel's waits running out their timeout",
+           "syncopy/runtime/transport/backends/gloo.py", "            self.ctx.abort_waits(missing)\n", "            pass\n",
+           KILL_TESTS),
     Mutant("autotune-unpruned", "the interpreter's autotune takes its config from the configs before prune_configs_by",
            "syncopy/runtime/launch/tuning.py", "                configs = _pruned(tuner, timing(named))\n",
            "                configs = tuner.configs\n", VERIFY_TESTS),
