@@ -352,12 +352,12 @@ def _wait(g: _Group, n: int, work, outs: list, words: dict, bound: float, timeou
             detail = message.split(f"({words['kernel']}): ", 1)[-1].split(f"; {SAME}")[0]
             raise SyncopyTimeout(rank, chunk, epoch, timeout_s, f"launch {n} on this group: {detail}", SAME + ", or raise timeout_s") from None
         raise LaunchError(message) from None
-    late = _given_up_on(g, n)
+    late = _given_up_on(g, n) if bound > 0 else None  # a deferred exchange read later: no rank waited for it
     if late is not None:
         g.broken = f"launch {n} of this group came after its peers had given up on it"
         raise LaunchError(f"rank {g.rank}: launch {n} on this group ({words['kernel']}): this rank came late: {late}; launch on "
                           "every rank within timeout_s of each other (or raise timeout_s), then create a new process group")
-    theirs = [json.loads(bytes(o.tolist()).rstrip(b"\0").decode() or "{}") for o in outs]
+    theirs = [json.loads(o.numpy().tobytes().rstrip(b"\0").decode() or "{}") for o in outs]
     problem = difference(g.rank, n, theirs[g.rank], theirs)  # this rank's words as its peers read them
     if problem is not None:
         if "are out of step" in problem:
