@@ -55,6 +55,9 @@ def test_dropped_chunk_raises_timeout_on_every_rank_that_needs_it():
         # Bounded: the rank reported (the spawn deadline is the hang check) after waiting timeout_s,
         # as its message says; never before it (a lower bound does not flake on a loaded machine).
         assert f"waited {TIMEOUT_S:g}s" in msg, msg
+        # It names the fault that dropped the chunk, not the ranks' usual mistakes (issue 27 item 7).
+        assert msg.endswith(f"; the injected fault drop={src}:{index} drops it at every launch; this is the timeout that "
+                            "fault injects"), msg
         assert r["seconds"] >= 0.5 * TIMEOUT_S, f"rank {rank} gave up after {r['seconds']:.2f}s, before timeout_s"
 
 

@@ -142,6 +142,18 @@ def _hear_warm(op, told, ctx, backend) -> None:
     told.hear(op.timeout_s, timeout=(rank, chunk_of, ctx.epoch + 1, op.timeout_s))
 
 
+def _injected(op, exc: SyncopyTimeout) -> SyncopyTimeout | None:
+    """`exc` saying so when the chunk it waited for is one an injected fault drops (`faults=`,
+    `syncopy run --inject`): the timeout is the one the fault tests, not the ranks' mistake."""
+    faults = op.faults
+    if faults is None or tuple(exc.chunk) not in faults.drop:
+        return None
+    src, index = exc.chunk
+    return SyncopyTimeout(exc.rank, exc.chunk, exc.epoch, exc.timeout_s,
+                          f"the injected fault drop={src}:{index} drops it at every launch", "this is the timeout that fault injects",
+                          stopped=exc.stopped)
+
+
 def _explained(exc: SyncopyTimeout, group, n: int | None) -> SyncopyTimeout:
     """`exc` with the cause its peers left word of (agreement.cause), if any: the rank at fault and why."""
     why = agreement.cause(group, n)
@@ -192,7 +204,7 @@ def _transfer_and_compute(op, grid, group, built, call, n: int, ctx, backend, ke
     try:
         _settle(op, ctx, backend, own, transfer, epoch, call.shard, traced=trace is not None)
     except SyncopyTimeout as exc:
-        raise _explained(exc, group, n) from None
+        raise _injected(op, exc) or _explained(exc, group, n) from None
     if trace is not None:
         op.tracer.finish(trace, trace_buf, order.table, order.ranges, order.exec_order, window,
                          persistent=built.transformed.persistent is not None)
