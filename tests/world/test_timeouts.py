@@ -60,15 +60,16 @@ def test_a_rank_that_launched_late_does_not_call_the_ranks_that_timed_out_droppe
     # The peers that timed out waiting for it closed their connections (gloo does on a timeout); they
     # are alive, and said so: the late rank names them as having given up, not as dropped out.
     results = job(_world(), "late rank")
-    # The launch's exchange (runtime/launch/agreement.py) is what they wait on first: no chunk had moved.
-    # (The world's group carried the slow-compile job's launches first: n counts them too.)
+    # The launch's exchange (runtime/launch/agreement.py) is what they wait on first, before any chunk
+    # moved: a warm launch's missing peer is a SyncopyTimeout for its chunk, naming the late rank and
+    # what it made. (The world's group carried the slow-compile job's launches first: n counts them too.)
     n = None
     for rank in (0, 1):
         found = re.match(
-            rf"^LaunchError: rank {rank}: launch (\d+) on this group \(gemm_ar_kernel\): rank\(s\) {SLOW} did not make it within "
-            rf"{tw.TIMEOUT_S:g}s \(rank {SLOW} made (\d+) launch(es)? here, the last of gemm_ar_kernel\); every rank of the group "
-            r"must launch the same operators, with the same shapes, the same number of times, in the same order, or raise "
-            r"timeout_s$", results[rank]["error"])
+            rf"^SyncopyTimeout: rank {rank} waited {tw.TIMEOUT_S:g}s for chunk 0 of rank {rank} \(epoch 2\) and it never arrived; "
+            rf"launch (\d+) on this group: rank\(s\) {SLOW} did not make it within {tw.TIMEOUT_S:g}s \(rank {SLOW} made (\d+) "
+            r"launch(es)? here, the last of gemm_ar_kernel\); every rank of the group must launch the same operators, with the "
+            r"same shapes, the same number of times, in the same order, or raise timeout_s$", results[rank]["error"])
         assert found and int(found.group(2)) == int(found.group(1)) - 1, results[rank]
         n = found.group(1)
     late = results[SLOW]["error"]

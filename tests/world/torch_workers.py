@@ -53,7 +53,7 @@ def profiled_and_compiled(rank: int, world: int) -> dict:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     with FakeTensorMode() as mode:
-        fake = torch.ops.syncopy.gemm_rs(mode.from_tensor(torch.empty(32 * world, 16)), mode.from_tensor(down), group_name)
+        fake = torch.ops.syncopy.gemm_rs(mode.from_tensor(torch.empty(32 * world, down.shape[0])), mode.from_tensor(down), group_name)
     out["fake_shape"] = tuple(fake.shape)
     return out
 

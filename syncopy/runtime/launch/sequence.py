@@ -54,21 +54,26 @@ def launch(op, grid, args, kwargs, group) -> None:
     anyway, and in that mode it may update in place both the caller's tensors (inference tensors
     under the caller's inference_mode) and its own (made once, reused in any later mode)."""
     agreement.began()
+    try:  # before inference_mode below, where no tensor requires grad; raised in `run`, where the peers hear of it
+        op.binder.refuse_grad(args, kwargs)
+        refused = None
+    except LaunchError as exc:
+        refused = exc
     group = checked_group(group)
     device = cuda_device(args, kwargs)
     # A pipeline's reader on its side thread (CPU ranks) launches in the turn its writer's thread holds.
     turn = contextlib.nullcontext() if turns.turn_held() else control.group_lock(group)
     with _profiled(op.local.fn.__name__), turn, torch.inference_mode(), on_device(device):
         follow_last_launch(op.contexts.last_stream, control.group_token(group), device)
-        run(op, grid, args, kwargs, group)
+        run(op, grid, args, kwargs, group, refused)
         if op.trace_file is not None and op.last_trace is not None:
             op.tracer.write(group)
 
 
-def run(op, grid, args, kwargs, group) -> None:
+def run(op, grid, args, kwargs, group, refused: LaunchError | None = None) -> None:
     """One launch of `op` on `group` (a checked process group whose turn the caller holds); the steps
-    of the module's docstring."""
-    built, call, split, uneven = _checked_call(op, args, kwargs, group)
+    of the module's docstring. `refused`: what `launch` found wrong before (inputs that require grad)."""
+    built, call, split, uneven = _checked_call(op, args, kwargs, group, refused)
     told = _tell(op, group, call, uneven)
     first = told is not None and (told.first or not op.contexts.has(call.shard, group, call.arguments, uneven))
     if first:  # a first launch meets the peers anyway: hear them before anything collective
@@ -84,12 +89,13 @@ def run(op, grid, args, kwargs, group) -> None:
     _transfer_and_compute(op, grid, group, built, call, n, *ready)
 
 
-def _checked_call(op, args, kwargs, group):
+def _checked_call(op, args, kwargs, group, refused: LaunchError | None = None):
     """The kernel built and the call bound and checked on this rank: (built, call, split, uneven).
     A mistake here is this rank's alone: it is said to the peers (agreement.meet) before it is raised,
     so that they name this rank and its error instead of waiting for its chunks."""
     try:
-        op.binder.refuse_grad(args, kwargs)
+        if refused is not None:
+            raise refused
         built = op.kernel.build()
         kwargs = dict(kwargs)
         split = splits.pop(kwargs, op.signature.parameters, op.schedule.pattern, op.local.fn.__name__)
