@@ -211,6 +211,7 @@ def _follow_helper(ks: KernelSource, call: cst.Call, derived: set[str], dim: int
         return f"{name} moves the pointer it is handed or loops over tiles"
     local = cu.assigned_in(helper.body)
     params = set(env)
+    handed_descs = {d.args() for d in seeds.values()}
     body = list(helper.body.body)
     out: list[Access] = []
     for g in b.groups:
@@ -232,8 +233,10 @@ def _follow_helper(ks: KernelSource, call: cst.Call, derived: set[str], dim: int
                                            or imports.qualified(sub.module, n) != imports.qualified(ks.module, n)
                                            for n in names - params if n not in ("None", "True", "False")):
                 return f"{name} reads rows computed from names its module binds otherwise than this file"
-            # A descriptor's fields are in the caller's names already (handed in as they are).
-            out.append(Access(_subst(ptr, env), _subst(mask, env) if mask else None, desc=a.desc, clamped=a.clamped))
+            # A descriptor handed in as it is has its fields in the caller's names already; one the
+            # helper makes (or is handed from the host, read as its parameter) has them in its own.
+            desc = a.desc if a.desc is None or a.desc in handed_descs else tuple(_subst(x, env) for x in a.desc)
+            out.append(Access(_subst(ptr, env), _subst(mask, env) if mask else None, desc=desc, clamped=a.clamped))
     return out
 
 
