@@ -677,8 +677,15 @@ def desc_chunk_range(desc_base, row0, block0, size0, stride0, tail, base, ctx):
     its own shape, row stride and block rows are the ones its loads use, whatever the kernel's
     helper was told, and its rows start at the tensor's start.
     """
-    if isinstance(desc_base, tl.tensor_descriptor):
+    if isinstance(desc_base, tl.tensor_descriptor):  # a constexpr test: compiled, only its branch is built
         return _host_desc_chunk_range(desc_base, row0, ctx)
+    else:
+        return _made_desc_chunk_range(desc_base, row0, block0, size0, stride0, tail, base, ctx)
+
+
+@triton.jit
+def _made_desc_chunk_range(desc_base, row0, block0, size0, stride0, tail, base, ctx):
+    """desc_chunk_range of a descriptor made in the kernel from the pointer `desc_base`."""
     row0 = _scalar_i32(row0)
     r_lo = tl.maximum(row0, 0).to(tl.int64)
     r_hi = (tl.minimum(row0 + block0, size0) - 1).to(tl.int64)

@@ -1,7 +1,8 @@
 """Rank functions of tests/world/test_host_descriptors.py (spawned: module level): attention kernels
 launched with tensor descriptors made on the host (`TensorDescriptor`, Triton's fused-attention
 tutorial on Hopper) over this rank's key and value shards, fused with `tensor: [desc_k, desc_v]`,
-three launches of new data (NaN-poisoned receive buffers), against torch, and through the verifier."""
+three launches of new data (NaN-poisoned receive buffers), against torch (the verifier's examples:
+tests/world/verify_families.py, run_host_descriptors)."""
 from __future__ import annotations
 
 import math
@@ -11,6 +12,9 @@ from tests.world.helper_workers import BLOCK, CHUNKS, D, LAUNCHES, ROWS, _gather
 #: kernel -> the module that holds it (each reads desc_k and desc_v, passed as host descriptors)
 KERNELS = {"attn_host_desc": "attention_host_descriptors", "attn_host_desc_inline": "attention_host_descriptors",
            "attn_desc_by_helper": "attention_descriptors"}
+#: the kernels that hand desc_k and desc_v to one helper, which checked mode refuses (read_check.py):
+#: verified under these conditions only (tests/world/verify_families.py)
+HELPER_HANDED = ("attn_host_desc", "attn_desc_by_helper")
 CONDITIONS = ("reordered", "held")
 
 
@@ -64,19 +68,3 @@ def traced(rank: int, world: int, name: str, hold: bool) -> dict:
     out["warnings"] = [str(w.message) for w in seen if issubclass(w.category, syncopy.SyncopyFallbackWarning)]
     return out
 
-
-def run_verifier(rank: int, world: int) -> dict:
-    """Every kernel launched with host descriptors through the verifier's conditions against its own unfused kernel."""
-    import syncopy.verifier as verifier
-    from tests.world.verify_workers import _summary
-
-    out = {}
-    for name in KERNELS:
-        sched = {"pattern": "all_gather", "tensor": ["desc_k", "desc_v"], "dim": 0, "chunks_per_rank": CHUNKS, "order": "ring"}
-
-        def example(rank, world, launch, name=name):
-            return host_launch(name, rank, world, launch)[:3]
-
-        out[name] = _summary(verifier.check_in_world(kernel_of(name), sched, example, launches=2, seed=world,
-                                                     conditions=CONDITIONS))
-    return out

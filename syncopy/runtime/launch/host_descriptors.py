@@ -56,10 +56,11 @@ def shard_of(kernel: str, name: str, desc, dim: int, pattern: str) -> torch.Tens
     shape, strides = [int(s) for s in desc.shape], [int(s) for s in desc.strides]
     row_major = [math.prod(shape[i + 1:]) for i in range(len(shape))]
     if not base.is_contiguous() or math.prod(shape) != base.numel() or strides != row_major:
+        last = base.shape[-1] if base.dim() else 1
         raise LaunchError(f"{where} with shape {shape} and strides {strides} over a shard of shape {list(base.shape)}; "
                           f"syncopy remakes it over the gathered tensor only where it covers the whole contiguous shard "
-                          f"row-major: pass TensorDescriptor({name}_shard, shape=[{base.numel() // max(row_major[0], 1)}, "
-                          f"{', '.join(map(str, shape[1:]))}], strides={row_major}, block_shape=...)")
+                          f"row-major: pass TensorDescriptor({name}_shard, shape=[{base.numel() // max(last, 1)}, {last}], "
+                          f"strides=[{last}, 1], block_shape=...)")
     return base
 
 
