@@ -670,7 +670,22 @@ def desc_chunk_range(desc_base, row0, block0, size0, stride0, tail, base, ctx):
     the element offset of the last of them): exact when dim 0 of the descriptor is the tensor's
     outermost dimension, a superset otherwise, and independent of the column coordinate, so one
     wait covers a whole K loop.
+
+    `desc_base` may be a descriptor itself: one made on the host (the tutorial's
+    `_maybe_make_tensor_desc` passes it through, or the kernel reads its parameter directly). The
+    launch made it over the whole gathered tensor, row-major (runtime/launch/host_descriptors.py), so
+    its own shape, row stride and block rows are the ones its loads use, whatever the kernel's
+    helper was told, and its rows start at the tensor's start.
     """
+    if isinstance(desc_base, tl.tensor_descriptor):  # a constexpr test: compiled, only its branch is built
+        return _host_desc_chunk_range(desc_base, row0, ctx)
+    else:
+        return _made_desc_chunk_range(desc_base, row0, block0, size0, stride0, tail, base, ctx)
+
+
+@triton.jit
+def _made_desc_chunk_range(desc_base, row0, block0, size0, stride0, tail, base, ctx):
+    """desc_chunk_range of a descriptor made in the kernel from the pointer `desc_base`."""
     row0 = _scalar_i32(row0)
     r_lo = tl.maximum(row0, 0).to(tl.int64)
     r_hi = (tl.minimum(row0 + block0, size0) - 1).to(tl.int64)
@@ -679,6 +694,20 @@ def desc_chunk_range(desc_base, row0, block0, size0, stride0, tail, base, ctx):
     corner = tl.arange(0, 2)
     lo_off = tl.maximum(lo_ptr.to(tl.int64) - base.to(tl.int64), 0)
     off = tl.where(corner == 0, lo_off, hi_ptr.to(tl.int64) - base.to(tl.int64))
+    keep = (off >= 0) & (r_hi >= r_lo)
+    return _range_of_offsets(off, keep, ctx, True)
+
+
+@triton.jit
+def _host_desc_chunk_range(desc, row0, ctx):
+    """desc_chunk_range of a host descriptor over the whole (gathered) tensor, row-major: row r holds
+    elements [r * stride0, (r + 1) * stride0) from the tensor's start (offsets in bytes, as pointers')."""
+    row0 = _scalar_i32(row0)
+    stride0 = desc.strides[0].to(tl.int64) * (desc.dtype.primitive_bitwidth // 8)
+    r_lo = tl.maximum(row0, 0).to(tl.int64)
+    r_hi = (tl.minimum(row0 + desc.block_shape[0], desc.shape[0]) - 1).to(tl.int64)
+    corner = tl.arange(0, 2)
+    off = tl.where(corner == 0, r_lo * stride0, r_hi * stride0 + stride0 - 1)
     keep = (off >= 0) & (r_hi >= r_lo)
     return _range_of_offsets(off, keep, ctx, True)
 

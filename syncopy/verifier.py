@@ -418,11 +418,28 @@ def _show(x) -> str:
     return f"{v:.6g}" if isinstance(v, float) else str(v)
 
 
-def _clone(value):
+def _tensors_of(named: dict) -> dict:
+    """The tensors among a launch's arguments by name, a host tensor descriptor's by its base (an
+    output written through one is compared too)."""
     import torch
+
+    from syncopy.runtime.launch import host_descriptors
+
+    bases = {k: v.base if host_descriptors.is_descriptor(v) else v for k, v in named.items()}
+    return {k: v for k, v in bases.items() if isinstance(v, torch.Tensor)}
+
+
+def _clone(value):
+    import dataclasses
+
+    import torch
+
+    from syncopy.runtime.launch import host_descriptors
 
     if isinstance(value, torch.Tensor):
         return value.clone()
+    if host_descriptors.is_descriptor(value):  # its base cloned: launches must not share the tensor it writes
+        return dataclasses.replace(value, base=value.base.clone())
     if isinstance(value, (list, tuple)):
         return type(value)(_clone(v) for v in value)
     if isinstance(value, dict):
@@ -483,6 +500,8 @@ class _KernelSubject:
         import torch
         import torch.distributed as dist
 
+        from syncopy.runtime.launch import host_descriptors
+
         grid, args, kwargs = _clone(call)
         s = self.schedule
         try:
@@ -490,7 +509,7 @@ class _KernelSubject:
                 self.plain.reference[grid](*args, **kwargs)
                 return self._tensors(args, kwargs)
             bound_call = self.plain.binder.bind(list(args), dict(kwargs))
-            bound, shard, options = bound_call
+            bound, shard, options = bound_call.arguments, bound_call.shard, bound_call.options
             self.plain.binder.check_strides(bound_call, self.world)  # along dim 0 it checks nothing
             call_args = dict(bound)
             if s.pattern == "all_gather":
@@ -509,12 +528,14 @@ class _KernelSubject:
         except SyncopyError as exc:
             raise SyncopyError(f"{self.where}: the launch is refused (rank {self.rank}): {exc}") from None
         args, kwargs = list(args), dict(kwargs)
+        # (a host descriptor: one over the gathered tensor, as the user would make it unfused)
+        given = host_descriptors.rewrapped({name: call_args[name] for name in s.tensors}, bound_call.descriptors)
         for name in s.tensors:  # the user's call as they made it, the communicated tensors replaced (an
             at = self.names.index(name)  # autotuner's prune_configs_by sees positional arguments only)
             if at < len(args):
-                args[at] = call_args[name]
+                args[at] = given[name]
             else:
-                kwargs[name] = call_args[name]
+                kwargs[name] = given[name]
         with _untimed_autotuners(self.kernel):
             self.kernel[grid](*args, **kwargs)
         if s.pattern == "reduce_scatter":
@@ -528,14 +549,12 @@ class _KernelSubject:
         elif s.pattern == "all_gather":
             for name in s.tensors:
                 call_args[name] = bound[name]  # the fused launch's arguments hold the shards: those are compared
-        return {k: v for k, v in call_args.items() if isinstance(v, torch.Tensor)}
+        return _tensors_of(call_args)
 
     def _tensors(self, args, kwargs) -> dict:
-        import torch
-
         named = dict(zip(self.names, args))
         named.update({k: v for k, v in kwargs.items() if k in self.names})
-        return {k: v for k, v in named.items() if isinstance(v, torch.Tensor)}
+        return _tensors_of(named)
 
     def fused(self, options: dict):
         from syncopy.api import overlap

@@ -34,6 +34,10 @@ def signature_of(jit_fn, args: dict) -> tuple[dict, dict]:
             sig[name] = "i32" if -(2**31) <= v < 2**31 else "i64"
         elif isinstance(v, float):
             sig[name] = "fp32"
+        elif type(v).__name__ == "TensorDescriptor":  # made on the host: typed by its dtype and block, as Triton does
+            from triton.runtime.jit import mangle_type
+
+            sig[name] = mangle_type(v)
         else:
             raise TypeError(f"cannot type argument {name}={v!r} for compilation")
     return sig, const

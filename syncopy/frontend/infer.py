@@ -211,6 +211,7 @@ def _follow_helper(ks: KernelSource, call: cst.Call, derived: set[str], dim: int
         return f"{name} moves the pointer it is handed or loops over tiles"
     local = cu.assigned_in(helper.body)
     params = set(env)
+    handed_descs = {d.args() for d in seeds.values()}
     body = list(helper.body.body)
     out: list[Access] = []
     for g in b.groups:
@@ -232,8 +233,10 @@ def _follow_helper(ks: KernelSource, call: cst.Call, derived: set[str], dim: int
                                            or imports.qualified(sub.module, n) != imports.qualified(ks.module, n)
                                            for n in names - params if n not in ("None", "True", "False")):
                 return f"{name} reads rows computed from names its module binds otherwise than this file"
-            # A descriptor's fields are in the caller's names already (handed in as they are).
-            out.append(Access(_subst(ptr, env), _subst(mask, env) if mask else None, desc=a.desc, clamped=a.clamped))
+            # A descriptor handed in as it is has its fields in the caller's names already; one the
+            # helper makes (or is handed from the host, read as its parameter) has them in its own.
+            desc = a.desc if a.desc is None or a.desc in handed_descs else tuple(_subst(x, env) for x in a.desc)
+            out.append(Access(_subst(ptr, env), _subst(mask, env) if mask else None, desc=desc, clamped=a.clamped))
     return out
 
 
@@ -336,6 +339,10 @@ def uses_descriptors(ks: KernelSource, func: cst.FunctionDef, derived: set[str],
     defined elsewhere counts too: syncopy cannot look inside it, and a fence too many costs little."""
     local = helpers.local_names(func)
     for call in cu.calls_in(func.body):
+        f = call.func
+        if isinstance(f, cst.Attribute) and isinstance(f.value, cst.Name) and f.value.value in derived \
+                and f.attr.value in _DESCRIPTOR_METHODS:  # a descriptor handed in (made on the host): `desc.load([...])`
+            return True
         if not any(cu.names_in(a.value) & derived for a in call.args):
             continue
         if (cu.call_name(call) or "").rsplit(".", 1)[-1] in DESCRIPTOR_CALLS:
@@ -357,6 +364,49 @@ def uses_descriptors(ks: KernelSource, func: cst.FunctionDef, derived: set[str],
         if uses_descriptors(found.source, helper, inner, seen | {name}):
             return True
     return False
+
+
+#: What a kernel calls on a tensor descriptor it was handed: `desc.load([...])` and its kin.
+_DESCRIPTOR_METHODS = ("load", "store", "gather", "scatter", "atomic_add", "atomic_max", "atomic_min", "atomic_and",
+                       "atomic_or", "atomic_xor")
+
+
+def _used_as_descriptor(func: cst.FunctionDef, name: str) -> cst.Call | None:
+    """The first call that uses `name` itself as a tensor descriptor (`name.load([...])`,
+    `tl.load_tensor_descriptor(name, [...])`), or None."""
+    for call in cu.calls_in(func.body):
+        f = call.func
+        if isinstance(f, cst.Attribute) and isinstance(f.value, cst.Name) and f.value.value == name \
+                and f.attr.value in _DESCRIPTOR_METHODS:
+            return call
+        if (cu.call_name(call) or "").rsplit(".", 1)[-1] in ("load_tensor_descriptor", "store_tensor_descriptor"):
+            d = cu.arg(call, 0, "desc")
+            if isinstance(d, cst.Name) and d.value == name:
+                return call
+    return None
+
+
+def host_descriptor(ks: KernelSource, func: cst.FunctionDef, tensor: str, dim: int) -> dict[str, Descriptor]:
+    """{tensor: its Descriptor} where the communicated parameter is itself a tensor descriptor (the
+    kernel calls `tensor.load([row, ...])`): one made on the host with
+    triton.tools.tensor_descriptor.TensorDescriptor, which the launch remakes over the gathered tensor,
+    row-major (runtime/launch/host_descriptors.py). Its reads are bounded by its own geometry: its
+    shape, row stride and block rows, read from the descriptor in the kernel."""
+    call = _used_as_descriptor(func, tensor)
+    if call is None:
+        return {}
+    where = ks.location(call)
+    if tensor in cu.assigned_in(func.body):
+        raise InferenceError(
+            f"'{tensor}' is read as a tensor descriptor made on the host but the kernel assigns '{tensor}' too, so syncopy "
+            f"cannot tell which descriptor a read uses; read the one handed in under its own name", where)
+    if dim != 0:
+        raise InferenceError(
+            f"'{tensor}' is a tensor descriptor made on the host but the schedule shards dim {dim}; syncopy gathers host "
+            f"descriptors along their dim 0 only, so shard dim 0 (make the descriptor's rows the sharded dim)", where)
+    t = cu.paren(tensor)
+    return {tensor: Descriptor(tensor, tensor, f"{t}.shape[0]", f"{t}.strides[0]", f"{t}.block_shape[0]",
+                               f"{t}.strides[0] - 1")}
 
 
 def _descriptor_of(call: cst.Call, descs: dict[str, Descriptor]) -> tuple[str, Descriptor | None, cst.BaseExpression | None]:
@@ -384,14 +434,6 @@ def _reads(ks: KernelSource, stmt: cst.CSTNode, derived: set[str], tensor: str, 
         name = cu.call_name(call) or ""
         leaf = name.rsplit(".", 1)[-1]
         method, desc, coords = _descriptor_of(call, descs)
-        if not writes and desc is None and isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name) \
-                and call.func.value.value == tensor and call.func.attr.value in ("load", "gather", "store", "scatter"):
-            raise InferenceError(
-                f"'{tensor}' is used as a tensor descriptor made on the host ({name}); syncopy gathers tensors, so pass "
-                f"the tensor and make its descriptor in the kernel with tl.make_tensor_descriptor({tensor}, shape=[...], "
-                f"strides=[...], block_shape=[...])",
-                ks.location(call),
-            )
         if desc is None and not writes and isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name) \
                 and call.func.value.value in derived and call.func.attr.value in ("load", "gather"):
             # A descriptor over the tensor that inference did not see made (one handed back by a
@@ -1504,7 +1546,8 @@ def _infer(ks: KernelSource, tensor: str, dim: int, rows: str | None, writes: bo
     derived = _derived_names(func, tensor)
     if not writes:
         _refuse_helper_stores(ks, func, derived, tensor)
-    descs = {**(descs_in or {}), **_descriptors(ks, func, derived, tensor, dim)}
+    host = {} if tensor in (descs_in or {}) else host_descriptor(ks, func, tensor, dim)
+    descs = {**host, **(descs_in or {}), **_descriptors(ks, func, derived, tensor, dim)}
     binding.descriptors = uses_descriptors(ks, func, derived)
     body = list(func.body.body)
 

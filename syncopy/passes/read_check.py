@@ -366,7 +366,9 @@ def apply(t):
     for binding in sorted((t.binding, *t.others), key=lambda b: t.schedule.tensors.index(b.tensor)):
         index = t.schedule.tensors.index(binding.tensor)
         tensor = binding.tensor
-        descs = inference._descriptors(ks, ks.func, inference._derived_names(ks.func, tensor), tensor, binding.dim, binding.base) \
+        # (a descriptor made on the host, read as the parameter itself, is checked from its own geometry)
+        descs = {**inference.host_descriptor(ks, ks.func, tensor, binding.dim),
+                 **inference._descriptors(ks, ks.func, inference._derived_names(ks.func, tensor), tensor, binding.dim, binding.base)} \
             if binding.dim == 0 else {}
         original = _Finder(ks.func, tensor, binding.base, binding.dim, producer, descs, ks.location).sites(ks.func.body)
         finder = _Finder(t.func, tensor, binding.base, binding.dim, producer, descs, lambda n: ks.location(ks.func))

@@ -121,5 +121,5 @@ def test_a_parameter_named_like_a_launch_option_is_that_parameter():
     # Triton's binder takes the kernel's parameters first: the softmax tutorial's `num_stages: tl.constexpr`.
     fused = syncopy.overlap({**AG, "tensor": "in_ptr"})(autotuned.softmax_rows)
     x, y = torch.zeros(4, 8), torch.zeros(8, 8)
-    arguments, shard, options = fused.binder.bind((y, x, 8, 8, 8, 8), {"BLOCK_SIZE": 8, "num_stages": 2, "num_warps": 4})
+    arguments, shard, options, _ = fused.binder.bind((y, x, 8, 8, 8, 8), {"BLOCK_SIZE": 8, "num_stages": 2, "num_warps": 4})
     assert arguments["num_stages"] == 2 and options == {"num_warps": 4}

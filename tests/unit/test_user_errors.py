@@ -377,7 +377,7 @@ def test_constexpr_with_a_default_may_be_left_out(tmp_path):
         import mm_defaulted
     finally:
         sys.path.remove(str(tmp_path))
-    bound, shard, options = syncopy.overlap(SCHEDULE)(mm_defaulted.mm).binder.bind(_mm_args(), dict(BM=4, BN=4, num_warps=4))
+    bound, shard, options, _ = syncopy.overlap(SCHEDULE)(mm_defaulted.mm).binder.bind(_mm_args(), dict(BM=4, BN=4, num_warps=4))
     assert "BK" not in bound and options == {"num_warps": 4} and shard.shape == (4, 4)
 
 

@@ -17,6 +17,7 @@ import importlib
 
 import pytest
 
+from tests.world import host_descriptor_workers as hdw
 from tests.world import shared
 from tests.world import sequence_loop_workers as sw
 from tests.world import verify_families as vf
@@ -38,6 +39,7 @@ shared.register(__name__, 2, {
     "all_to_all": (f"{vf.__name__}:run_all_to_all", ()),
     "attention_styles": (f"{vf.__name__}:run_attention_styles", (list(vf.ATTENTION_STYLES),)),
     "sequence_loops": (f"{vf.__name__}:run_sequence_loops", (list(SEQUENCE_LOOPS),)),
+    "host_descriptors": (f"{vf.__name__}:run_host_descriptors", (list(hdw.KERNELS),)),
 })
 
 
@@ -65,6 +67,7 @@ def test_every_kernel_of_the_families_is_verified():
     assert {k for k, _ in vf.GEMMS} == {"grouped", "gemm2d", "rms", "mm_desc_out"}  # tests/world/workers.py's names
     assert sorted(vf.ATTENTION_STYLES) == _kernels("attention_styles")
     assert sorted(SEQUENCE_LOOPS) == _kernels("sequence_loops")
+    assert sorted(n for n, m in hdw.KERNELS.items() if m == "attention_host_descriptors") == _kernels("attention_host_descriptors")
     assert [_kernels(m) for m in ("desc_out", "gemm2d", "grouped_gemm", "rownorm")] == [
         ["mm_desc_out"], ["gemm_2d"], ["matmul_grouped"], ["rms_rows"]]
 
@@ -124,3 +127,17 @@ def test_the_attention_kernels_of_public_repositories_agree_under_every_conditio
 @pytest.mark.world
 def test_every_sequence_loop_kernel_agrees_under_every_condition():
     _check(shared.results(__name__, 2, "sequence_loops"), list(SEQUENCE_LOOPS))
+
+
+@pytest.mark.world
+def test_attention_with_host_descriptors_agrees_under_every_condition():
+    """Keys and values passed as host TensorDescriptors; a helper handed both is not run checked (read_check.py)."""
+    results = shared.results(__name__, 2, "host_descriptors")
+    plain = [n for n in hdw.KERNELS if n not in hdw.HELPER_HANDED]
+    _check([{n: r[n] for n in plain} for r in results], plain)
+    for rank, r in enumerate(results):
+        for name in hdw.HELPER_HANDED:
+            assert list(r[name]) == list(hdw.CONDITIONS), (rank, name, list(r[name]))
+            for cond, s in r[name].items():
+                assert s["differences"] == [] and s["launches"] == vf.LAUNCHES, (rank, name, cond, s)
+            assert r[name]["held"]["waited"] > 0, (rank, name)

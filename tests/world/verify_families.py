@@ -463,3 +463,25 @@ def run_sequence_loops(rank: int, world: int, names: list[str]) -> dict:
         sched = {"pattern": "all_gather", "tensor": TENSORS[name], "dim": 1, "chunks_per_rank": 2, "order": "ring"}
         out[name] = _verify(getattr(sequence_loops, name), sched, _sequence_loops_example(name), world)
     return out
+
+
+# --------------------------------------------------------------------------------------------------
+# tests/kernels/attention_host_descriptors.py and the tutorial's attn_desc_by_helper, launched with
+# host TensorDescriptor arguments (tests/world/host_descriptor_workers.py, issue 31 item 2).
+
+def run_host_descriptors(rank: int, world: int, names: list[str]) -> dict:
+    import syncopy.verifier as verifier
+    from tests.world import host_descriptor_workers as hw
+
+    out = {}
+    for name in names:
+        sched = {"pattern": "all_gather", "tensor": ["desc_k", "desc_v"], "dim": 0, "chunks_per_rank": 2, "order": "ring"}
+
+        def example(rank: int, world: int, launch: int, name=name):
+            return hw.host_launch(name, rank, world, launch)[:3]
+
+        # Checked mode refuses a helper handed two listed tensors (read_check.py): those are reordered and held only.
+        conditions = hw.CONDITIONS if name in hw.HELPER_HANDED else verifier.CONDITIONS
+        out[name] = _summary(verifier.check_in_world(hw.kernel_of(name), sched, example, launches=LAUNCHES, seed=world,
+                                                     conditions=conditions))
+    return out

@@ -8,6 +8,7 @@ from typing import NamedTuple
 import torch
 
 from syncopy.errors import LaunchError
+from syncopy.runtime.launch import host_descriptors
 from syncopy.runtime.where import interpreting
 
 
@@ -16,11 +17,14 @@ _LAUNCH_OPTIONS = {"num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_
 
 class BoundCall(NamedTuple):
     """One launch's call, bound: the kernel's arguments by name (the communicated tensor as passed: this
-    rank's shard), that shard, and the launch options (num_warps, ...) for Triton."""
+    rank's shard), that shard, and the launch options (num_warps, ...) for Triton. `descriptors`: the
+    communicated arguments passed as host tensor descriptors, by name (`arguments` holds their shards;
+    host_descriptors.rewrapped gives the kernel descriptors over what it reads)."""
 
     arguments: dict
     shard: torch.Tensor
     options: dict
+    descriptors: dict = {}
 
 
 class Binder:
@@ -44,8 +48,9 @@ class Binder:
         options = {k: kwargs.pop(k) for k in list(kwargs) if k in _LAUNCH_OPTIONS and k not in self.parameters}
         self._refuse_splits(kwargs)
         arguments = self.arguments(args, kwargs)
-        self._refuse_interpreted_bf16(arguments)
         schedule = self.op.schedule
+        descriptors = self._unwrap_descriptors(arguments)
+        self._refuse_interpreted_bf16(arguments)
         shard = arguments.get(schedule.tensors[0])
         if not isinstance(shard, torch.Tensor):
             raise LaunchError(f"argument '{schedule.tensors[0]}' must be this rank's shard as a tensor, got {type(shard).__name__}")
@@ -62,7 +67,16 @@ class Binder:
             raise LaunchError(f"'{schedule.tensors[0]}' must be contiguous; pass {schedule.tensors[0]}.contiguous()")
         for name in schedule.tensors[1:]:
             self._check_listed(name, arguments.get(name), shard)
-        return BoundCall(arguments, shard, options)
+        return BoundCall(arguments, shard, options, descriptors)
+
+    def _unwrap_descriptors(self, arguments: dict) -> dict:
+        """The communicated arguments passed as host tensor descriptors, by name, each replaced in
+        `arguments` by the shard it wraps (host_descriptors.shard_of checks what can be gathered)."""
+        schedule = self.op.schedule
+        found = {name: arguments[name] for name in schedule.tensors if host_descriptors.is_descriptor(arguments.get(name))}
+        for name, desc in found.items():
+            arguments[name] = host_descriptors.shard_of(self.kernel, name, desc, schedule.dim, schedule.pattern)
+        return found
 
     def check_strides(self, call: BoundCall, world: int) -> None:
         """The launch passes the communicated tensor at its per-rank size and everything else as for the
@@ -155,6 +169,7 @@ class Binder:
         if not interpreting():
             return
         for key, value in arguments.items():
+            value = value.base if host_descriptors.is_descriptor(value) else value
             if isinstance(value, torch.Tensor) and value.dtype == torch.bfloat16:
                 raise LaunchError(f"launch of '{self.kernel}': argument '{key}' is bfloat16, which the Triton interpreter "
                                   "(TRITON_INTERPRET=1) computes on as raw bits, so every result would be wrong; use float32 or "
@@ -200,6 +215,8 @@ class Binder:
                 self._check_value(key, value)
 
     def _check_value(self, key: str, value) -> None:
+        if host_descriptors.is_descriptor(value):  # Triton takes it (a host TensorDescriptor), unhashable as it is
+            return
         try:
             hash(value)
         except TypeError:

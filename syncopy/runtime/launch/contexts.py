@@ -243,7 +243,8 @@ class Contexts:
         """Does a launch with these arguments find its context made (no first launch, which meets the
         peers over the group)? If so it becomes the most recently used, so that no other launch's new
         context evicts it before it runs (a pipeline's side thread, runtime/pipeline/__init__.py)."""
-        bound, shard, _ = self.op.binder.bind(tuple(args), dict(kwargs))
+        call = self.op.binder.bind(tuple(args), dict(kwargs))
+        bound, shard = call.arguments, call.shard
         key = self.key(shard, checked_group(group), bound)
         with _cache_lock:
             hit = self.table.pop(key, None)

@@ -10,7 +10,7 @@ from syncopy import device as dev
 from syncopy.errors import LaunchError
 from syncopy.runtime.state import plan as planning
 from syncopy.runtime.state.context import Context
-from syncopy.runtime.launch import persistent_order, warmup
+from syncopy.runtime.launch import host_descriptors, persistent_order, warmup
 from syncopy.runtime.transport.backends import control
 from syncopy.passes.names import ASYNC_PROXY_FLAG
 from syncopy.runtime.where import has_async_proxy, interpreting, spin_limit
@@ -261,7 +261,8 @@ class TileOrders:
     def shape_key(self, grid, args: dict) -> tuple:
         """What a tile order depends on: the grid and the scalar arguments (tensor shapes are part of the
         context's key already)."""
-        scalars = tuple((k, v) for k, v in sorted(args.items()) if not isinstance(v, torch.Tensor))
+        scalars = tuple((k, host_descriptors.key(v) if host_descriptors.is_descriptor(v) else v)
+                        for k, v in sorted(args.items()) if not isinstance(v, torch.Tensor))
         return grid3(grid, args), scalars
 
     def _check_coverage(self, ctx: Context, ranges: list[tuple[int, int]], args: dict, written: int | None = None) -> None:

@@ -9,6 +9,7 @@ import torch
 import torch.distributed as dist
 
 from syncopy.errors import LaunchError
+from syncopy.runtime.launch import host_descriptors
 from syncopy.runtime.launch.contexts import checked_group
 from syncopy.runtime.launch.interpreter_limits import raise_interpreter_limit
 from syncopy.runtime.transport import splits
@@ -29,7 +30,7 @@ def run(op, grid, args, kwargs, group) -> None:
     split = splits.pop(kwargs, op.signature.parameters, schedule.pattern, op.local.fn.__name__)
     call = op.binder.bind(args, kwargs)
     op.binder.check_strides(call, dist.get_world_size(group))
-    bound, shard, options = call
+    bound, shard, options = call.arguments, call.shard, call.options
     ensure_allocator(shard.device)
     if op.producer:
         return _producer(op, grid, bound, shard, options, group)
@@ -48,7 +49,7 @@ def run(op, grid, args, kwargs, group) -> None:
             dist.all_to_all_single(received, shard.contiguous(), list(recv), list(send), group=group)
         call_args = dict(bound)
         call_args[schedule.tensor] = received
-        run_local(op, grid, call_args, options, group)
+        run_local(op, grid, call_args, options, group, call.descriptors)
         return
     call_args = dict(bound)
     for name in schedule.tensors:  # every listed tensor, gathered along `dim`
@@ -58,7 +59,7 @@ def run(op, grid, args, kwargs, group) -> None:
             parts = [torch.empty_like(bound[name]) for _ in range(dist.get_world_size(group))]
             dist.all_gather(parts, bound[name], group=group)
             call_args[name] = torch.cat(parts, dim=schedule.dim).contiguous()
-    run_local(op, grid, call_args, options, group)
+    run_local(op, grid, call_args, options, group, call.descriptors)
 
 
 def _producer(op, grid, bound: dict, out: torch.Tensor, options: dict, group) -> None:
@@ -83,16 +84,18 @@ def _producer(op, grid, bound: dict, out: torch.Tensor, options: dict, group) ->
     out.copy_(full.narrow(schedule.dim, dist.get_rank(group) * rows, rows))
 
 
-def run_local(op, grid, call_args: dict, options: dict, group) -> None:
+def run_local(op, grid, call_args: dict, options: dict, group, descriptors: dict | None = None) -> None:
     """The local kernel, with the config (and heuristics) a fused launch of these arguments takes,
     after the checks a fused launch makes of what the grid writes: a grid that writes past an output
     (a producer's full result included) is the fused launch's one line here too, not memory
-    corruption (a kernel from syncopy.load has no local kernel: .reference refuses it above)."""
+    corruption (a kernel from syncopy.load has no local kernel: .reference refuses it above).
+    `descriptors`: the communicated arguments the launch passed as host tensor descriptors, handed
+    to the kernel as descriptors over the gathered tensors in `call_args`."""
     call_args, options = op.binder.tuned(grid, call_args, options, group, lambda: torch.empty_like(call_args[op.schedule.tensors[0]]))
     if op.schedule.dim == 0:
         op.orders.check_extents(grid, {**call_args, **options}, dist.get_world_size(group))
     try:
-        op.local[grid](**call_args, **options)
+        op.local[grid](**host_descriptors.rewrapped(call_args, descriptors or {}), **options)
     except Exception as exc:
         raise_interpreter_limit(exc, op.kernel.build().transformed.source)
         raise

@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 
 from syncopy.errors import LaunchError, SyncopyTimeout
-from syncopy.runtime.launch import agreement, outcome, turns
+from syncopy.runtime.launch import agreement, host_descriptors, outcome, turns
 from syncopy.runtime.launch.contexts import checked_group
 from syncopy.runtime.launch.order import grid3
 from syncopy.runtime.state.context import Context
@@ -180,7 +180,7 @@ def _prepare(op, grid, group, built, call, split, uneven: bool) -> tuple:
     op.last_resolution = ctx.resolution
     if ctx.broken:
         raise LaunchError(f"this operator's transfers broke in an earlier launch ({ctx.broken}); re-create the process group")
-    kernel_args = _kernel_arguments(op, ctx, arguments)
+    kernel_args = _kernel_arguments(op, ctx, arguments, call.descriptors)
     if backend is not None and not op.producer:
         g0, g1, g2 = grid3(grid, kernel_args)
         # Each program is num_ctas CTAs (a cluster on sm_90): what could hold SMs is their product.
@@ -216,9 +216,10 @@ def _transfer_and_compute(op, grid, group, built, call, n: int, ctx, backend, ke
                          persistent=built.transformed.persistent is not None)
 
 
-def _kernel_arguments(op, ctx: Context, arguments: dict) -> dict:
+def _kernel_arguments(op, ctx: Context, arguments: dict, descriptors: dict) -> dict:
     """The user's arguments as the fused kernel takes them: a consumer reads the gathered (received)
-    tensors where the user passed shards; a producer writes its partial into the context's buffer."""
+    tensors where the user passed shards (host descriptors: descriptors over them); a producer writes
+    its partial into the context's buffer."""
     call_args = dict(arguments)
     tensors = op.schedule.tensors
     if op.producer:
@@ -227,7 +228,7 @@ def _kernel_arguments(op, ctx: Context, arguments: dict) -> dict:
     ctx.extra_shards = [arguments[n] for n in tensors[1:]]
     call_args.update(zip(tensors, ctx.tensors()))
     call_args[tensors[0]] = ctx.received()
-    return call_args
+    return host_descriptors.rewrapped(call_args, descriptors)
 
 
 def _start(op, ctx: Context, backend, shard: torch.Tensor, epoch: int, need: list[int] | None):

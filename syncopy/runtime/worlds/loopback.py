@@ -38,6 +38,7 @@ import time
 import torch
 
 from syncopy import device as dev
+from syncopy.runtime.launch import host_descriptors
 from syncopy.runtime.launch.sequence import init_partial
 from syncopy.runtime.where import ensure_allocator, spin_limit
 from syncopy.errors import LaunchError, SyncopyTimeout
@@ -329,7 +330,8 @@ class LoopbackWorld:
         fk, eng = self.fk, self.engine
         capturing = eng.capturing()
         fused = fk.kernel.build().fused
-        bound, shard, options = fk.binder.bind(args, dict(kwargs))
+        bound_call = fk.binder.bind(args, dict(kwargs))
+        bound, shard, options = bound_call.arguments, bound_call.shard, bound_call.options
         ensure_allocator(shard.device)
         key = (tuple(shard.shape), shard.dtype)
         if capturing:
@@ -345,6 +347,7 @@ class LoopbackWorld:
         ctx = loop.ctx
         call = dict(bound)
         call[fk.schedule.tensor] = ctx.buffer
+        call = host_descriptors.rewrapped(call, bound_call.descriptors)  # a host descriptor: one over the gathered buffer
         if fk.producer:
             if capturing or self.graph or loop.device_epoch is not None:
                 raise LaunchError("graph capture covers all_gather launches on the loopback world; launch reduce_scatter "
