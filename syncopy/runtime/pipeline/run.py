@@ -87,7 +87,7 @@ class Pipeline:
 
     def add(self, op, grid, args, kwargs, group) -> None:
         """Record a launch made inside the `with` block (FusedKernel.__getitem__ calls this)."""
-        bound, _, _ = op.binder.bind(tuple(args), dict(kwargs))
+        bound = op.binder.bind(tuple(args), dict(kwargs)).arguments
         self._recorded.append(Launch(op, grid, tuple(args), dict(kwargs), group, bound))
         return None
 
