@@ -56,6 +56,9 @@ class Access:
     # they held (a bound too wide is slower, never wrong).
     guard: tuple[tuple[str, bool], ...] = ()
     why: str = ""          # with `every`: why (said in the transformed source)
+    # A loop's read whose pointer steps by constexprs only (`p += H * K`, `_constexpr_step`): the
+    # step's code; the wait before the loop covers every iteration's rows, and the source says why.
+    step: str = ""
 
 
 @dataclass
@@ -996,6 +999,29 @@ def _walks_rows(ks: KernelSource, pointer: str, dim: int, levels: int, tiles: se
     return False
 
 
+def _constexpr_step(ks: KernelSource, pointer: str, levels: int, tiles: set[str] | None,
+                    before: dict[str, str] | None) -> str:
+    """The step of a loop's pointer written with constexprs only (flash-linear-attention's
+    `p_k += H * K` over a contiguous [B, T, H, K]), as code; "" where there is none. Such a step says
+    nothing of the axis it walks, so `_walks_rows` keeps the wait before the loop. A step that is the
+    extent of a block of the pointer (a GEMM's `a_ptrs += BK` over `tl.arange(0, BK)`) walks along
+    that block's own axis and is no such step."""
+    if tiles is None:
+        return ""
+    syms = {_ITER.format(i) for i in range(levels)}
+    constexprs = _constexprs(ks)
+    expr = cst.parse_expression(_subst(pointer, before) if before else pointer)
+    extents = [cu.names_in(a) for n in _walk(expr) if isinstance(n, cst.Call) and _code(n.func).endswith("arange")
+               for a in n.args]
+    for t in _sum_terms(expr):
+        names = cu.names_in(t) - syms
+        if not cu.names_in(t) & syms or not names or not names <= constexprs or names in extents:
+            continue
+        factors = [f for f in _factors(t) if not cu.names_in(f) & syms]
+        return " * ".join(_code(f) for f in factors)
+    return ""
+
+
 @dataclass
 class _Term:
     """One term of a pointer's sum: does it use a loop counter, a program id; which axis of a block it
@@ -1255,6 +1281,7 @@ def _hoist(ks: KernelSource, block: list[cst.CSTNode], reads, before: set[str], 
                     at = (_at_corner(pointer, {_ITER.format(0): "0"}), _at_corner(pointer, {_ITER.format(0): "1"}))
                 raise _Fallback(f"each iteration reads other rows of '{tensor}', so each waits for its own chunks", at)
             corners = _corners(pointer, mask_code, state["levels"], dim, desc)
+            step = _constexpr_step(ks, pointer, levels, tiles, prior) if not writes and levels and desc is None else ""
         except _Fallback as exc:
             if fallbacks is None:
                 raise InferenceError(
@@ -1268,6 +1295,7 @@ def _hoist(ks: KernelSource, block: list[cst.CSTNode], reads, before: set[str], 
         for access in corners:
             access.clamped = access.clamped or clamped
             access.guard = guard
+            access.step = step
             if access not in accesses:
                 accesses.append(access)
     return accesses
