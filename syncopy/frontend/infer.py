@@ -803,6 +803,8 @@ def _evaluate(ks: KernelSource, block: list[cst.CSTNode], read: cst.Call, env, u
             for v in var:
                 env[v] = _plus(start, _times(k, step))
                 unknown.pop(v, None)
+            if isinstance(stmt.target, cst.Name) and step == "1":
+                state.setdefault("counters", {})[stmt.target.value] = (level, start, env[stmt.target.value])
             for name, inc in steps.items():
                 env[name] = _plus(env.get(name, name), _times(k, inc))
             for name in loop_assigned - set(var) - set(steps):
@@ -820,6 +822,8 @@ def _evaluate(ks: KernelSource, block: list[cst.CSTNode], read: cst.Call, env, u
             if cu.contains(stmt.test, read):
                 return True
             if cu.contains(stmt.body, read):
+                if state.get("guards"):
+                    _guard_last_iteration(stmt.test, env, unknown, state)
                 return _evaluate(ks, list(stmt.body.body), read, env, unknown, state)
             if stmt.orelse is not None:
                 body = stmt.orelse.body
@@ -829,6 +833,37 @@ def _evaluate(ks: KernelSource, block: list[cst.CSTNode], read: cst.Call, env, u
             return _evaluate(ks, list(stmt.body.body), read, env, unknown, state)
         return True
     return False
+
+
+def _guard_last_iteration(test: cst.BaseExpression, env: dict[str, str], unknown: dict, state) -> None:
+    """Inside `if c < E:` (or `c <= E`, `E > c`, `E >= c`) where `c` is the counter of an enclosing
+    `for c in range(start, N)` (step 1) as that loop set it, and E is the same in every iteration: the
+    body's last iteration is min(the loop's last, E - 1), and its level in state["levels"] says so
+    (Mamba's state passing stores `out_ptrs` under `if c < nchunks - 1`). Proven only for such a guard
+    with the loop's start, its last iteration and E free of every loop counter (the iteration space
+    stays a box, whose corners bound an affine pointer); any other test leaves the wider bound."""
+    test = test.with_changes(lpar=[], rpar=[])
+    if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1):
+        return
+    left, op, right = test.left, test.comparisons[0].operator, test.comparisons[0].comparator
+    forms = {cst.LessThan: (left, right, " - 1"), cst.LessThanEqual: (left, right, ""),
+             cst.GreaterThan: (right, left, " - 1"), cst.GreaterThanEqual: (right, left, "")}
+    if type(op) not in forms:
+        return
+    counter, bound, tail = forms[type(op)]
+    counter = counter.with_changes(lpar=[], rpar=[])
+    found = state.get("counters", {}).get(counter.value) if isinstance(counter, cst.Name) else None
+    if found is None or env.get(counter.value) != found[2]:
+        return  # not a loop counter, or re-assigned in the loop before the test
+    level, start, _ = found
+    syms = {_ITER.format(i) for i in range(len(state["levels"]))}
+    bound = cu.substitute(cst.Module(body=[]), bound, env)
+    done = state["levels"][level]
+    used = set().union(*(cu.names_in(cst.parse_expression(x)) for x in (bound, start, done)))
+    if used & (syms | set(unknown)):
+        return
+    last = f"{cu.paren(bound)}{tail}" if start == "0" else f"{cu.paren(bound)}{tail} - {cu.paren(start)}"
+    state["levels"][level] = f"min({done}, {last})"
 
 
 def _affinity(node: cst.CSTNode, syms: set[str]) -> int | None:
@@ -1249,7 +1284,7 @@ def _hoist(ks: KernelSource, block: list[cst.CSTNode], reads, before: set[str], 
             continue
         env: dict[str, str] = {}
         unknown: dict[str, cst.CSTNode] = {}
-        state = {"levels": []}
+        state = {"levels": [], "guards": writes}  # stores bound their loop's last iteration by a counter guard
         try:
             try:
                 _evaluate(ks, block, call, env, unknown, state)
