@@ -137,5 +137,6 @@ __all__ = [
 
 class SyncopyFallbackWarning(UserWarning):
     """A rewrite that overlap needs was not proven, and the kernel fell back to what costs overlap: a
-    tile waits for every chunk, or tiles keep their launch order. Said once per operator, at its first
+    tile waits for every chunk, tiles keep their launch order, or a loop whose pointer steps by constexprs
+    only waits before it for every iteration's rows. Said once per operator, at its first
     launch, with the kernel's line and why; `strict=True` (`syncopy transform --strict`) refuses it instead."""

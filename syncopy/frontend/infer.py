@@ -56,6 +56,9 @@ class Access:
     # they held (a bound too wide is slower, never wrong).
     guard: tuple[tuple[str, bool], ...] = ()
     why: str = ""          # with `every`: why (said in the transformed source)
+    # A loop's read whose pointer steps by constexprs only (`p += H * K`, `_constexpr_step`): the
+    # step's code; the wait before the loop covers every iteration's rows, and the source says why.
+    step: str = ""
 
 
 @dataclass
@@ -800,6 +803,8 @@ def _evaluate(ks: KernelSource, block: list[cst.CSTNode], read: cst.Call, env, u
             for v in var:
                 env[v] = _plus(start, _times(k, step))
                 unknown.pop(v, None)
+            if isinstance(stmt.target, cst.Name) and step == "1":
+                state.setdefault("counters", {})[stmt.target.value] = (level, start, env[stmt.target.value])
             for name, inc in steps.items():
                 env[name] = _plus(env.get(name, name), _times(k, inc))
             for name in loop_assigned - set(var) - set(steps):
@@ -817,6 +822,8 @@ def _evaluate(ks: KernelSource, block: list[cst.CSTNode], read: cst.Call, env, u
             if cu.contains(stmt.test, read):
                 return True
             if cu.contains(stmt.body, read):
+                if state.get("guards"):
+                    _guard_last_iteration(stmt.test, env, unknown, state)
                 return _evaluate(ks, list(stmt.body.body), read, env, unknown, state)
             if stmt.orelse is not None:
                 body = stmt.orelse.body
@@ -826,6 +833,37 @@ def _evaluate(ks: KernelSource, block: list[cst.CSTNode], read: cst.Call, env, u
             return _evaluate(ks, list(stmt.body.body), read, env, unknown, state)
         return True
     return False
+
+
+def _guard_last_iteration(test: cst.BaseExpression, env: dict[str, str], unknown: dict, state) -> None:
+    """Inside `if c < E:` (or `c <= E`, `E > c`, `E >= c`) where `c` is the counter of an enclosing
+    `for c in range(start, N)` (step 1) as that loop set it, and E is the same in every iteration: the
+    body's last iteration is min(the loop's last, E - 1), and its level in state["levels"] says so
+    (Mamba's state passing stores `out_ptrs` under `if c < nchunks - 1`). Proven only for such a guard
+    with the loop's start, its last iteration and E free of every loop counter (the iteration space
+    stays a box, whose corners bound an affine pointer); any other test leaves the wider bound."""
+    test = test.with_changes(lpar=[], rpar=[])
+    if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1):
+        return
+    left, op, right = test.left, test.comparisons[0].operator, test.comparisons[0].comparator
+    forms = {cst.LessThan: (left, right, " - 1"), cst.LessThanEqual: (left, right, ""),
+             cst.GreaterThan: (right, left, " - 1"), cst.GreaterThanEqual: (right, left, "")}
+    if type(op) not in forms:
+        return
+    counter, bound, tail = forms[type(op)]
+    counter = counter.with_changes(lpar=[], rpar=[])
+    found = state.get("counters", {}).get(counter.value) if isinstance(counter, cst.Name) else None
+    if found is None or env.get(counter.value) != found[2]:
+        return  # not a loop counter, or re-assigned in the loop before the test
+    level, start, _ = found
+    syms = {_ITER.format(i) for i in range(len(state["levels"]))}
+    bound = cu.substitute(cst.Module(body=[]), bound, env)
+    done = state["levels"][level]
+    used = set().union(*(cu.names_in(cst.parse_expression(x)) for x in (bound, start, done)))
+    if used & (syms | set(unknown)):
+        return
+    last = f"{cu.paren(bound)}{tail}" if start == "0" else f"{cu.paren(bound)}{tail} - {cu.paren(start)}"
+    state["levels"][level] = f"min({done}, {last})"
 
 
 def _affinity(node: cst.CSTNode, syms: set[str]) -> int | None:
@@ -994,6 +1032,29 @@ def _walks_rows(ks: KernelSource, pointer: str, dim: int, levels: int, tiles: se
         if any(f.axis == "rows" and not f.tiled for f in same) and (dim == 0 or not tiled_block):
             return True
     return False
+
+
+def _constexpr_step(ks: KernelSource, pointer: str, levels: int, tiles: set[str] | None,
+                    before: dict[str, str] | None) -> str:
+    """The step of a loop's pointer written with constexprs only (flash-linear-attention's
+    `p_k += H * K` over a contiguous [B, T, H, K]), as code; "" where there is none. Such a step says
+    nothing of the axis it walks, so `_walks_rows` keeps the wait before the loop. A step that is the
+    extent of a block of the pointer (a GEMM's `a_ptrs += BK` over `tl.arange(0, BK)`) walks along
+    that block's own axis and is no such step."""
+    if tiles is None:
+        return ""
+    syms = {_ITER.format(i) for i in range(levels)}
+    constexprs = _constexprs(ks)
+    expr = cst.parse_expression(_subst(pointer, before) if before else pointer)
+    extents = [cu.names_in(a) for n in _walk(expr) if isinstance(n, cst.Call) and _code(n.func).endswith("arange")
+               for a in n.args]
+    for t in _sum_terms(expr):
+        names = cu.names_in(t) - syms
+        if not cu.names_in(t) & syms or not names or not names <= constexprs or names in extents:
+            continue
+        factors = [f for f in _factors(t) if not cu.names_in(f) & syms]
+        return " * ".join(_code(f) for f in factors)
+    return ""
 
 
 @dataclass
@@ -1223,7 +1284,7 @@ def _hoist(ks: KernelSource, block: list[cst.CSTNode], reads, before: set[str], 
             continue
         env: dict[str, str] = {}
         unknown: dict[str, cst.CSTNode] = {}
-        state = {"levels": []}
+        state = {"levels": [], "guards": writes}  # stores bound their loop's last iteration by a counter guard
         try:
             try:
                 _evaluate(ks, block, call, env, unknown, state)
@@ -1255,6 +1316,7 @@ def _hoist(ks: KernelSource, block: list[cst.CSTNode], reads, before: set[str], 
                     at = (_at_corner(pointer, {_ITER.format(0): "0"}), _at_corner(pointer, {_ITER.format(0): "1"}))
                 raise _Fallback(f"each iteration reads other rows of '{tensor}', so each waits for its own chunks", at)
             corners = _corners(pointer, mask_code, state["levels"], dim, desc)
+            step = _constexpr_step(ks, pointer, levels, tiles, prior) if not writes and levels and desc is None else ""
         except _Fallback as exc:
             if fallbacks is None:
                 raise InferenceError(
@@ -1268,6 +1330,7 @@ def _hoist(ks: KernelSource, block: list[cst.CSTNode], reads, before: set[str], 
         for access in corners:
             access.clamped = access.clamped or clamped
             access.guard = guard
+            access.step = step
             if access not in accesses:
                 accesses.append(access)
     return accesses

@@ -96,6 +96,14 @@ def from_table_or(computed: list[cst.BaseStatement]) -> cst.BaseStatement:
     return cst.parse_statement(code)
 
 
+# A loop's pointer into the tensor stepped by constexprs only (infer._constexpr_step): its one wait
+# before the loop covers every iteration's rows; the note starts with notes.FALLBACKS' "one wait before".
+_CONSTEXPR_STEP = ("# syncopy: one wait before the loop for every row of {tensor} it reads: its pointer steps by constexprs "
+                   "only ({step} per iteration), so syncopy cannot tell which rows each iteration reads; pass the stride as "
+                   "a runtime argument (as Mamba's `p += stride_chunk`, which is recognised) and each iteration waits for "
+                   "its own chunks")
+
+
 def _comments(binding: TensorBinding, group: ReadGroup, what: str) -> list[str]:
     every = [a for a in group.accesses if a.every]
     if every:
@@ -106,6 +114,9 @@ def _comments(binding: TensorBinding, group: ReadGroup, what: str) -> list[str]:
         lines.append(f"# syncopy: no bound before the loop ({group.why}): wait before each read, from its own pointers")
     if any(a.clamped for a in group.accesses):
         lines.append("# syncopy: a mask that changes with the loop is left out of this bound (rows outside the tensor clamp to it)")
+    step = next((a.step for a in group.accesses if a.step), "")
+    if step:
+        lines.append(_CONSTEXPR_STEP.format(tensor=binding.tensor, step=step))
     return [*lines, f"# syncopy: wait for the chunks of {binding.tensor} {what}"]
 
 

@@ -29,12 +29,13 @@ def kernel_notes(t) -> list[tuple[int | None, str]]:
 
 
 #: The `# syncopy:` notes of a fallback that costs overlap (SyncopyFallbackWarning).
-FALLBACKS = ("wait for every chunk", "tiles keep their")
+FALLBACKS = ("wait for every chunk", "tiles keep their", "one wait before the loop")
 
 
 def fallbacks(t) -> list[tuple[int | None, str]]:
     """(line, note) of each fallback of transformed kernel `t` that costs overlap: a tile that waits
-    for every chunk, tiles kept in their launch order."""
+    for every chunk, tiles kept in their launch order, a loop whose pointer steps by constexprs only
+    (one wait before it for every iteration's rows)."""
     return [(line, note[len("syncopy: "):]) for line, note in kernel_notes(t) if note[len("syncopy: "):].startswith(FALLBACKS)]
 
 

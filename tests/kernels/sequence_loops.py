@@ -13,6 +13,10 @@ repositories write them (issue 31, item 6):
 - `linear_recurrence`: the linear-attention recurrence (fused_recurrent kernels of
   flash-linear-attention): q, k, v [B, T, H, K], a state h [K, K] updated per time step,
   h = h + k_t v_t^T, o_t = q_t h, every pointer stepped by its time stride (`p_k += stride_kt`).
+- `linear_recurrence_constexpr_steps`: the same recurrence as flash-linear-attention writes it, over a
+  contiguous [B, T, H, K] with H and K constexprs: every pointer stepped by `H * K`, no stride passed.
+  syncopy cannot tell which rows an iteration reads, so the loop waits for all of them before it and
+  says so (SyncopyFallbackWarning).
 
 - `guarded_attention_bshd`: templates/ag_attention's guarded online softmax over the same [B, S, H, D]
   layout and FA2's pointer style: proven to run in any order, so its key loop runs in chunk-arrival
@@ -129,6 +133,29 @@ def linear_recurrence(q, k, v, o, T, stride_qb, stride_qt, stride_qh, stride_kb,
         p_k += stride_kt
         p_v += stride_vt
         p_o += stride_ot
+
+
+@triton.jit
+def linear_recurrence_constexpr_steps(q, k, v, o, T, H: tl.constexpr, K: tl.constexpr):
+    i_b = tl.program_id(0)
+    i_h = tl.program_id(1)
+    o_k = tl.arange(0, K)
+    p_q = q + (i_b * T * H + i_h) * K + o_k
+    p_k = k + (i_b * T * H + i_h) * K + o_k
+    p_v = v + (i_b * T * H + i_h) * K + o_k
+    p_o = o + (i_b * T * H + i_h) * K + o_k
+    h = tl.zeros([K, K], dtype=tl.float32)
+    for _ in range(0, T):
+        b_q = tl.load(p_q).to(tl.float32)
+        b_k = tl.load(p_k).to(tl.float32)
+        b_v = tl.load(p_v).to(tl.float32)
+        h += b_k[:, None] * b_v[None, :]
+        b_o = tl.sum(h * b_q[:, None], 0)
+        tl.store(p_o, b_o.to(p_o.dtype.element_ty))
+        p_q += H * K
+        p_k += H * K
+        p_v += H * K
+        p_o += H * K
 
 
 @triton.jit

@@ -12,11 +12,12 @@ QUERIES, BLOCK_M = 32, 16
 FA2_LAUNCHES = ((32, 5), (16, 0), (32, 17))
 SCAN_CHUNKS, SCAN_DIM, SCAN_BLOCK = 3, 24, 16   # Mamba: sequence chunks a rank, head dim (ragged over the block)
 STEPS, STATE = 4, 16                            # linear attention: time steps a rank, K
-NAMES = ("fa2_bshd", "guarded_attention_bshd", "state_passing", "linear_recurrence")
+NAMES = ("fa2_bshd", "guarded_attention_bshd", "state_passing", "linear_recurrence", "linear_recurrence_constexpr_steps")
 TENSORS = {"fa2_bshd": ["K", "V"], "guarded_attention_bshd": ["K", "V"], "state_passing": "states_ptr",
-           "linear_recurrence": ["k", "v"]}
+           "linear_recurrence": ["k", "v"], "linear_recurrence_constexpr_steps": ["k", "v"]}
 #: The grid each kernel launches: how many tile starts a launch records.
-TILES = {"fa2_bshd": 8, "guarded_attention_bshd": 8, "state_passing": 8, "linear_recurrence": B * H}
+TILES = {"fa2_bshd": 8, "guarded_attention_bshd": 8, "state_passing": 8, "linear_recurrence": B * H,
+         "linear_recurrence_constexpr_steps": B * H}
 
 
 def _link(hold: bool):
@@ -101,9 +102,8 @@ def _scan(fused, rank: int, world: int, launch: int):
     import torch
 
     out, final, states, dA_cs = launch_scan(fused, rank, world, launch)
-    chunks = SCAN_CHUNKS * world
     want_out, want_final = scan_reference(_gathered(states, world), dA_cs)
-    return torch.cat([out[:, :chunks].flatten(), final.flatten()]), torch.cat([want_out.flatten(), want_final.flatten()])
+    return torch.cat([out.flatten(), final.flatten()]), torch.cat([want_out.flatten(), want_final.flatten()])
 
 
 def launch_scan(fused, rank: int, world: int, launch: int):
@@ -115,9 +115,9 @@ def launch_scan(fused, rank: int, world: int, launch: int):
     chunks = SCAN_CHUNKS * world
     states = torch.randn(B, SCAN_CHUNKS, H, SCAN_DIM, generator=g)
     dA_cs = -torch.rand(B, H, chunks, generator=torch.Generator().manual_seed(1009 * launch + world))  # the same on every rank
-    # One chunk more than written: the launch's extent check bounds the store under `if c < nchunks - 1`
-    # at the loop's last corner (the branch is not a constexpr), one chunk past the end.
-    out = torch.full((B, chunks + 1, H, SCAN_DIM), float("nan"))
+    # Mamba's layout: out[:, c] is the state before chunk c; the store under `if c < nchunks - 1` ends
+    # at the last chunk, which the launch's extent check proves (infer._guard_last_iteration).
+    out = torch.full((B, chunks, H, SCAN_DIM), float("nan"))
     final = torch.full((B, H, SCAN_DIM), float("nan"))
     st = _strides((B, chunks, H, SCAN_DIM))
     grid = (triton.cdiv(SCAN_DIM, SCAN_BLOCK), B, H)
@@ -159,6 +159,19 @@ def launch_recurrence(fused, rank: int, world: int, launch: int):
     return o, q, k, v
 
 
+def launch_recurrence_constexpr_steps(fused, rank: int, world: int, launch: int):
+    """Launch `fused` as flash-linear-attention does, contiguous [B, T, H, K], no stride passed: (o, q, k, v)."""
+    import torch
+
+    g = torch.Generator().manual_seed(15485863 * launch + 31 * rank + world)
+    steps = STEPS * world
+    q = torch.randn(B, steps, H, STATE, generator=g) * 0.5
+    k, v = (torch.randn(B, STEPS, H, STATE, generator=g) * 0.5 for _ in range(2))
+    o = torch.full_like(q, float("nan"))
+    fused[(B, H)](q, k, v, o, steps, H=H, K=STATE)
+    return o, q, k, v
+
+
 def run_sequence_loops(rank: int, world: int, hold: bool) -> dict:
     """Each kernel of NAMES fused along dim 1, traced, poisoned receive buffers: per launch its error
     against torch, its tile starts as chunks landed, in start order, and its total chunks; and whether
@@ -175,7 +188,8 @@ def run_sequence_loops(rank: int, world: int, hold: bool) -> dict:
         fused = syncopy.overlap(sched, trace=True, poison_receive=True, link=_link(hold))(getattr(kernels, name))
         source = fused.build().stages["fused"]
         decision = "arrival" if "for syncopy_t in range(0, syncopy_n):" in source else \
-            "written" if "# syncopy: this loop keeps its written order" in source else "?"
+            "written" if "# syncopy: this loop keeps its written order" in source else \
+            "before" if "# syncopy: one wait before the loop" in source else "?"
         launches = []
         for launch in range(3):
             dist.barrier()  # start together: a late rank would find its chunks already there
@@ -183,8 +197,11 @@ def run_sequence_loops(rank: int, world: int, hold: bool) -> dict:
                 got, want = _attention(name, fused, rank, world, launch)
             elif name == "state_passing":
                 got, want = _scan(fused, rank, world, launch)
-            else:
+            elif name == "linear_recurrence":
                 got, want = _recurrence(fused, rank, world, launch)
+            else:
+                o, q, k, v = launch_recurrence_constexpr_steps(fused, rank, world, launch)
+                got, want = o, recurrence_reference(q, _gathered(k, world), _gathered(v, world))
             trace = fused.last_trace
             launches.append({"error": _worst(got, want), "starts": [a for _, _, a in trace.tile_starts],
                              "total": trace.total_chunks})

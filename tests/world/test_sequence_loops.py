@@ -8,6 +8,8 @@ tests/kernels/sequence_loops.py) wait per iteration instead of for every chunk b
   dim 1 (first_row_along).
 - Mamba's state-passing scan and the linear-attention recurrence (pointers stepped in the loop) keep
   their written order (they store every iteration) and still start before remote chunks land.
+- The recurrence as flash-linear-attention writes it (`p_k += H * K`, constexprs only) waits for all its
+  rows before its loop, said as a SyncopyFallbackWarning: its first tile starts once every chunk landed.
 
 World 2 with the hold oracle (a remote chunk lands only once a tile polls it): the first tile of every
 launch starts with only this rank's own chunks landed. World 3 on the default slow reordering link:
@@ -21,7 +23,10 @@ from tests.world import sequence_loop_workers as sw
 from tests.world.harness import IN_ORDER, spawn
 
 DECISIONS = {"fa2_bshd": "written", "guarded_attention_bshd": "arrival", "state_passing": "written",
-             "linear_recurrence": "written"}
+             "linear_recurrence": "written", "linear_recurrence_constexpr_steps": "before"}
+# Its pointers step by constexprs only (`p_k += H * K`): one wait before the loop for all its rows
+# (SyncopyFallbackWarning), so its first tile starts once every chunk landed.
+WAITS_FOR_ALL = {"linear_recurrence_constexpr_steps"}
 
 
 def _check(results: list[dict], world: int, held: bool) -> None:
@@ -34,7 +39,9 @@ def _check(results: list[dict], world: int, held: bool) -> None:
                 assert one["error"] <= 1e-4, where
                 assert one["total"] == total and len(one["starts"]) == sw.TILES[name], where
                 assert all(arrived >= sw.CHUNKS_PER_RANK for arrived in one["starts"]), where
-                if held:  # the first tile starts before any remote chunk lands: only this rank's own are there
+                if name in WAITS_FOR_ALL:
+                    assert one["starts"][0] == total, where
+                elif held:  # the first tile starts before any remote chunk lands: only this rank's own are there
                     assert one["starts"][0] == sw.CHUNKS_PER_RANK < total, where
 
 

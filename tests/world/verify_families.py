@@ -450,6 +450,8 @@ def _sequence_loops_example(name: str):
             return _made(lambda rec: sw.launch_attention(name, rec, rank, world, launch % len(sw.FA2_LAUNCHES)))
         if name == "state_passing":
             return _made(lambda rec: sw.launch_scan(rec, rank, world, launch))
+        if name == "linear_recurrence_constexpr_steps":
+            return _made(lambda rec: sw.launch_recurrence_constexpr_steps(rec, rank, world, launch))
         return _made(lambda rec: sw.launch_recurrence(rec, rank, world, launch))
     return example
 
