@@ -52,9 +52,10 @@ def test_dropped_chunk_raises_timeout_on_every_rank_that_needs_it():
         msg = launch["str"]
         for part in (f"rank {rank}", f"chunk {index} of rank {src}", "epoch 1"):
             assert part in msg, f"rank {rank}: {part!r} not in {msg!r}"
-        # Bounded: the rank reported (the spawn deadline is the hang check) after waiting timeout_s,
-        # as its message says; never before it (a lower bound does not flake on a loaded machine).
-        assert f"waited {TIMEOUT_S:g}s" in msg, msg
+        # Bounded: the rank reported (the spawn deadline is the hang check) after waiting timeout_s, as
+        # its message says, or once a peer that gave up on the same chunk closed its connection (it
+        # then stops waiting: that chunk can no longer come); never before (a lower bound does not flake).
+        assert f"waited {TIMEOUT_S:g}s" in msg or msg.startswith(f"rank {rank} stopped waiting for chunk {index} of rank {src}"), msg
         # It names the fault that dropped the chunk, not the ranks' usual mistakes (issue 27 item 7).
         assert msg.endswith(f"; the injected fault drop={src}:{index} drops it at every launch; this is the timeout that "
                             "fault injects"), msg

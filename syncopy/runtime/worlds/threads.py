@@ -271,7 +271,7 @@ class ThreadWorld:
             rk.errors.check()  # earlier launches that are done: their errors surface here
         calls = []
         listed = fk.schedule.tensors[1:]
-        for rk, g, (arguments, _, options) in zip(ranks, grids, bound):
+        for rk, g, (arguments, _, options, *_) in zip(ranks, grids, bound):
             call = dict(arguments)
             rk.ctx.extra_shards = [arguments[n] for n in listed]
             call[fk.schedule.tensors[0]] = rk.ctx.buffer
@@ -462,7 +462,7 @@ class ThreadWorld:
                                   f"passed {list(first.shape)} {first.dtype} on {first.device}; every rank's shard must match")
         fk = self.fk
         extras = fk.contexts.listed_shapes(bound[0][0])
-        for r, (arguments, _, _) in enumerate(bound):
+        for r, (arguments, *_) in enumerate(bound):
             if fk.contexts.listed_shapes(arguments) != extras:
                 raise LaunchError(f"rank {r} passed the listed tensors {', '.join(fk.schedule.tensors[1:])} with shapes and dtypes "
                                   f"{fk.contexts.listed_shapes(arguments)} but rank 0 {extras}; every rank's shards must match")
