@@ -341,22 +341,20 @@ def _wait(g: _Group, n: int, work, outs: list, words: dict, bound: float, timeou
         work.wait(timeout=timedelta(seconds=max(bound, 0.001)))
     except RuntimeError as exc:
         g.broken = f"launch {n} of this group never met every peer's"
-        message = _missing(g, n, words, bound, exc)
+        kind, detail, late = _missing(g, n, bound, exc)
         _gave_up(g, n, f"after {bound:g}s")
-        if timeout is not None and ("did not make it within" in message or "dropped out" in message):
+        if timeout is not None and kind == "missing":
             from syncopy.errors import SyncopyTimeout
 
             rank, chunk_of, epoch, timeout_s = timeout
-            late = [r for r in range(g.world) if r != g.rank and _count(g, r) < n]
-            chunk = chunk_of(late[0] if late else next(r for r in range(g.world) if r != g.rank))
-            detail = message.split(f"({words['kernel']}): ", 1)[-1].split(f"; {SAME}")[0]
+            chunk = chunk_of(min(late) if late else next(r for r in range(g.world) if r != g.rank))
             raise SyncopyTimeout(rank, chunk, epoch, timeout_s, f"launch {n} on this group: {detail}", SAME + ", or raise timeout_s") from None
-        raise LaunchError(message) from None
-    late = _given_up_on(g, n) if bound > 0 else None  # a deferred exchange read later: no rank waited for it
-    if late is not None:
+        raise LaunchError(f"rank {g.rank}: launch {n} on this group ({words['kernel']}): {detail}" + (
+            f"; {SAME}, or raise timeout_s" if kind == "missing" else "")) from None
+    given_up = _given_up_on(g, n) if bound > 0 else None  # a deferred exchange read later: no rank waited for it
+    if given_up is not None:
         g.broken = f"launch {n} of this group came after its peers had given up on it"
-        raise LaunchError(f"rank {g.rank}: launch {n} on this group ({words['kernel']}): this rank came late: {late}; launch on "
-                          "every rank within timeout_s of each other (or raise timeout_s), then create a new process group")
+        raise LaunchError(f"rank {g.rank}: launch {n} on this group ({words['kernel']}): {_came_late(given_up)}")
     theirs = [json.loads(o.numpy().tobytes().rstrip(b"\0").decode() or "{}") for o in outs]
     problem = difference(g.rank, n, theirs[g.rank], theirs)  # this rank's words as its peers read them
     if problem is not None:
@@ -442,39 +440,43 @@ def _schedule_words(words: dict) -> str:
     return f"{s.get('pattern')} of {tensor}"
 
 
-def _missing(g: _Group, n: int, words: dict, bound: float, exc: BaseException) -> str:
-    """Who did not come to launch n, from the store's words (`last/<rank>`), and what they last did;
-    a peer whose connection closed (it died, or gave up on its own wait) is said to have dropped out."""
-    where = f"rank {g.rank}: launch {n} on this group ({words['kernel']})"
+def _missing(g: _Group, n: int, bound: float, exc: BaseException) -> tuple[str, str, dict[int, tuple[int, str]]]:
+    """Why launch n's exchange never completed, as (kind, words, late): "late" (this rank came after
+    its peers gave up on it), "closed" (a peer's connection closed: it died, or gave up on its own
+    wait) or "missing" (peers that did not come within `bound`); `late`: those peers, from the store's
+    words (`_late`)."""
     text = control.transport_text(exc)
+    late = _late(g, n)
     if "imeout" not in text and "imed out" not in text:
         # A connection closed: a peer that gave up on this launch before this rank came closes it too.
-        late = _given_up_on(g, n)
-        if late is not None:
-            return (f"{where}: this rank came late: {late}; launch on every rank within timeout_s of each other (or raise "
-                    "timeout_s), then create a new process group")
-        late = [r for r in range(g.world) if r != g.rank and _count(g, r) < n]
+        given_up = _given_up_on(g, n)
+        if given_up is not None:
+            return "late", _came_late(given_up), late
         who = f"rank(s) {', '.join(map(str, late))} had not made it" if late else "every peer had made it"
-        return (f"{where}: a peer's connection closed while this rank waited for it ({text}); {who}: look for the cause in "
-                "their own output, then restart the job")
-    late, said = [], []
-    for r in range(g.world):
-        if r == g.rank:
-            continue
-        last = g._read(f"last/{r}")
-        count, _, kernel = (last or "0 -").partition(" ")
-        if int(count) < n:
-            late.append(r)
-            said.append(f"rank {r} made {count} launch{'es' if count != '1' else ''} here"
-                        + (f", the last of {kernel}" if int(count) else ""))
+        return "closed", (f"a peer's connection closed while this rank waited for it ({text}); {who}: look for the cause "
+                          "in their own output, then restart the job"), late
+    said = [f"rank {r} made {count} launch{'es' if count != 1 else ''} here" + (f", the last of {kernel}" if count else "")
+            for r, (count, kernel) in late.items()]
     who = f"rank(s) {', '.join(map(str, late))}" if late else "some rank"
     why = f" ({'; '.join(said)})" if said else f" ({text})"
-    return f"{where}: {who} did not make it within {bound:g}s{why}; {SAME}, or raise timeout_s"
+    return "missing", f"{who} did not make it within {bound:g}s{why}", late
 
 
-def _count(g: _Group, r: int) -> int:
-    """Rank r's launches on the group so far, as it last wrote in the store (0: none, or no word)."""
-    return int((g._read(f"last/{r}") or "0").split(" ")[0])
+def _came_late(given_up: str) -> str:
+    return (f"this rank came late: {given_up}; launch on every rank within timeout_s of each other (or raise timeout_s), "
+            "then create a new process group")
+
+
+def _last(g: _Group, r: int) -> tuple[int, str]:
+    """Rank r's launches on the group so far and the kernel of its last, as it last wrote in the
+    store ((0, '-'): none, or no word)."""
+    count, _, kernel = (g._read(f"last/{r}") or "0 -").partition(" ")
+    return int(count), kernel
+
+
+def _late(g: _Group, n: int) -> dict[int, tuple[int, str]]:
+    """The peers that have not made launch n, with what they made (`_last`)."""
+    return {r: last for r in range(g.world) if r != g.rank and (last := _last(g, r))[0] < n}
 
 
 def refused(group, n: int, exc: BaseException) -> None:
@@ -506,7 +508,7 @@ def cause(group, n: int | None) -> str | None:
             text = g._read(f"refused/{n}/{r}")
             if text is not None:
                 return f"rank {r} refused launch {n} on this group: {text}"
-    late = [r for r in range(g.world) if r != g.rank and _count(g, r) < n]
+    late = _late(g, n)
     if late:
         return f"rank(s) {', '.join(map(str, late))} never made launch {n} on this group"
     return None
