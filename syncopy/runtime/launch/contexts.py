@@ -81,6 +81,12 @@ def shard_difference(t: str, pattern: str, dim: int, r: int, theirs: tuple, rank
             f"{my_dtype}; {pattern} needs the same {what} on every rank{fix}")
 
 
+def refuse_broken_context(ctx: Context) -> None:
+    """A LaunchError, saying why, if `ctx`'s transfers broke in an earlier launch (a timeout)."""
+    if ctx.broken:
+        raise LaunchError(f"this operator's transfers broke in an earlier launch ({ctx.broken}); re-create the process group")
+
+
 def listed_difference(names: list[str], r: int, theirs, rank: int, mine) -> str:
     """Rank r passed the other listed tensors (`tensor: [K, V]`) with other (shape, dtype) than this rank."""
     return (f"rank {r} passed the other listed tensors ({', '.join(names)}) as {theirs} but rank {rank} as {mine} (shape, dtype); "
@@ -222,8 +228,8 @@ class Contexts:
         key = self.key(shard, group, args, uneven)
         with _cache_lock:
             hit = self.table.get(key)
-        if hit is not None and hit[0].broken:
-            raise LaunchError(f"this operator's transfers broke in an earlier launch ({hit[0].broken}); re-create the process group")
+        if hit is not None:
+            refuse_broken_context(hit[0])
         control.refuse_broken_group(group)
 
     def has(self, shard: torch.Tensor, group, args: dict, uneven: bool = False) -> bool:

@@ -25,7 +25,7 @@ import torch.distributed as dist
 
 from syncopy.errors import LaunchError, SyncopyTimeout
 from syncopy.runtime.launch import agreement, host_descriptors, outcome, turns
-from syncopy.runtime.launch.contexts import checked_group
+from syncopy.runtime.launch.contexts import checked_group, refuse_broken_context
 from syncopy.runtime.launch.order import grid3
 from syncopy.runtime.state.context import Context
 from syncopy.runtime.streams import streamops
@@ -178,8 +178,7 @@ def _prepare(op, grid, group, built, call, split, uneven: bool) -> tuple:
     arguments, options = op.binder.tuned(grid, call.arguments, call.options, group, lambda: torch.empty_like(ctx.buffer))
     op.resolved_chunks_per_rank, op.resolved_order = ctx.schedule.chunks_per_rank, ctx.schedule.order
     op.last_resolution = ctx.resolution
-    if ctx.broken:
-        raise LaunchError(f"this operator's transfers broke in an earlier launch ({ctx.broken}); re-create the process group")
+    refuse_broken_context(ctx)
     kernel_args = _kernel_arguments(op, ctx, arguments, call.descriptors)
     if backend is not None and not op.producer:
         g0, g1, g2 = grid3(grid, kernel_args)
