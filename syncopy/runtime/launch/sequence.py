@@ -193,7 +193,7 @@ def _prepare(op, grid, group, built, call, split, uneven: bool) -> tuple:
             raise _explained(exc, group, None) from None
     own = _own_errors(op, ctx, built.transformed.checked) if backend is None and not op.producer else None
     if own is not None:
-        _check_own(ctx, own)  # a world of one: its earlier launches that are done, likewise
+        _check_own(ctx, own, room=True)  # a world of one: its earlier launches that are done, likewise; room for this one
     return ctx, backend, kernel_args, options, order, own
 
 
@@ -366,12 +366,16 @@ def _own_errors(op, ctx: Context, checked: bool) -> LaunchErrors | None:
     return errors
 
 
-def _check_own(ctx: Context, errors: LaunchErrors, wait: bool = False) -> None:
+def _check_own(ctx: Context, errors: LaunchErrors, wait: bool = False, room: bool = False) -> None:
     """`errors.check`: the first timed-out chunk among a world of one's launches that are done
     (with `wait`: all of them) raises SyncopyTimeout, and its context takes no more launches, as
-    when the error was read at the end of its launch."""
+    when the error was read at the end of its launch. With `room`, before the launch's kernel: the
+    ring has a slot for it (`errors.make_room`, which raises an older launch's failure now, before
+    anything of this launch is enqueued)."""
     try:
         errors.check(wait=wait)
+        if room:
+            errors.make_room()
     except SyncopyTimeout as exc:
         src, index = exc.chunk
         ctx.broken = f"chunk {src * ctx.plan.chunks_per_rank + index} timed out"

@@ -109,6 +109,8 @@ class Pipeline:
         epochs, launched = {}, False
         device = _cuda_device(launches)
         try:
+            for link in plan.links.values():
+                link.errors.make_room()  # before the kernels: an older launch's starved reader raises now
             self.placement = self._placement(plan, launches, device)
             with on_device(device):
                 caller = torch.cuda.current_stream(device) if device is not None else None

@@ -50,6 +50,8 @@ class _WriteValueOp(ctypes.Structure):
 
 assert ctypes.sizeof(_WriteValueOp) == 48
 CU_EVENT_DISABLE_TIMING = 2
+CU_STREAM_CAPTURE_MODE_GLOBAL = 0  # CUstreamCaptureMode: a thread's default
+CU_STREAM_CAPTURE_MODE_RELAXED = 2  # the thread's unsafe calls (cuEventQuery) never invalidate another thread's capture
 CUDA_ERROR_NOT_READY = 600
 CUDA_ERROR_NOT_SUPPORTED = 801
 
@@ -81,6 +83,7 @@ class CudaOps:
         self._event_query = _bind(lib, ("cuEventQuery",), (vp,))
         self._event_destroy = _bind(lib, ("cuEventDestroy_v2", "cuEventDestroy"), (vp,))
         self._stream_wait_event = _bind(lib, ("cuStreamWaitEvent",), (vp, vp, ctypes.c_uint))
+        self._exchange_capture_mode = _bind(lib, ("cuThreadExchangeStreamCaptureMode",), (ctypes.POINTER(ctypes.c_int),))
         self._error_string = lib.cuGetErrorString
         self._error_string.argtypes = (ctypes.c_int, ctypes.POINTER(ctypes.c_char_p))
 
@@ -153,6 +156,14 @@ class CudaOps:
 
     def wait_event(self, stream: int, event: int) -> None:
         self._check(self._stream_wait_event(stream, event, 0), "cuStreamWaitEvent")
+
+    def exchange_capture_mode(self, mode: int) -> int:
+        """Set the calling thread's stream-capture mode (CU_STREAM_CAPTURE_MODE_*); returns the one
+        it had. A thread in the default global mode that queries an event while another thread
+        captures invalidates that capture; the watchdog relaxes its own (runtime/streams/watchdog.py)."""
+        value = ctypes.c_int(mode)
+        self._check(self._exchange_capture_mode(ctypes.byref(value)), "cuThreadExchangeStreamCaptureMode")
+        return value.value
 
     def _check(self, rc: int, what: str) -> None:
         if rc:
@@ -319,6 +330,15 @@ class HostOps:
             event.wait()
         else:
             stream.put(event.wait, always=True)
+
+    _capture_modes = threading.local()  # per thread, as the driver keeps it
+
+    def exchange_capture_mode(self, mode: int) -> int:
+        """CudaOps.exchange_capture_mode's bookkeeping: the calling thread's mode is kept and
+        returned, and changes nothing else (no CPU stream is captured by the driver)."""
+        previous = getattr(self._capture_modes, "mode", CU_STREAM_CAPTURE_MODE_GLOBAL)
+        self._capture_modes.mode = mode
+        return previous
 
 
 def free_with(owner, ops, events: list) -> weakref.finalize:

@@ -17,6 +17,16 @@ failure the launching thread has not raised by the next look:
 `configure(mode=..., interval_s=...)` sets the same from Python. On CPU ranks (gloo) a launch
 raises its own errors as it returns, so the watchdog has nothing to add there; the CPU thread
 world defers them as a GPU does.
+
+CUDA graph capture. A thread in CUDA's default (global) capture mode that calls cuEventQuery while
+another thread captures a stream in global mode (torch.cuda.graph's default) invalidates that
+capture: the user's graph would fail for a query made on our thread. So before its first event
+query on a CUDA ring the watchdog thread relaxes its own capture mode, once
+(cuThreadExchangeStreamCaptureMode, CU_STREAM_CAPTURE_MODE_RELAXED), and leaves the user's threads
+as they are. This is PyTorch's fix for ProcessGroupNCCL's watchdog, whose event queries broke
+captures the same way (pytorch/pytorch#105182, then #148594: the querying thread's mode is changed,
+not the capturing one's). The events it queries were recorded outside any capture (a captured
+launch records none: its errors are read through the device's epoch, graph_epochs.py).
 """
 from __future__ import annotations
 
@@ -27,6 +37,7 @@ import time
 import weakref
 
 from syncopy.errors import LaunchError
+from syncopy.runtime.streams.streamops import CU_STREAM_CAPTURE_MODE_RELAXED
 
 MODES = ("warn", "abort", "off")
 
@@ -35,6 +46,7 @@ _rings: "weakref.WeakSet" = weakref.WeakSet()
 _seen: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # ring -> the failed epoch seen at the last look
 _reported: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # ring -> epochs already reported
 _thread: threading.Thread | None = None
+_local = threading.local()  # per thread: `relaxed`, its capture mode was relaxed (_relax_capture)
 _mode: str | None = None
 _interval_s: float | None = None
 
@@ -105,19 +117,23 @@ def _run() -> None:
         try:
             time.sleep(interval_s())
             if mode() != "off":
-                look()
+                look(relax=True)
         except Exception as exc:  # the watchdog must outlive whatever one ring (or a changed setting) does
             sys.stderr.write(f"syncopy watchdog: {type(exc).__name__}: {exc}\n")
             time.sleep(1.0)
 
 
-def look() -> list[str]:
+def look(relax: bool = False) -> list[str]:
     """One look at every ring: report each failure that was already there at the last look and is
-    still unraised; returns the lines written."""
+    still unraised; returns the lines written. `relax`: the looking thread is the watchdog's, whose
+    capture mode is relaxed before its first query on a CUDA ring (module doc); a caller's own
+    thread is left as it is."""
     lines = []
     with _lock:
         rings = list(_rings)
     for ring in rings:
+        if relax:
+            _relax_capture(ring.ops)
         found = ring.first_failure()
         if found is None:
             _seen.pop(ring, None)
@@ -132,6 +148,14 @@ def look() -> list[str]:
         done.add(epoch)
         lines.append(_report(error))
     return lines
+
+
+def _relax_capture(ops) -> None:
+    """This thread's stream-capture mode relaxed, once, before it queries a CUDA ring's events."""
+    if ops.device_type != "cuda" or getattr(_local, "relaxed", False):
+        return
+    ops.exchange_capture_mode(CU_STREAM_CAPTURE_MODE_RELAXED)  # a failure raises before any query: tried again next look
+    _local.relaxed = True
 
 
 def _report(error: BaseException) -> str:

@@ -186,7 +186,7 @@ class _Loop:
         self.device_epoch: graphs.DeviceEpoch | None = None
         self.prepared: graphs.DeviceEpoch | LaunchError | None = None  # made at the first launch (LoopbackWorld._prepare_device_epoch)
         ops = engine.ops
-        self.errors = LaunchErrors(ctx, ops, engine.pin, timeout_s)
+        self.errors = LaunchErrors(ctx, ops, engine.pin, timeout_s, refuses=False)  # a test world: it launches after a failure
         # Behind the own rows, one driver call: error words cleared, the epoch, the own flags.
         self.start_writes = ops.batch([(self.errors.words + 4 * i, 0) for i in range(4)]
                                       + [(self.epoch_word, None)] + [(f, None) for f in self.own_flags])
@@ -342,8 +342,9 @@ class LoopbackWorld:
                 raise LaunchError("a world with buffers=2 cannot be captured in a CUDA graph (a replay would reuse one "
                                   "buffer); make the world with buffers=1")
             loop = self._turn(loop, key, shard, bound)
-        if not capturing:  # event queries are not allowed while a stream is captured
+        if not capturing:  # event queries are not allowed while a stream is captured (nor recorded: its launch records none)
             self._check(loop)
+            loop.errors.make_room()  # before the kernel: an older launch's failure raises now, this launch's words get a slot
         ctx = loop.ctx
         call = dict(bound)
         call[fk.schedule.tensor] = ctx.buffer

@@ -106,6 +106,9 @@ class ThreadPipeline:
             caller = torch.cuda.current_stream(device) if cuda else None
             epochs = []
             try:
+                for links in plan.links:
+                    for link in links.values():
+                        link.errors.make_room()  # before the kernels: an older launch's starved reader raises now
                 for r in range(self.world):
                     for e, link in plan.links[r].items():
                         need = self._need(plan, e, recorded[r][e.src], link)

@@ -269,6 +269,7 @@ class ThreadWorld:
         key, ranks = self._ranks(shards, bound)
         for rk in ranks:
             rk.errors.check()  # earlier launches that are done: their errors surface here
+            rk.errors.make_room()  # before the kernels: an older launch's failure raises now, this launch's words get a slot
         calls = []
         listed = fk.schedule.tensors[1:]
         for rk, g, (arguments, _, options, *_) in zip(ranks, grids, bound):
