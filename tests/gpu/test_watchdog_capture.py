@@ -1,8 +1,8 @@
 """The watchdog beside a CUDA graph capture (issue 28 item 3): while the main thread captures in
-torch's default global mode (CUDAGraph.capture_begin, and torch.cuda.graph), the watchdog thread keeps
-querying the events of a ring's launches (still pending, in the first test); its own capture mode is relaxed first (runtime/streams/watchdog.py), so
-the capture succeeds and replays. And a wait for a launch stuck behind a long kernel is bounded.
-Skipped cleanly without CUDA; tests/unit/test_error_ring_slots.py checks the order of calls on CPU."""
+torch's default global mode (CUDAGraph.capture_begin, and torch.cuda.graph), the watchdog thread
+keeps querying the events of a ring's launches (still pending, in the first test); its own capture
+mode is relaxed first (runtime/streams/watchdog.py), so the capture succeeds and replays. And a
+wait for a launch stuck behind a long kernel is bounded. Skipped cleanly without CUDA; tests/unit/test_error_ring_slots.py checks the order of calls on CPU."""
 import os
 import threading
 import time

@@ -112,7 +112,8 @@ def test_epochs_that_skip_take_every_slot_and_lose_no_failure(ring):
     with pytest.raises(SyncopyTimeout) as info:
         ring.check(wait=True)
     assert info.value.epoch == 6 and info.value.chunk == (0, 7)
-    assert str(info.value).endswith("; the 37 later launches still pending (epochs 8..80) were dropped unread (a failed context is not trusted)")
+    assert str(info.value).endswith("; the 37 later launches still pending (epochs 8..80) were dropped unread "
+                                    "(a failed context is not trusted)")
     assert not ring.pending and slots == list(range(40))  # one slot each, from the ring's counter
     ring.ops.holding = False
     for k in range(100):  # the counter goes on around the ring, launch after launch
@@ -272,8 +273,9 @@ def test_the_watchdog_relaxes_its_capture_mode_before_its_first_query_on_a_cuda_
         while time.monotonic() < deadline and sum(e[:1] == ("done",) and e[-1] == "syncopy-watchdog" for e in ring.ops.log) < 3:
             time.sleep(0.01)
         mine = [e[:-1] for e in ring.ops.log if e[-1] == "syncopy-watchdog"]
-        assert mine[0] == ("exchange", streamops.CU_STREAM_CAPTURE_MODE_RELAXED) and mine[1:] == [("done",)] * (len(mine) - 1), mine
+        assert mine[0] == ("exchange", 2) and mine[1:] == [("done",)] * (len(mine) - 1), mine
         assert len(mine) >= 4  # relaxed once, then looked again and again
+        assert streamops.CU_STREAM_CAPTURE_MODE_RELAXED == 2  # cuda.h's value
     finally:
         ring.close()
 
@@ -291,8 +293,35 @@ def test_a_cpu_ring_never_changes_a_threads_capture_mode(looking):
 def test_host_ops_keep_a_capture_mode_per_thread():
     ops, seen = HostOps(), []
     assert ops.exchange_capture_mode(streamops.CU_STREAM_CAPTURE_MODE_RELAXED) == streamops.CU_STREAM_CAPTURE_MODE_GLOBAL
-    other = threading.Thread(target=lambda: seen.append(streamops.HostOps().exchange_capture_mode(streamops.CU_STREAM_CAPTURE_MODE_RELAXED)))
+    relaxed = streamops.CU_STREAM_CAPTURE_MODE_RELAXED
+    other = threading.Thread(target=lambda: seen.append(streamops.HostOps().exchange_capture_mode(relaxed)))
     other.start()
     other.join()
     assert seen == [streamops.CU_STREAM_CAPTURE_MODE_GLOBAL]
     assert ops.exchange_capture_mode(streamops.CU_STREAM_CAPTURE_MODE_GLOBAL) == streamops.CU_STREAM_CAPTURE_MODE_RELAXED
+
+
+def test_two_buffers_each_ring_sees_every_other_epoch_and_loses_no_failure(monkeypatch):
+    # The defect as the loopback world met it: with buffers=2 each context's ring sees every other
+    # epoch, so with epoch % RING launches 3 and 7 shared a slot of a ring of 4 and launch 3's failure was lost.
+    from syncopy.runtime.worlds.loopback import LoopbackWorld
+    from syncopy.templates.ag_gemm.kernel import ag_gemm_kernel
+
+    monkeypatch.setattr(LaunchErrors, "RING", 4)
+    fk = syncopy.overlap(dict(pattern="all_gather", tensor="A", dim=0, chunks_per_rank=2, order="ring"), timeout_s=0.3)(ag_gemm_kernel)
+    lw = LoopbackWorld(fk, WORLD, 0, device="cpu", buffers=2)
+    g = torch.Generator().manual_seed(1)
+    shards, b = [torch.randn(ROWS, K, generator=g) for _ in range(WORLD)], torch.randn(K, N, generator=g)
+    assert _loopback_launch(lw, shards, b) < 1e-4 and _loopback_launch(lw, shards, b) < 1e-4  # epochs 1, 2: both contexts made
+    (odd,), (even,) = lw.loops.values(), lw.twins.values()
+    for loop in (odd, even):
+        loop.errors.ops = _Device(loop.errors.ops)
+    _loopback_launch(lw, shards, b, withhold=frozenset({3}))  # epoch 3: chunk 1 of rank 1 never comes; returns
+    for _ in range(4):  # epochs 4..7, pending behind it (the device has not finished them)
+        _loopback_launch(lw, shards, b)
+    assert [e for e, _ in odd.errors.pending] == [3, 5, 7] and [e for e, _ in even.errors.pending] == [4, 6]
+    for loop in (odd, even):
+        loop.errors.ops.release()
+    with pytest.raises(SyncopyTimeout) as info:
+        lw.synchronize()
+    assert (info.value.rank, info.value.chunk, info.value.epoch) == (0, (1, 1), 3)
