@@ -2,7 +2,8 @@
 torch's default global mode (CUDAGraph.capture_begin, and torch.cuda.graph), the watchdog thread
 keeps querying the events of a ring's launches (still pending, in the first test); its own capture
 mode is relaxed first (runtime/streams/watchdog.py), so the capture succeeds and replays. And a
-wait for a launch stuck behind a long kernel is bounded. Skipped cleanly without CUDA; tests/unit/test_error_ring_slots.py checks the order of calls on CPU."""
+wait for a launch stuck behind a long kernel is bounded. Skipped cleanly without CUDA;
+tests/unit/test_error_ring_slots.py checks the order of calls on CPU."""
 import os
 import threading
 import time
