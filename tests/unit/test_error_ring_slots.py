@@ -325,3 +325,16 @@ def test_two_buffers_each_ring_sees_every_other_epoch_and_loses_no_failure(monke
     with pytest.raises(SyncopyTimeout) as info:
         lw.synchronize()
     assert (info.value.rank, info.value.chunk, info.value.epoch) == (0, (1, 1), 3)
+
+
+def test_a_cpu_worlds_synchronize_waits_for_its_streams_within_a_bound():
+    stream, never = streamops.HostStream(1.0, name="syncopy-loopback-stream"), threading.Event()
+    stream.put(never.wait, always=True)  # an operation that never ends
+    t0 = time.monotonic()
+    with pytest.raises(LaunchError, match=r"^syncopy-loopback-stream: its operations still ran 0.2s after synchronize\(\) began "
+                                          r"waiting for them, though each of its waits gives up after 1s; find what blocks that stream$"):
+        stream.drain(0.2)
+    assert time.monotonic() - t0 < 5
+    never.set()
+    stream.drain(5.0)
+    stream.close()

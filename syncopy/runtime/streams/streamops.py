@@ -245,6 +245,13 @@ class HostStream:
         self.put(done.set, always=True)
         return done.wait(timeout_s)
 
+    def drain(self, bound_s: float) -> None:
+        """`synchronize`, bounded (a world's synchronize() never blocks for good): a LaunchError naming
+        the stream if what was enqueued has not all run within `bound_s`."""
+        if not self.synchronize(bound_s):
+            raise LaunchError(f"{self._thread.name}: its operations still ran {bound_s:g}s after synchronize() began waiting for "
+                              f"them, though each of its waits gives up after {self.deadline_s:g}s; find what blocks that stream")
+
     @staticmethod
     def _run(work: queue.SimpleQueue, errors: list) -> None:
         while True:

@@ -47,7 +47,7 @@ from syncopy.runtime.streams import streamops
 from syncopy.runtime.state.context import Context
 from syncopy.runtime.transport.backends import refuse_listed
 from syncopy.runtime.transport.reduction import reduce_into
-from syncopy.runtime.streams.error_ring import LaunchErrors
+from syncopy.runtime.streams.error_ring import LaunchErrors, wait_bound
 from syncopy.runtime.streams.streamops import ptr, wrap32
 
 if TYPE_CHECKING:  # the runtime never imports the user-facing layer (syncopy.api)
@@ -566,7 +566,7 @@ class LoopbackWorld:
             streams = [loop.side, loop.flag_stream] + ([loop.wire.send, loop.wire.recv] if loop.wire is not None else [])
             for stream in streams:
                 if isinstance(stream, streamops.HostStream):
-                    stream.synchronize()
+                    stream.drain(wait_bound(self.fk.timeout_s))  # bounded, as the ring's wait below
             self._check(loop, wait=True)
             if loop.device_epoch is not None:
                 self._check_device_epoch(loop)

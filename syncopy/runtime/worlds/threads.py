@@ -74,6 +74,7 @@ from syncopy.runtime.state.context import Context
 from syncopy.runtime.transport.reduction import reduce_into
 from syncopy.runtime.worlds.loopback import _Cuda, _Host, _Loop, _Timeline, launch_args, start_producer
 from syncopy.runtime.streams.streamops import ptr, wrap32
+from syncopy.runtime.streams.error_ring import wait_bound
 from syncopy.runtime.worlds.rank_group import RankGroup  # noqa: F401 (what templates take for a group here)
 
 if TYPE_CHECKING:  # the runtime never imports the user-facing layer (syncopy.api)
@@ -562,7 +563,7 @@ class ThreadWorld:
                 self.engine.synchronize(rk.ctx.buffer.device)
                 for stream in rk.out.values():
                     if isinstance(stream, streamops.HostStream):
-                        stream.synchronize()
+                        stream.drain(wait_bound(self.fk.timeout_s))  # bounded, as the rings' waits below
                         self._raise_stream_error(rk, stream)
             for rk in ranks:
                 rk.errors.check(wait=True)
