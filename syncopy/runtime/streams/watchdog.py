@@ -25,8 +25,7 @@ query on a CUDA ring the watchdog thread relaxes its own capture mode, once
 (cuThreadExchangeStreamCaptureMode, CU_STREAM_CAPTURE_MODE_RELAXED), and leaves the user's threads
 as they are. This is PyTorch's fix for ProcessGroupNCCL's watchdog, whose event queries broke
 captures the same way (pytorch/pytorch#105182, then #148594: the querying thread's mode is changed,
-not the capturing one's). The events it queries were recorded outside any capture (a captured
-launch records none: its errors are read through the device's epoch, graph_epochs.py).
+not the capturing one's).
 """
 from __future__ import annotations
 
