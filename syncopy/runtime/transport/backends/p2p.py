@@ -4,9 +4,9 @@ raises the peer's flag behind each chunk with a stream write-value. Communicatio
 warm launch enqueues and returns: the handshake between ranks is on the device.
 
     rank r, launch e (all_gather; one push stream per peer, high priority)
-    host            local | enqueue: ready words, pushes | launch kernel | wait words | return
-    compute stream  [own shard -> own slot, own flags = e][ready[r] = e in every peer's pad][== fused kernel ==][wait pushes][error words -> ring]
-    push stream (p)    [wait ready[p] >= e in our pad][chunk -> p's slot][p's flag = e][chunk][flag] ...
+    host            local | enqueue: ready words, pushes | launch kernel | error words, bounded wait | return
+    compute stream  [own shard -> own slot, own flags = e][ready[r] = e in every peer's pad][== fused kernel ==][error words -> ring][wait pushed[p] >= e, bounded][late words -> ring]
+    push stream (p)    [wait ready[p] >= e in our pad][chunk -> p's slot][p's flag = e][chunk][flag] ... [pushed[p] = e]
                         \__ p finished its kernel e-1 and its writes before e   \__ write-value: a memory barrier first
 
 A peer may push launch e's chunks into this rank's buffer only once this rank's kernel e-1 is done
@@ -17,6 +17,36 @@ writing e into a word of every peer's pad, on its compute stream behind those wr
 rank's pushes after the kernel, so work the caller enqueues next (and the next launch's own
 writes) follows them like any stream-ordered op. The kernel's error words are read after the
 fact (runtime/streams/error_ring.py): at the next launch or `fused.synchronize()`.
+
+A dead or absent peer. A push stream's wait for a peer's ready word has no deadline (a device wait
+never has one), so the compute stream never waits for the push streams themselves: each push
+stream raises a word of ours at its end (`pushed[p]`), and the compute stream waits for those with a
+bounded one-program kernel (peer_wait.py), which leaves late words naming the peer where the bound
+ran out. The kernel's error words are copied into the ring before that wait, as nccl copies them
+before its wait for the rounds, and the late words into a ring of their own after it: the launch's
+events always complete, `check` raises a SyncopyTimeout naming the peer, and `check(wait=True)`
+waits on the host for an event of the launch's end, never for the whole device (a push stream
+stuck on a dead peer would hold that forever). A failure read from a ring marks the context
+broken: later launches refuse, saying why, rather than go on with failures unreported.
+reduce_scatter and all_reduce wait the same way for the peers' delivered and gathered words and
+for their own sends (`SendReduce`). What a dead peer leaves behind: the survivor's push streams
+still wait for it on the device; the operator is broken, and a peer that comes back late lets them go.
+
+Peer access. A peer's buffer and pad are opened on this rank's device (`CudaMemory.open`): the
+mapping lives in this rank's context, and CUDA enables peer access to the owner's GPU as it maps it
+(torch opens IPC handles with cudaIpcMemLazyEnablePeerAccess), before any copy or write-value of
+ours reaches the peer; the token check reads through that very mapping. Opened on the owner's
+device, as the handle says, the mapping would live in a context this process makes on every peer
+GPU, and this device's copy engines and write-values would reach it only once something had
+enabled peer access (a torch copy across devices did, on consumers; reduce_scatter's raw copies
+never make one). Before opening anything, every pair of GPUs is checked (`unreachable_peers`:
+visible here, and cudaDeviceCanAccessPeer); a node where one pair cannot reach the other refuses
+p2p on every rank alike, and `auto` picks nccl there.
+
+One hardware queue (CUDA_DEVICE_MAX_CONNECTIONS=1, runtime/streams/hardware_queues.py): a push
+stream's wait enqueued before the kernel would hold the kernel back until the peer is ready, and
+overlap would disappear. There the pushes are enqueued behind the kernel, starting from an event
+recorded before it (`P2PBackend.pushes_after_kernel`, which says when that is safe).
 
 Why stream write-values and waits (runtime/streams/streamops.py): the write-value is documented to order the
 stream's earlier writes before the flag, which a copy of the epoch behind the chunk is not; the wait
@@ -44,9 +74,9 @@ rank per GPU, the configuration the backend is for, launches at once and asynchr
 reduce_scatter, on ranks alone on their GPU, sends each chunk to its owner as soon as the kernel
 raises the chunk's flag, while later tiles still compute (`SendReduce`):
 
-    rank r, launch e (one send stream per peer d)
-    compute    [targets, partial = 0][== fused kernel: tiles in send order, flags rise ==][wait delivered[p] >= e, all p][our rows = own + inbox (rank order)][ready[r] = e in every peer's pad]
-    send (d)                          [wait ready[d] >= e-1][wait flag g >= e][g -> d's inbox[r]][...][delivered[r] = e in d's pad]
+    rank r, launch e (one send stream per peer d; the compute stream's waits are bounded, peer_wait.py)
+    compute    [targets, partial = 0][== fused kernel: tiles in send order, flags rise ==][wait delivered[p] >= e, all p][our rows = own + inbox (rank order)][ready[r] = e in every peer's pad][wait sent[p] >= e][late words -> ring]
+    send (d)                          [wait ready[d] >= e-1][wait flag g >= e][g -> d's inbox[r]][...][delivered[r] = e in d's pad][sent[d] = e]
                                        \__ d has reduced launch e-1: its inbox may take e       (enqueued after the kernel: see loopback._launch_producer)
 
 The inbox (one slot per peer) is mapped into every peer by CUDA IPC, like the buffer; the words are
@@ -228,7 +258,9 @@ class CudaMemory:
         """Enqueue peer_wait.wait_peers on the compute stream (the current stream)."""
         from syncopy.runtime.transport.backends.peer_wait import wait_peers
 
-        wait_peers[(1,)](words, late, rank, world, streamops.wrap32(epoch), limit, WHAT=what)
+        guard = torch.cuda.device(words.device) if words.is_cuda else contextlib.nullcontext()  # Triton launches on the current device
+        with guard:
+            wait_peers[(1,)](words, late, rank, world, streamops.wrap32(epoch), limit, WHAT=what)
 
     def mark(self, device):
         """An event on the compute stream now: push streams enqueued behind the kernel start from
@@ -389,6 +421,8 @@ class PeerWaits:
         """Wait on the host, at most the bound, until the last launch's work on the compute stream is
         done: its kernel and bounded waits end by themselves, so past the bound something else holds
         the stream. No device-wide synchronize: it would also wait for push streams stuck on a dead peer."""
+        if self.epoch == 0:
+            return  # no launch yet
         end = time.monotonic() + self.bound_s + self.backend.timeout_s
         while not self.ops.done(self.settled):
             if time.monotonic() > end:

@@ -33,7 +33,7 @@ GATHERED = 4  # all_reduce: the peer's reduced rows
 LATE_WORDS = dev.SIG_HEADER  # [what, rank, peer, epoch]: the ring copies as many words as the kernel's error words
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["rank", "epoch", "limit"])  # one compiled kernel for every launch, not one per value class
 def wait_peers(words, late, rank, world, epoch, limit, WHAT: tl.constexpr):
     """Wait until words[p] >= epoch (cyclically) for every p != rank, within one budget of `limit`
     polls (interpreted: microseconds); the first word still behind when it runs out is recorded in
