@@ -13,7 +13,6 @@ import time
 
 from tests.gpu.workers import _check, ag_gemm, reduce
 
-LATE_S = 20.0  # how long the "dead" rank stays away: past the survivor's bound (timeout_s=1: wait_bound 7 s, + the kernel's 1 s)
 
 
 def peer_contexts(rank: int, world: int) -> list[int]:
@@ -59,20 +58,21 @@ def _told_apart() -> None:
 
 
 def dead_peer(rank: int, world: int, one_gpu: bool = False) -> dict:
-    """ag_gemm on p2p, timeout_s=1. Launch 1 on every rank; then rank 1 stays away for LATE_S
-    (died, or skipped the launch) while rank 0 launches 2 and calls synchronize(): rank 0 must raise
-    a SyncopyTimeout (or LaunchError) naming rank 1 within its bound, and take no more launches.
-    Rank 1 then makes launch 2 late, so that rank 0's push stream, which waits on the device for
-    rank 1's ready word with no deadline, drains before either process exits.
+    """ag_gemm on p2p, timeout_s=1. Launch 1 on every rank; then rank 1 stays away past rank 0's
+    bound (died, or skipped the launch) while rank 0 launches 2 and calls synchronize(): rank 0 must
+    raise a SyncopyTimeout (or LaunchError) naming rank 1 within the bound (the kernel's timeout_s,
+    then the bounded wait's wait_bound(timeout_s)), and take no more launches. Rank 1 then makes
+    launch 2 late, so that rank 0's push stream, which waits on the device for rank 1's ready word
+    with no deadline, drains before either process exits.
 
     one_gpu: both ranks on GPU 0, told they are apart (`_told_apart`). Safe only because rank 1
-    runs no kernel while rank 0 waits: kernels of two processes on one GPU take turns, so launch 1,
-    where both run, gets a timeout_s that outlasts the turns."""
+    runs no kernel while rank 0 waits: kernels of two processes on one GPU take turns, so every
+    launch gets a timeout_s (10 s) that outlasts the turns of launch 1, where both run."""
     import torch
 
     import syncopy
     from syncopy import templates
-    from syncopy.runtime.where import spin_limit
+    from syncopy.runtime.transport.backends.control import wait_bound
 
     torch.cuda.set_device(0 if one_gpu else rank)
     if one_gpu:
@@ -90,18 +90,14 @@ def dead_peer(rank: int, world: int, one_gpu: bool = False) -> dict:
         a = full[rank * rows:(rank + 1) * rows].contiguous().to(dev)
         return t.module.launch(fused, a, b.to(dev), **meta)
 
-    fused = t.fused(chunks_per_rank=2, backend="p2p", timeout_s=10.0 if one_gpu else 1.0)
+    timeout_s = 10.0 if one_gpu else 1.0
+    out["bound"] = bound = timeout_s + wait_bound(timeout_s) + 3.0  # + 3 s: the launch itself, and reading the rings
+    fused = t.fused(chunks_per_rank=2, backend="p2p", timeout_s=timeout_s)
     launch(fused, 1)
     fused.synchronize()
-    if one_gpu:
-        for _, be in fused.contexts.table.values():
-            be.timeout_s = 1.0  # launch 2's waits: the bound the test measures
-            if be.waits is not None:
-                be.waits.bound_s = 7.0
-                be.waits.limit = spin_limit(7.0, "cuda")
     out["asynchronous"] = all(be.asynchronous for _, be in fused.contexts.table.values())
     if rank == 1:
-        time.sleep(LATE_S)
+        time.sleep(bound + 5)
     t0 = time.perf_counter()
     try:
         launch(fused, 2)
@@ -116,7 +112,7 @@ def dead_peer(rank: int, world: int, one_gpu: bool = False) -> dict:
             out["after"] = None
         except syncopy.SyncopyError as exc:
             out["after"] = str(exc)
-        time.sleep(max(0.0, LATE_S + 5 - out["seconds"]))  # rank 1's late launch 2 lets our push stream go before we exit
+        time.sleep(max(0.0, bound + 10 - out["seconds"]))  # rank 1's late launch 2 lets our push stream go before we exit
     return out
 
 
