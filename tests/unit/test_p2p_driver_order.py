@@ -350,11 +350,12 @@ def test_one_hardware_queue_enqueues_the_pushes_behind_the_kernel(monkeypatch):
     monkeypatch.setattr(Recording, "sends_before_kernel", False)  # as on a GPU
     _launch(be, ctx)
     kernel = calls.index(("kernel",))
-    pushes = [i for i, c in enumerate(calls) if c[0] == "wait32" or (c[0] == "write32" and c[1] is not None and i > kernel - 8)]
     ready_waits = [i for i, c in enumerate(calls) if c[0] == "wait32"]
     assert ready_waits and min(ready_waits) > kernel, calls[kernel - 3:]
     assert ("push stream follows", "mark") in calls[kernel:] and ("push stream follows the compute stream",) not in calls, calls
-    assert calls.index(("mark",)) < kernel and pushes
+    assert calls.index(("mark",)) < kernel
+    flags = [i for i, c in enumerate(calls) if c[0] == "write32" and c[1] is not None and i > min(ready_waits)]
+    assert flags and min(flags) > kernel, calls[kernel:]  # the chunks' flags (and copies) behind the kernel too
 
 
 def test_one_hardware_queue_keeps_the_pushes_first_for_a_grid_that_is_not_resident(monkeypatch):
@@ -374,3 +375,17 @@ def test_one_hardware_queue_keeps_the_pushes_first_for_a_grid_that_is_not_reside
     assert max(i for i, c in enumerate(calls) if c[0] == "wait32") < kernel
     be.check_grid(132, True, "k", types.SimpleNamespace(type="cuda"))
     assert be.pushes_after_kernel
+
+
+def test_a_failure_read_from_the_ring_marks_the_context_broken(monkeypatch):
+    # The kernel of launch 1 ran out waiting for rank 1's chunk 0: read at the next check, it breaks
+    # the context, so later launches refuse with the reason instead of going on unreported.
+    ctx = _consumer()
+    be, calls, _ = _backend(monkeypatch, ctx)
+    push = be.start(ctx, 1)
+    ctx.signals[: p2p.dev.SIG_HEADER] = torch.tensor([1, 0, 2, ctx.word], dtype=torch.int32)  # flag, rank, unit (chunk 2), epoch
+    push.join()
+    be.finish(ctx, 1)
+    with pytest.raises(SyncopyTimeout, match=r"^rank 0 waited 0.1s for chunk 0 of rank 1 \(epoch 1\)"):
+        be.check()
+    assert ctx.broken is not None and ctx.broken.startswith("SyncopyTimeout: rank 0 waited 0.1s for chunk 0 of rank 1"), ctx.broken
