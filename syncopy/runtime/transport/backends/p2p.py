@@ -356,11 +356,16 @@ class HostMemory(CudaMemory):
 class LatePeers(ErrorRing):
     """The late words of launches (peer_wait.wait_peers), copied behind the bounded waits into a
     ring as the kernel's error words are, and read the same way (at the next launch, `check`, or by
-    the watchdog): a wait that ran out is a SyncopyTimeout naming the peer."""
+    the watchdog): a wait that ran out is a SyncopyTimeout naming the peer, and breaks the context."""
+
+    refuses = True  # the operator refuses its later launches once one failed (what the ring's error says of them)
 
     def __init__(self, ctx: Context, ops, pin, late: torch.Tensor, timeout_s: float, bound_s: float):
         super().__init__(ops, pin, streamops.ptr(late))
         self.ctx, self.timeout_s, self.bound_s = ctx, timeout_s, bound_s
+
+    def broke(self, exc: BaseException) -> None:
+        self.ctx.broken = self.ctx.broken or f"{type(exc).__name__}: {exc}"
 
     def failed(self, words: list[int], epoch: int) -> None:
         what, rank, peer, at = words
