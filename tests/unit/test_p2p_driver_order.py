@@ -389,3 +389,28 @@ def test_a_failure_read_from_the_ring_marks_the_context_broken(monkeypatch):
     with pytest.raises(SyncopyTimeout, match=r"^rank 0 waited 0.1s for chunk 0 of rank 1 \(epoch 1\)"):
         be.check()
     assert ctx.broken is not None and ctx.broken.startswith("SyncopyTimeout: rank 0 waited 0.1s for chunk 0 of rank 1"), ctx.broken
+
+
+def test_a_launch_that_never_ends_is_bounded_on_the_host_and_names_the_peer_that_never_started(monkeypatch):
+    # One hardware queue: the pushes' device wait for a dead peer holds the whole queue, the bounded
+    # wait and the launch's end event included. check(wait=True) still returns within its bound,
+    # naming the peer whose host never said it started the launch (the node barrier's shared file).
+    import types
+
+    from syncopy.runtime.streams import hardware_queues
+
+    ctx = _consumer()
+    be, calls, _ = _backend(monkeypatch, ctx)
+    be.handshake = types.SimpleNamespace(words=[0] * (8 * WORLD), step=8)
+    be.handshake.words[1 * 8 + 1] = 1  # rank 1 started launch 1; rank 2 never did
+    monkeypatch.setattr(hardware_queues, "single_queue", lambda: True)
+    _launch(be, ctx)
+    assert be.handshake.words[0 * 8 + 1] == 1  # ours, said at the launch
+    assert be.behind(1) == [2]
+    real_done = be.ops.done
+    monkeypatch.setattr(be.ops, "done", lambda event: False if event is be.waits.settled else real_done(event))
+    exc, took = _bounded(be.check, True)
+    assert isinstance(exc, SyncopyTimeout), exc
+    assert str(exc).startswith("rank 0 waited 0.1s for chunk 0 of rank 2 (epoch 1) and it never arrived; rank 2 never started launch 1 "
+                               "(it died, or skipped it), and this rank's launch had not ended 0.6s later (CUDA_DEVICE_MAX_CONNECTIONS=1"), exc
+    assert took < 3 and ctx.broken is not None

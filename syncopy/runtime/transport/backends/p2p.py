@@ -46,7 +46,12 @@ p2p on every rank alike, and `auto` picks nccl there.
 One hardware queue (CUDA_DEVICE_MAX_CONNECTIONS=1, runtime/streams/hardware_queues.py): a push
 stream's wait enqueued before the kernel would hold the kernel back until the peer is ready, and
 overlap would disappear. There the pushes are enqueued behind the kernel, starting from an event
-recorded before it (`P2PBackend.pushes_after_kernel`, which says when that is safe).
+recorded before it (`P2PBackend.pushes_after_kernel`, which says when that is safe). What one queue
+costs a dead peer: whichever side of the kernel the pushes' wait for it sits, everything enqueued
+after it in the queue (the bounded wait and the ring copies included) waits too, so no device word
+can say which peer it was. The host still bounds `check(wait=True)` and names the peer from the
+peers' hosts' word of which launch they started (`P2PBackend.started`, in the node barrier's shared
+file); this process's GPU work stays stuck behind the wait: the job must be restarted.
 
 Why stream write-values and waits (runtime/streams/streamops.py): the write-value is documented to order the
 stream's earlier writes before the flag, which a copy of the epoch behind the chunk is not; the wait
@@ -428,14 +433,27 @@ class PeerWaits:
         the stream. No device-wide synchronize: it would also wait for push streams stuck on a dead peer."""
         if self.epoch == 0:
             return  # no launch yet
-        end = time.monotonic() + self.bound_s + self.backend.timeout_s
+        bound = self.bound_s + self.backend.timeout_s
+        end = time.monotonic() + bound
         while not self.ops.done(self.settled):
             if time.monotonic() > end:
-                rank = self.ctx.plan.rank
-                raise LaunchError(f"rank {rank}: launch {self.epoch} had not ended on its stream "
-                                  f"{self.bound_s + self.backend.timeout_s:g}s later, though its kernel and its waits for the peers "
-                                  "are bounded; work enqueued on that stream before it is still running: synchronize that first")
+                self._never_ended(bound)
             time.sleep(20e-6)
+
+    def _never_ended(self, bound: float) -> None:
+        """The last launch had not ended `bound` seconds later. A peer that never started it (the
+        host's word of it, `P2PBackend.behind`) is named: with one hardware queue the pushes' device
+        wait for that peer holds every stream of the process, the bounded waits included."""
+        rank, e, be = self.ctx.plan.rank, self.epoch, self.backend
+        late = be.behind(e)
+        queue = (" (CUDA_DEVICE_MAX_CONNECTIONS=1: this rank's pushes wait for it on the device, in the one hardware queue every "
+                 "stream of this process shares, so this process's GPU work stays stuck behind them)") if hardware_queues.single_queue() else ""
+        if late:
+            raise SyncopyTimeout(rank, (late[0], 0), e, be.timeout_s,
+                                 f"rank {late[0]} never started launch {e} (it died, or skipped it), and this rank's launch had not "
+                                 f"ended {bound:g}s later{queue}", "restart the job; " + SyncopyTimeout.ADVICE)
+        raise LaunchError(f"rank {rank}: launch {e} had not ended on its stream {bound:g}s later, though its kernel and its waits "
+                          "for the peers are bounded; work enqueued on that stream before it is still running: synchronize that first")
 
     def close(self) -> None:
         self.ring.close()
@@ -611,9 +629,24 @@ class P2PBackend:
         if self.asynchronous:
             self._say_ready(ctx)
 
+    def started(self, epoch: int) -> None:
+        """Tell the peers' hosts that this rank started launch `epoch`: one store into our slot of
+        the node barrier's shared file (word 1; word 0 counts barriers). Read only to name a peer
+        that never came (`behind`), where its device words cannot be read."""
+        if self.handshake is not None:
+            self.handshake.words[self.rank * self.handshake.step + 1] = epoch
+
+    def behind(self, epoch: int) -> list[int]:
+        """The peers that have not started launch `epoch` (as far as their hosts said: `started`)."""
+        if self.handshake is None:
+            return []
+        words, step = self.handshake.words, self.handshake.step
+        return [r for r in range(self.world) if r != self.rank and words[r * step + 1] < epoch]
+
     def _say_ready(self, ctx: Context) -> None:
         """On the compute stream, behind our writes to our buffer: epoch e into our ready word of
         every peer's pad (each push stream of a peer waits for it)."""
+        self.started(ctx.epoch)
         hc = self.ops.handle(self.memory.compute_stream(ctx.buffer.device))
         word = ctx.ready_word(self.rank)
         for _, sig in self.peers.values():
@@ -669,6 +702,7 @@ class P2PBackend:
         if self.peers is None:
             self._connect(ctx)
         if self.reducer is not None:
+            self.started(epoch)
             return self.reducer.start(out, epoch)
         return PullReduce(self, ctx, out)
 
