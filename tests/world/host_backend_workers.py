@@ -216,8 +216,8 @@ def run_bad_mapping(rank: int, world: int) -> dict:
     _use_host_backends()
     real_open = HostMemory.open
 
-    def elsewhere(self, shared):
-        t = real_open(self, shared)
+    def elsewhere(self, shared, device):
+        t = real_open(self, shared, device)
         return torch.zeros_like(t) if t.dtype == torch.int32 else t  # the pad: a copy of it, not it
 
     HostMemory.open = elsewhere

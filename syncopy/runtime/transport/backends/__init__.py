@@ -14,7 +14,8 @@
 | p2p     | CUDA, one node | copy-engine puts into peers' buffers (CUDA IPC) | a copy of the epoch after the data, same stream |
 | nccl    | CUDA           | NCCL send/recv on a high-priority stream       | a copy of the epoch after the recv, same stream |
 
-`auto` picks gloo for CPU tensors, p2p when every rank of the group runs on one host, nccl otherwise.
+`auto` picks gloo for CPU tensors, p2p when every rank of the group runs on one host and every GPU of
+the group can reach every other by peer access (p2p.unreachable_peers), nccl otherwise.
 """
 from __future__ import annotations
 
@@ -23,23 +24,25 @@ from syncopy.errors import LaunchError
 NAMES = ("gloo", "p2p", "nccl")
 
 
-def _should_use_p2p(device_type: str, single_node: bool | None) -> bool:
+def _should_use_p2p(device_type: str, single_node: bool | None, peer_access: bool | None = True) -> bool:
     # CUDA tensors only: p2p moves them with the GPUs' copy engines.
     # Every rank on one host: CUDA IPC maps another process's memory only within a node.
-    # Unknown layout (None): nccl, which is correct anywhere.
-    return device_type == "cuda" and single_node is True
+    # Every GPU reaches every other (cudaDeviceCanAccessPeer): p2p's copies and stream writes go
+    #   straight into the peers' memory; without peer access they would fault.
+    # Unknown layout or access (None): nccl, which is correct anywhere.
+    return device_type == "cuda" and single_node is True and peer_access is True
 
 
-def resolve(name: str, device_type: str, single_node: bool | None = None) -> str:
+def resolve(name: str, device_type: str, single_node: bool | None = None, peer_access: bool | None = True) -> str:
     """The backend name `name` stands for ('auto' picks by the tensors' device and, on CUDA, by
-    whether the group's ranks share one node)."""
+    whether the group's ranks share one node and their GPUs reach each other)."""
     if name != "auto" and name not in NAMES:
         raise LaunchError(f"unknown backend '{name}'; use auto, {', '.join(NAMES)}")
     if name != "auto":
         return name
     if device_type == "cpu":
         return "gloo"
-    return "p2p" if _should_use_p2p(device_type, single_node) else "nccl"
+    return "p2p" if _should_use_p2p(device_type, single_node, peer_access) else "nccl"
 
 
 def select(name: str, device_type: str, single_node: bool | None = None):
@@ -73,15 +76,22 @@ def verify_chunks(backend, on: bool) -> None:
     backend.verify_chunks = True
 
 
-def backend_for(name: str, device_type: str, group) -> str:
-    """`resolve` for a process group: for 'auto' on CUDA, asks where the ranks run (collective the
-    first time for each group, so every rank must call it, as every launch does)."""
-    single_node = None
+def backend_for(name: str, device_type: str, group, device=None) -> str:
+    """`resolve` for a process group: for 'auto' on CUDA, asks where the ranks run and, on one node,
+    whether their GPUs reach each other (collective the first time for each group, so every rank
+    must call it, as every launch does). `device`: this rank's GPU (default: the current one)."""
+    single_node, peer_access = None, None
     if name == "auto" and device_type == "cuda":
         from syncopy.runtime.transport.backends.control import on_one_node
 
         single_node = on_one_node(group)
-    return resolve(name, device_type, single_node)
+        if single_node:
+            import torch
+
+            from syncopy.runtime.transport.backends.p2p import peers_reachable
+
+            peer_access = peers_reachable(group, device if device is not None else torch.device("cuda", torch.cuda.current_device()))
+    return resolve(name, device_type, single_node, peer_access)
 
 
 def refuse_listed(schedule, backend: str) -> None:

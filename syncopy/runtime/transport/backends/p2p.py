@@ -4,9 +4,9 @@ raises the peer's flag behind each chunk with a stream write-value. Communicatio
 warm launch enqueues and returns: the handshake between ranks is on the device.
 
     rank r, launch e (all_gather; one push stream per peer, high priority)
-    host            local | enqueue: ready words, pushes | launch kernel | wait words | return
-    compute stream  [own shard -> own slot, own flags = e][ready[r] = e in every peer's pad][== fused kernel ==][wait pushes][error words -> ring]
-    push stream (p)    [wait ready[p] >= e in our pad][chunk -> p's slot][p's flag = e][chunk][flag] ...
+    host            local | enqueue: ready words, pushes | launch kernel | error words, bounded wait | return
+    compute stream  [own shard -> own slot, own flags = e][ready[r] = e in every peer's pad][== fused kernel ==][error words -> ring][wait pushed[p] >= e, bounded][late words -> ring]
+    push stream (p)    [wait ready[p] >= e in our pad][chunk -> p's slot][p's flag = e][chunk][flag] ... [pushed[p] = e]
                         \__ p finished its kernel e-1 and its writes before e   \__ write-value: a memory barrier first
 
 A peer may push launch e's chunks into this rank's buffer only once this rank's kernel e-1 is done
@@ -17,6 +17,41 @@ writing e into a word of every peer's pad, on its compute stream behind those wr
 rank's pushes after the kernel, so work the caller enqueues next (and the next launch's own
 writes) follows them like any stream-ordered op. The kernel's error words are read after the
 fact (runtime/streams/error_ring.py): at the next launch or `fused.synchronize()`.
+
+A dead or absent peer. A push stream's wait for a peer's ready word has no deadline (a device wait
+never has one), so the compute stream never waits for the push streams themselves: each push
+stream raises a word of ours at its end (`pushed[p]`), and the compute stream waits for those with a
+bounded one-program kernel (peer_wait.py), which leaves late words naming the peer where the bound
+ran out. The kernel's error words are copied into the ring before that wait, as nccl copies them
+before its wait for the rounds, and the late words into a ring of their own after it: the launch's
+events always complete, `check` raises a SyncopyTimeout naming the peer, and `check(wait=True)`
+waits on the host for an event of the launch's end, never for the whole device (a push stream
+stuck on a dead peer would hold that forever). A failure read from a ring marks the context
+broken: later launches refuse, saying why, rather than go on with failures unreported.
+reduce_scatter and all_reduce wait the same way for the peers' delivered and gathered words and
+for their own sends (`SendReduce`). What a dead peer leaves behind: the survivor's push streams
+still wait for it on the device; the operator is broken, and a peer that comes back late lets them go.
+
+Peer access. A peer's buffer and pad are opened on this rank's device (`CudaMemory.open`): the
+mapping lives in this rank's context, and CUDA enables peer access to the owner's GPU as it maps it
+(torch opens IPC handles with cudaIpcMemLazyEnablePeerAccess), before any copy or write-value of
+ours reaches the peer; the token check reads through that very mapping. Opened on the owner's
+device, as the handle says, the mapping would live in a context this process makes on every peer
+GPU, and this device's copy engines and write-values would reach it only once something had
+enabled peer access (a torch copy across devices did, on consumers; reduce_scatter's raw copies
+never make one). Before opening anything, every pair of GPUs is checked (`unreachable_peers`:
+visible here, and cudaDeviceCanAccessPeer); a node where one pair cannot reach the other refuses
+p2p on every rank alike, and `auto` picks nccl there.
+
+One hardware queue (CUDA_DEVICE_MAX_CONNECTIONS=1, runtime/streams/hardware_queues.py): a push
+stream's wait enqueued before the kernel would hold the kernel back until the peer is ready, and
+overlap would disappear. There the pushes are enqueued behind the kernel, starting from an event
+recorded before it (`P2PBackend.pushes_after_kernel`, which says when that is safe). What one queue
+costs a dead peer: whichever side of the kernel the pushes' wait for it sits, everything enqueued
+after it in the queue (the bounded wait and the ring copies included) waits too, so no device word
+can say which peer it was. The host still bounds `check(wait=True)` and names the peer from the
+peers' hosts' word of which launch they started (`P2PBackend.started`, in the node barrier's shared
+file); this process's GPU work stays stuck behind the wait: the job must be restarted.
 
 Why stream write-values and waits (runtime/streams/streamops.py): the write-value is documented to order the
 stream's earlier writes before the flag, which a copy of the epoch behind the chunk is not; the wait
@@ -44,9 +79,9 @@ rank per GPU, the configuration the backend is for, launches at once and asynchr
 reduce_scatter, on ranks alone on their GPU, sends each chunk to its owner as soon as the kernel
 raises the chunk's flag, while later tiles still compute (`SendReduce`):
 
-    rank r, launch e (one send stream per peer d)
-    compute    [targets, partial = 0][== fused kernel: tiles in send order, flags rise ==][wait delivered[p] >= e, all p][our rows = own + inbox (rank order)][ready[r] = e in every peer's pad]
-    send (d)                          [wait ready[d] >= e-1][wait flag g >= e][g -> d's inbox[r]][...][delivered[r] = e in d's pad]
+    rank r, launch e (one send stream per peer d; the compute stream's waits are bounded, peer_wait.py)
+    compute    [targets, partial = 0][== fused kernel: tiles in send order, flags rise ==][wait delivered[p] >= e, all p][our rows = own + inbox (rank order)][ready[r] = e in every peer's pad][wait sent[p] >= e][late words -> ring]
+    send (d)                          [wait ready[d] >= e-1][wait flag g >= e][g -> d's inbox[r]][...][delivered[r] = e in d's pad][sent[d] = e]
                                        \__ d has reduced launch e-1: its inbox may take e       (enqueued after the kernel: see loopback._launch_producer)
 
 The inbox (one slot per peer) is mapped into every peer by CUDA IPC, like the buffer; the words are
@@ -67,8 +102,11 @@ order (so every rank gets the same bits), between two barriers.
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import os
 import threading
+import warnings
 import time
 
 import torch
@@ -77,11 +115,13 @@ import torch.distributed as dist
 from syncopy import device as dev
 from syncopy.errors import LaunchError, SyncopyTimeout
 from syncopy.runtime.state import plan as planning
-from syncopy.runtime.streams import streamops
+from syncopy.runtime.streams import hardware_queues, streamops
+from syncopy.runtime.transport.backends import peer_wait
 from syncopy.runtime.transport.backends.control import JOIN_FIX, NodeBarrier, control_group, hosts, node_barrier, wait_bound
 from syncopy.runtime.state.context import Context
 from syncopy.runtime.transport.link import Faults, Link
-from syncopy.runtime.streams.error_ring import LaunchErrors
+from syncopy.runtime.streams.error_ring import ErrorRing, LaunchErrors
+from syncopy.runtime.where import spin_limit
 from syncopy.runtime.transport.reduction import reduce_into
 
 
@@ -104,6 +144,55 @@ def put_own_shard(ctx: Context, shard: torch.Tensor) -> None:
     per = ctx.plan.flags_per_rank
     lo = dev.SIG_HEADER + rank * per
     ctx.signals[lo : lo + per] = ctx.word
+
+
+@functools.lru_cache(maxsize=None)
+def _storage_device_arg(rebuild) -> int:
+    """Where torch's rebuild function takes the device to open a CUDA IPC handle on."""
+    return list(inspect.signature(rebuild).parameters).index("storage_device")
+
+
+_reach: dict = {}  # (group token, device) -> the answer of unreachable_peers, the same on every rank
+
+
+def unreachable_peers(group, device) -> list[str]:
+    """Which ranks of `group` cannot write into which other rank's GPU (collective the first time
+    for a group and device; the same list on every rank). A peer's GPU must be visible to this
+    process (CUDA IPC maps only a device the process can see) and reachable by peer access
+    (cudaDeviceCanAccessPeer: over NVLink or PCIe; false, for instance, across PCIe root complexes
+    or in VMs without P2P). Ranks that share a GPU need neither. Each rank checks its own pairs and
+    the lists are exchanged, so every rank takes the same backend."""
+    from syncopy.runtime.transport.backends import control
+
+    key = (control.group_token(group), str(device))
+    with control.group_lock(group):
+        if key not in _reach:
+            ids, _ = control._device_ids(group, device)  # (host, GPU uuid) of every rank
+            rank, world = dist.get_rank(group), dist.get_world_size(group)
+            here = torch.device(device).index
+            local = {}
+            for i in range(torch.cuda.device_count()):
+                local.setdefault(str(getattr(torch.cuda.get_device_properties(i), "uuid", "")) or f"cuda:{i}", i)
+            mine = []
+            for r, (_, uuid) in enumerate(ids):
+                theirs = local.get(uuid)
+                if r == rank or theirs == here:
+                    continue
+                if theirs is None:
+                    mine.append(f"rank {rank} (GPU {here}) cannot see rank {r}'s GPU (CUDA_VISIBLE_DEVICES hides it)")
+                elif not torch.cuda.can_device_access_peer(here, theirs):
+                    mine.append(f"rank {rank} (GPU {here}) has no peer access to rank {r}'s GPU {theirs}")
+            every: list = [mine]
+            if world > 1:
+                every = [None] * world
+                dist.all_gather_object(every, mine, group=control.control_group(group))
+            _reach[key] = [line for lines in every for line in lines]
+    return _reach[key]
+
+
+def peers_reachable(group, device) -> bool:
+    """Can every rank of `group` write into every other's GPU memory (`unreachable_peers`)?"""
+    return not unreachable_peers(group, device)
 
 
 class CudaMemory:
@@ -149,9 +238,44 @@ class CudaMemory:
 
         return reduce_tensor(t)  # (rebuild_cuda_tensor, its arguments): plain data, pickles anywhere
 
-    def open(self, shared: tuple) -> torch.Tensor:
+    def reach(self, group, device) -> list[str]:
+        """Why some rank of `group` cannot write into another's GPU memory (collective the first
+        time; the same answer on every rank); empty where every pair can (see `unreachable_peers`)."""
+        return unreachable_peers(group, device)
+
+    def open(self, shared: tuple, device) -> torch.Tensor:
+        """A peer's tensor, mapped into *this* rank's device: torch opens the handle under a guard of
+        the device it is told, and the owner's device (what the handle says) would map it in a
+        context made on the peer's GPU, in every process for every peer, and leave this device
+        without peer access to it (module doc, "Peer access"). Opened here, the mapping is in our
+        context and CUDA enables peer access to the owner's GPU as it maps it
+        (cudaIpcMemLazyEnablePeerAccess, the flag torch opens with)."""
         rebuild, args = shared
+        args = list(args)
+        args[_storage_device_arg(rebuild)] = torch.device(device).index
         return rebuild(*args)
+
+    def read_word(self, pad: torch.Tensor, index: int) -> int:
+        """Word `index` of a mapped pad, read through that very mapping (our device, as the writes)."""
+        return int(pad[index])
+
+    def bounded_wait(self, words: torch.Tensor, late: torch.Tensor, rank: int, world: int, epoch: int, limit: int, what: int) -> None:
+        """Enqueue peer_wait.wait_peers on the compute stream (the current stream)."""
+        from syncopy.runtime.transport.backends.peer_wait import wait_peers
+
+        guard = torch.cuda.device(words.device) if words.is_cuda else contextlib.nullcontext()  # Triton launches on the current device
+        with guard:
+            wait_peers[(1,)](words, late, rank, world, streamops.wrap32(epoch), limit, WHAT=what)
+
+    def mark(self, device):
+        """An event on the compute stream now: push streams enqueued behind the kernel start from
+        here, not from the kernel's end (`after_compute`)."""
+        event = torch.cuda.Event()
+        event.record(torch.cuda.current_stream(device))
+        return event
+
+    def after_mark(self, stream, mark) -> None:
+        stream.wait_event(mark)
 
     def shares_device(self, group, device) -> bool:
         """Do two ranks of `group` share a GPU anywhere in the group (collective the first time)?
@@ -209,6 +333,15 @@ class HostMemory(CudaMemory):
     def send_stream(self, device, deadline_s: float):
         return streamops.HostStream(deadline_s, name="syncopy-p2p-send")
 
+    def reach(self, group, device) -> list[str]:
+        return []  # CPU processes share the host's memory
+
+    def mark(self, device):
+        return None
+
+    def after_mark(self, stream, mark) -> None:
+        pass
+
     def share(self, t: torch.Tensor) -> tuple:
         import torch.multiprocessing
         from torch.multiprocessing.reductions import reduce_storage
@@ -217,12 +350,124 @@ class HostMemory(CudaMemory):
         t.share_memory_()  # in place: every view of the storage now lives in shared memory
         return reduce_storage(t.untyped_storage()), t.dtype, tuple(t.shape), t.stride(), t.storage_offset()
 
-    def open(self, shared: tuple) -> torch.Tensor:
+    def open(self, shared: tuple, device) -> torch.Tensor:
         (rebuild, args), dtype, shape, stride, offset = shared
         return torch.empty(0, dtype=dtype).set_(rebuild(*args), offset, shape, stride)
 
     def shares_device(self, group, device) -> bool:
         return False  # CPU processes run side by side
+
+
+class LatePeers(ErrorRing):
+    """The late words of launches (peer_wait.wait_peers), copied behind the bounded waits into a
+    ring as the kernel's error words are, and read the same way (at the next launch, `check`, or by
+    the watchdog): a wait that ran out is a SyncopyTimeout naming the peer, and breaks the context."""
+
+    refuses = True  # the operator refuses its later launches once one failed (what the ring's error says of them)
+
+    def __init__(self, ctx: Context, ops, pin, late: torch.Tensor, timeout_s: float, bound_s: float):
+        super().__init__(ops, pin, streamops.ptr(late))
+        self.ctx, self.timeout_s, self.bound_s = ctx, timeout_s, bound_s
+
+    def broke(self, exc: BaseException) -> None:
+        self.ctx.broken = self.ctx.broken or f"{type(exc).__name__}: {exc}"
+
+    def failed(self, words: list[int], epoch: int) -> None:
+        what, rank, peer, at = words
+        plan, e = self.ctx.plan, self.ctx.unwrap(at)
+        c = plan.chunks_per_rank
+        mine = (plan.owned[0] if plan.owned else rank * c) if self.ctx.producer else rank * c
+        after = f"within {self.bound_s:g}s after this rank's kernel"
+        if what == peer_wait.PUSHED:
+            chunk, why = mine, (f"rank {peer} never took it: it never got ready for launch {e} {after} (it died, or skipped "
+                                "that launch), so this rank's pushes to it never started")
+        elif what == peer_wait.DELIVERED:
+            chunk, why = mine, f"the partial sums from rank {peer} never came {after} (it died, or skipped that launch)"
+        elif what == peer_wait.SENT:
+            chunk, why = mine, (f"rank {peer} never took this rank's partial sums {after}: it never finished launch {e - 1} "
+                                "(it died, or skipped a launch)")
+        else:
+            chunk, why = peer * c, f"the reduced rows of rank {peer} never came {after} (it died, or skipped that launch)"
+        raise SyncopyTimeout(rank, divmod(chunk, c), e, self.timeout_s, why)
+
+
+class PeerWaits:
+    """What one context needs to wait for peers on its compute stream with a bound (peer_wait):
+    words its own push or send streams raise when done (`done[p]`: epoch e once everything of
+    launch e for peer p ran), the launch's late words, their ring, and an event behind the whole
+    launch (`settle`: a bounded wait for the launches on the host)."""
+
+    def __init__(self, backend: "P2PBackend", ctx: Context):
+        mem, device = backend.memory, ctx.buffer.device
+        self.backend, self.ctx, self.ops = backend, ctx, backend.ops
+        self.done = torch.zeros(ctx.plan.world, dtype=torch.int32, device=device)
+        self.late = torch.zeros(peer_wait.LATE_WORDS, dtype=torch.int32, device=device)
+        self.bound_s = wait_bound(backend.timeout_s)
+        self.limit = spin_limit(self.bound_s, device.type)
+        self.ring = LatePeers(ctx, self.ops, mem.pin, self.late, backend.timeout_s, self.bound_s)
+        self.settled = self.ops.event()
+        self.epoch = 0  # the last launch that recorded `settled`
+        self._free = streamops.free_with(self, self.ops, [self.settled])
+
+    def done_address(self, p: int) -> int:
+        return streamops.ptr(self.done) + 4 * p
+
+    def begin(self, hc) -> None:
+        """On the compute stream: nothing is late yet in this launch."""
+        self.ops.zero32(streamops.ptr(self.late), peer_wait.LATE_WORDS, hc)
+
+    def wait(self, words: torch.Tensor, what: int, epoch: int) -> None:
+        """On the compute stream: words[p] >= epoch for every peer p, or the late words say which was not."""
+        plan = self.ctx.plan
+        self.backend.memory.bounded_wait(words, self.late, plan.rank, plan.world, epoch, self.limit, what)
+
+    def end(self, epoch: int, hc) -> None:
+        """On the compute stream: the late words to the ring, then the event `settle` polls."""
+        self.ring.record(epoch, hc)
+        self.ops.record(self.settled, hc)
+        self.epoch = epoch
+
+    def settle(self) -> None:
+        """Wait on the host, at most the bound, until the last launch's work on the compute stream is
+        done: its kernel and bounded waits end by themselves, so past the bound something else holds
+        the stream. No device-wide synchronize: it would also wait for push streams stuck on a dead peer."""
+        if self.epoch == 0:
+            return  # no launch yet
+        bound = self.bound_s + self.backend.timeout_s
+        end = time.monotonic() + bound
+        while not self.ops.done(self.settled):
+            if time.monotonic() > end:
+                self._never_ended(bound)
+            time.sleep(20e-6)
+
+    def _never_ended(self, bound: float) -> None:
+        """The last launch had not ended `bound` seconds later. A peer that never started it (the
+        host's word of it, `P2PBackend.behind`) is named: with one hardware queue the pushes' device
+        wait for that peer holds every stream of the process, the bounded waits included."""
+        rank, e, be = self.ctx.plan.rank, self.epoch, self.backend
+        late = be.behind(e)
+        queue = (" (CUDA_DEVICE_MAX_CONNECTIONS=1: this rank's pushes wait for it on the device, in the one hardware queue every "
+                 "stream of this process shares, so this process's GPU work stays stuck behind them)") if hardware_queues.single_queue() else ""
+        if late:
+            raise SyncopyTimeout(rank, (late[0], 0), e, be.timeout_s,
+                                 f"rank {late[0]} never started launch {e} (it died, or skipped it), and this rank's launch had not "
+                                 f"ended {bound:g}s later{queue}", "restart the job; " + SyncopyTimeout.ADVICE)
+        raise LaunchError(f"rank {rank}: launch {e} had not ended on its stream {bound:g}s later, though its kernel and its waits "
+                          "for the peers are bounded; work enqueued on that stream before it is still running: synchronize that first")
+
+    def close(self) -> None:
+        self.ring.close()
+        self._free()
+
+
+def make_room(*rings) -> None:
+    """Before the kernel is enqueued: each ring has a slot for this launch (ErrorRing.make_room,
+    which waits for, or raises, the oldest launch when a ring's worth is pending; rings without it
+    make room themselves when they record)."""
+    for ring in rings:
+        room = getattr(ring, "make_room", None)
+        if room is not None:
+            room()
 
 
 class P2PBackend:
@@ -231,6 +476,9 @@ class P2PBackend:
     memory = CudaMemory()
     handshake: NodeBarrier | None = None  # the per-launch barrier through shared host memory (gloo's where none)
     reducer: "SendReduce | None" = None  # reduce_scatter contexts of ranks alone on their GPU (set at connect)
+    waits: "PeerWaits | None" = None  # consumer contexts of ranks alone on their GPU: bounded waits for the pushes
+    ctx: Context | None = None  # the context (set at connect): a failure read later marks it broken
+    grid_resident = True  # the last grid's programs all fit on the GPU at once (check_grid)
 
     def __init__(self, group, timeout_s: float, link: Link | None, faults: Faults | None):
         refuse_emulation(self.name, link, faults, drop=True)
@@ -251,33 +499,70 @@ class P2PBackend:
         self.errors: LaunchErrors | None = None  # consumer contexts: launches whose error words are not read yet
 
     def check_grid(self, programs: int, persistent: bool, kernel: str, device, ctas_per_program: int = 1) -> None:
-        """Every grid is safe: the copy engines need no SM."""
+        """Every grid is safe: the copy engines need no SM. Where every stream shares one hardware
+        queue, whether the grid is resident at once decides where the pushes go (`pushes_after_kernel`)."""
+        if hardware_queues.single_queue() and getattr(device, "type", None) == "cuda":
+            from syncopy.runtime.streams import occupancy
+
+            self.grid_resident = programs * ctas_per_program <= occupancy.sm_count(device)
+
+    @property
+    def pushes_after_kernel(self) -> bool:
+        """Are this launch's pushes enqueued behind its kernel?
+
+        With CUDA_DEVICE_MAX_CONNECTIONS=1 (runtime/streams/hardware_queues.py) every stream feeds
+        one hardware queue: a push stream's wait for a peer's ready word enqueued before the kernel
+        holds the kernel until that peer is ready, and its copies too, so the kernel starts only once
+        every push is done: correct, and no overlap at all. Behind the kernel, the pushes go on once
+        the kernel has started, beside it. That needs every program of the grid on the GPU at once:
+        a program that could only start once another one finished would hold the queue, and the
+        pushes behind it, while the tiles running wait for peers' chunks that sit in the peers'
+        queues alike. Such grids keep the pushes before the kernel (and are told once why they do
+        not overlap). With several queues (the default) the pushes go first: they are waiting for the
+        peers by the time the kernel starts. CPU ranks: always first (an interpreted kernel returns
+        when done)."""
+        if not hardware_queues.single_queue() or self.memory.sends_before_kernel:
+            return False
+        if not self.grid_resident:
+            _warn_once("with CUDA_DEVICE_MAX_CONNECTIONS=1 every stream shares one hardware queue and this grid has more "
+                       "programs than the GPU runs at once, so p2p pushes each launch's chunks before its kernel starts "
+                       "(no overlap); launch a persistent kernel of at most one program per SM to overlap them")
+            return False
+        return True
 
     def close(self) -> None:
         """Let this context's backend go (evicted or released, its launches read first:
-        contexts._retire): its error ring's and reducer's events are freed and, on CPU ranks, the
+        contexts._retire): its error rings' and reducer's events are freed and, on CPU ranks, the
         reducer's send threads end. The peers' mappings go with their tensors."""
         if self.errors is not None:
             self.errors.close()
+        if self.waits is not None:
+            self.waits.close()
         if self.reducer is not None:
             self.reducer.close()
 
     # -- setup (once per context, collectively) -------------------------------------------------
     def _connect(self, ctx: Context) -> None:
-        """Exchange IPC handles of every rank's buffer and signal pad; map the peers' here."""
-        mem = self.memory
+        """Exchange IPC handles of every rank's buffer and signal pad; map the peers' here, on this
+        rank's device (CudaMemory.open), once every pair of GPUs is known to reach each other."""
+        mem, device = self.memory, ctx.buffer.device
+        self.ctx = ctx
+        problems = mem.reach(self.user_group, device)  # collective: every rank refuses alike
+        if problems:
+            raise LaunchError(f"the p2p backend writes into the peers' GPU memory, but {'; '.join(problems)}; "
+                              "use backend='nccl' (backend='auto' picks it on such a node)")
         # A token in our pad's spare word (the tile-start counter, which begin() zeroes and only a
         # traced kernel uses) lets every peer check that its mapping reaches this very allocation.
         spare = dev.SIG_HEADER + ctx.n_flags + 1
         token = int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF | 1
         ctx.signals[spare] = token
-        mem.sync(ctx.buffer.device)
+        mem.sync(device)
         mine = (mem.share(ctx.buffer), mem.share(ctx.signals), token)
         theirs: list = [None] * self.world
         dist.all_gather_object(theirs, mine, group=self.group)
-        self.peers = {r: (mem.open(b), mem.open(s)) for r, (b, s, _) in enumerate(theirs) if r != self.rank}
+        self.peers = {r: (mem.open(b, device), mem.open(s, device)) for r, (b, s, _) in enumerate(theirs) if r != self.rank}
         for r, (_, sig) in self.peers.items():
-            seen = int(sig[spare])
+            seen = mem.read_word(sig, spare)  # through the mapping the writes use
             if seen != theirs[r][2]:
                 raise LaunchError(f"rank {self.rank}: the CUDA IPC mapping of rank {r}'s signal pad reads {seen:#x} where rank {r} "
                                   f"wrote {theirs[r][2]:#x}; the mapping does not reach its memory, so pushes would be lost: use backend='nccl'")
@@ -287,16 +572,17 @@ class P2PBackend:
             # Every rank is on this node: the launches' barriers go through shared memory, bounded
             # like the transfers (a peer's previous launch, kernel included, may still be running).
             self.handshake = node_barrier(self.user_group, wait_bound(self.timeout_s))
-        self.shared_device = mem.shares_device(self.user_group, ctx.buffer.device)
+        self.shared_device = mem.shares_device(self.user_group, device)
         if ctx.producer:
             if not self.shared_device and ctx.plan.pattern in ("reduce_scatter", "all_reduce") and SendReduce.fits(ctx):
                 self.reducer = SendReduce(self, ctx)  # collective: the inboxes' handles
             return
         if not self.shared_device:
             self.errors = LaunchErrors(ctx, self.ops, mem.pin, self.timeout_s)
+            self.waits = PeerWaits(self, ctx)
         self.order = self._push_order(ctx)
         for p in self.order:
-            self.streams[p] = mem.stream(ctx.buffer.device)
+            self.streams[p] = mem.stream(device)
         for g in range(ctx.n_chunks):
             if not ctx.chunk_view(g).is_contiguous():
                 raise LaunchError(
@@ -343,33 +629,62 @@ class P2PBackend:
         if self.asynchronous:
             self._say_ready(ctx)
 
+    def started(self, epoch: int) -> None:
+        """Tell the peers' hosts that this rank started launch `epoch`: one store into our slot of
+        the node barrier's shared file (word 1; word 0 counts barriers). Read only to name a peer
+        that never came (`behind`), where its device words cannot be read."""
+        if self.handshake is not None:
+            self.handshake.words[self.rank * self.handshake.step + 1] = epoch
+
+    def behind(self, epoch: int) -> list[int]:
+        """The peers that have not started launch `epoch` (as far as their hosts said: `started`)."""
+        if self.handshake is None:
+            return []
+        words, step = self.handshake.words, self.handshake.step
+        return [r for r in range(self.world) if r != self.rank and words[r * step + 1] < epoch]
+
     def _say_ready(self, ctx: Context) -> None:
         """On the compute stream, behind our writes to our buffer: epoch e into our ready word of
         every peer's pad (each push stream of a peer waits for it)."""
+        self.started(ctx.epoch)
         hc = self.ops.handle(self.memory.compute_stream(ctx.buffer.device))
         word = ctx.ready_word(self.rank)
         for _, sig in self.peers.values():
             self.ops.write32(ctx.word_address(word, sig), ctx.epoch, hc)
 
     def finish(self, ctx: Context, epoch: int) -> None:
-        """After the kernel, on the compute stream: wait for our pushes (what the caller enqueues
-        next follows them), then the kernel's error words to the ring (read by `check`)."""
-        device = ctx.buffer.device
-        compute = self.memory.compute_stream(device)
-        for stream in self.streams.values():
-            compute.wait_stream(stream)
-        self.errors.record(epoch, self.ops.handle(compute))
+        """After the kernel, on the compute stream: the kernel's error words to the ring first
+        (whatever becomes of the pushes, they are read), then a bounded wait for our pushes (what
+        the caller enqueues next follows them; a peer that never got ready leaves late words
+        instead of holding the stream), their late words to their ring, an event.
+
+            compute  [== kernel ==][error words -> ring][wait pushed[p] >= e, bounded][late words -> ring][settled]
+            push p      [wait ready[p]][chunks, flags][pushed[p] = e]
+        """
+        hc = self.ops.handle(self.memory.compute_stream(ctx.buffer.device))
+        self.errors.record(epoch, hc)
+        self.waits.begin(hc)
+        self.waits.wait(self.waits.done, peer_wait.PUSHED, epoch)
+        self.waits.end(epoch, hc)
 
     def check(self, wait: bool = False) -> None:
-        """Raise the first error of the launches that are done (all of them, with `wait`)."""
-        if self.reducer is not None:
-            if wait:
-                self.memory.sync_all(self.reducer.ctx.buffer.device)
-            self.reducer.check(wait)
-        if self.errors is not None:
-            if wait:
-                self.memory.sync_all(self.errors.ctx.buffer.device)
-            self.errors.check(wait=wait)
+        """Raise the first error of the launches that are done (with `wait`: of all of them, waiting
+        at most a bound: every launch's work on the compute stream ends by itself). A failure marks
+        the context broken: its later launches refuse, saying why."""
+        try:
+            if self.reducer is not None:
+                if wait:
+                    self.reducer.waits.settle()
+                self.reducer.check(wait)
+            if self.errors is not None:
+                if wait:
+                    self.waits.settle()
+                self.errors.check(wait=wait)
+                self.waits.ring.check(wait=wait)
+        except (SyncopyTimeout, LaunchError) as exc:
+            if self.ctx is not None:
+                self.ctx.broken = self.ctx.broken or f"{type(exc).__name__}: {exc}"
+            raise
 
     # -- consumer patterns ------------------------------------------------------------------------
     def local(self, ctx: Context, shard: torch.Tensor) -> None:
@@ -377,6 +692,8 @@ class P2PBackend:
 
     def start(self, ctx: Context, epoch: int) -> "Push":
         self._ready(ctx)
+        if self.asynchronous:
+            make_room(self.errors, self.waits.ring)  # before the kernel: a ring's slot for this launch
         return Push(self, ctx, epoch).start()
 
     # -- producer patterns ------------------------------------------------------------------------
@@ -385,19 +702,46 @@ class P2PBackend:
         if self.peers is None:
             self._connect(ctx)
         if self.reducer is not None:
+            self.started(epoch)
             return self.reducer.start(out, epoch)
         return PullReduce(self, ctx, out)
 
 
+_warned: set[str] = set()
+
+
+def _warn_once(text: str) -> None:
+    if text not in _warned:
+        _warned.add(text)
+        warnings.warn(text, stacklevel=3)
+
+
 class Push:
-    """One launch's pushes, enqueued on the per-peer streams; `join()` waits for them."""
+    """One launch's pushes, enqueued on the per-peer streams (before the kernel, or behind it where
+    every stream shares one hardware queue: P2PBackend.pushes_after_kernel); `join()` enqueues them
+    then, or waits for them (ranks sharing a GPU)."""
 
     def __init__(self, backend: P2PBackend, ctx: Context, epoch: int):
         self.backend, self.ctx, self.epoch = backend, ctx, epoch
         self.errors: list[BaseException] = []
         self.lost: list[int] = []
+        self.enqueued = False
+        self.mark = None  # where the compute stream was before the kernel, for pushes enqueued behind it
 
     def start(self) -> "Push":
+        be = self.backend
+        if be.asynchronous and be.pushes_after_kernel:
+            self.mark = be.memory.mark(self.ctx.buffer.device)
+            return self  # join() enqueues them, behind the kernel
+        self._enqueue()
+        if be.shared_device:
+            # Processes on one GPU take turns: a kernel launched now could hold the GPU while the
+            # pushes it waits for sit in a peer's queue (module doc). Deliver everything first.
+            self.join()
+            be.barrier(f"the delivery of launch {self.epoch}")
+        return self
+
+    def _enqueue(self) -> None:
         be, ctx, plan, ops = self.backend, self.ctx, self.ctx.plan, self.backend.ops
         c = plan.chunks_per_rank
         for p, chunks in be.order.items():
@@ -405,7 +749,10 @@ class Push:
             stream = be.streams[p]
             hs = ops.handle(stream)
             # Our own slot (and, for all_to_all, the input) are written on the compute stream.
-            be.memory.after_compute(stream, ctx.buffer.device)
+            if self.mark is None:
+                be.memory.after_compute(stream, ctx.buffer.device)
+            else:
+                be.memory.after_mark(stream, self.mark)  # not the kernel's end: its tiles wait for the peers' pushes
             if ctx.source is not None:
                 be.memory.keep(ctx.source, stream)
             if be.asynchronous:
@@ -418,19 +765,16 @@ class Push:
                     buf.narrow(ctx.dim, lo, hi - lo).copy_(ctx.send_view(g, p), non_blocking=True)
                     for f in plan.flags(g):
                         ops.write32(ctx.flag_address(f, sig), self.epoch, hs)
-        if be.shared_device:
-            # Processes on one GPU take turns: a kernel launched now could hold the GPU while the
-            # pushes it waits for sit in a peer's queue (module doc). Deliver everything first.
-            self.join()
-            be.barrier(f"the delivery of launch {self.epoch}")
-        return self
+            if be.waits is not None:
+                ops.write32(be.waits.done_address(p), self.epoch, hs)  # what finish's bounded wait looks for
+        self.enqueued = True
 
     def _wait_ready(self, p: int, stream) -> None:
         """`stream` goes on once peer p's buffer may take this launch's chunks (module doc)."""
         ctx = self.ctx
         try:
             self.backend.ops.wait32(ctx.word_address(ctx.ready_word(p)), self.epoch, stream)
-        except streamops.StreamTimeout:  # CPU emulation only: a device wait has no deadline
+        except streamops.StreamTimeout:  # CPU emulation only: a device wait has no deadline (finish's bounded wait ends it)
             raise LaunchError(f"rank {self.backend.rank}: rank {p} never got ready for launch {self.epoch} within "
                               f"{wait_bound(self.backend.timeout_s):g}s; {JOIN_FIX}") from None
 
@@ -440,6 +784,8 @@ class Push:
         return self.backend.asynchronous
 
     def join(self) -> None:
+        if not self.enqueued:
+            self._enqueue()  # behind the kernel (pushes_after_kernel)
         if self.deferred:
             return
         for stream in self.backend.streams.values():
@@ -503,10 +849,10 @@ class SendReduce:
         mem.sync(ctx.buffer.device)
         theirs: list = [None] * plan.world
         dist.all_gather_object(theirs, mem.share(self.inbox), group=backend.group)
-        boxes = self.boxes = {p: mem.open(h) for p, h in enumerate(theirs) if p != rank}  # kept: the sends write through them
+        boxes = self.boxes = {p: mem.open(h, ctx.buffer.device) for p, h in enumerate(theirs) if p != rank}  # kept: the sends write through them
         deadline = wait_bound(backend.timeout_s)
         self.streams = {p: mem.send_stream(ctx.buffer.device, deadline) for p in boxes}
-        self.sent = {p: self.ops.event() for p in boxes}
+        self.waits = PeerWaits(backend, ctx)  # done[p]: our sends to p of a launch all ran
         self.before = self.ops.event()
         self.sends: dict[int, list[tuple]] = {p: [] for p in boxes}  # owner -> [(chunk, flag, dst, src, bytes)] in finish order
         for g in plan.finish:
@@ -526,7 +872,7 @@ class SendReduce:
         self.gathers: dict[int, tuple[int, int, int]] = {}
         self.gathered: dict[int, int] = {}
         self.reduced = self.ops.event()
-        self.free_events = streamops.free_with(self, self.ops, [*self.sent.values(), self.before, self.reduced])
+        self.free_events = streamops.free_with(self, self.ops, [self.before, self.reduced])
         if self.all_reduce:
             lo, hi = self.own
             mine = ctx.buffer.narrow(dim, lo, hi - lo)
@@ -537,6 +883,7 @@ class SendReduce:
 
     def close(self) -> None:
         self.free_events()
+        self.waits.close()
         for stream in self.streams.values():
             if isinstance(stream, streamops.HostStream):
                 stream.close()
@@ -549,6 +896,7 @@ class SendReduce:
     def start(self, out: torch.Tensor, epoch: int) -> "SendReduce.Launch":
         """Before the kernel: mark where the compute stream is (the partial is initialised)."""
         mem, device = self.backend.memory, self.ctx.buffer.device
+        make_room(self.waits.ring)  # before the kernel: a ring's slot for this launch
         self.ops.record(self.before, self.ops.handle(mem.compute_stream(device)))
         launch = SendReduce.Launch(self, out, epoch)
         if mem.sends_before_kernel:
@@ -556,7 +904,9 @@ class SendReduce:
         return launch
 
     def check(self, wait: bool = False) -> None:
-        """A CPU send stream whose flag wait ran out: the kernel never finished that chunk."""
+        """A CPU send stream whose flag wait ran out: the kernel never finished that chunk; then the
+        launches' late words (a peer that died or skipped a launch). With `wait`, the caller settled
+        the launches first (PeerWaits.settle)."""
         for stream in self.streams.values():
             if not isinstance(stream, streamops.HostStream):
                 continue
@@ -571,6 +921,7 @@ class SendReduce:
                 flag = (exc.addr - ctx.flag_address(0)) // 4
                 raise SyncopyTimeout(ctx.plan.rank, divmod(flag, ctx.plan.chunks_per_rank), ctx.unwrap(exc.value), self.backend.timeout_s,
                                      "the kernel never finished it")
+        self.waits.ring.check(wait=wait)
 
     class Launch:
         """One launch's sends and reduction; `join()` (after the kernel) enqueues what is left."""
@@ -597,23 +948,25 @@ class SendReduce:
                         stream.put(lambda g=g, trace=ctx.trace: trace.sent.__setitem__(g, time.perf_counter() - ctx.t0))
                 ops.write32(r.delivered[d], e, hs)
                 if not r.all_reduce:  # all_reduce: behind the gather half's push (join)
-                    ops.record(r.sent[d], hs)
+                    ops.write32(r.waits.done_address(d), e, hs)
             self.enqueued = True
 
         def join(self) -> None:
+            """Behind the kernel, on the compute stream: a bounded wait for every peer's partials of
+            our rows, our rows reduced (all_reduce: and gathered), our ready words up, then a bounded
+            wait for our sends (the next launch rewrites the partial they read); late words to the
+            ring. Nothing on the compute stream waits for a peer without a bound.
+
+                compute  [== kernel ==][wait delivered[p] >= e, bounded][reduce][ready[r] = e in every pad][wait sent[p] >= e, bounded][late -> ring]
+            """
             r, ops, e = self.reducer, self.reducer.ops, self.epoch
             ctx, out = r.ctx, self.out
             if not self.enqueued:
                 self.enqueue_sends()
             hc = ops.handle(r.backend.memory.compute_stream(ctx.buffer.device))
             plan, dim = ctx.plan, ctx.dim
-            for p in r.streams:
-                try:
-                    ops.wait32(ctx.word_address(ctx.delivered_word(p)), e, hc)
-                except streamops.StreamTimeout:  # CPU only: a device wait has no deadline
-                    mine = plan.owned[0] if plan.owned else plan.rank * plan.chunks_per_rank
-                    raise SyncopyTimeout(plan.rank, divmod(mine, plan.chunks_per_rank), e, r.backend.timeout_s,
-                                         f"the partial sums from rank {p} never came") from None
+            r.waits.begin(hc)
+            r.waits.wait(ctx.signals.narrow(0, ctx.delivered_word(0), plan.world), peer_wait.DELIVERED, e)
             lo, hi = r.own
             parts = [ctx.buffer.narrow(dim, lo, hi - lo) if p == plan.rank else r.inbox[p].narrow(dim, 0, hi - lo)
                      for p in range(plan.world)]
@@ -625,12 +978,13 @@ class SendReduce:
                 reduce_into(out, parts)
             for p in r.streams:
                 ops.write32(r.ready[p], e, hc)  # our inbox may take launch e+1's partials
-                ops.wait_event(hc, r.sent[p])  # the next launch rewrites the partial our sends read
+            r.waits.wait(r.waits.done, peer_wait.SENT, e)  # the next launch rewrites the partial our sends read
+            r.waits.end(e, hc)
 
         def _gather(self, hc, e: int) -> None:
             """all_reduce's gather half: behind our reduction (on the compute stream `hc`), push our
             reduced rows into every peer's buffer and raise our gathered word there; then the
-            compute stream waits until every peer's reduced rows are in our buffer."""
+            compute stream waits, bounded, until every peer's reduced rows are in our buffer."""
             r, ops = self.reducer, self.reducer.ops
             ctx, plan = r.ctx, r.ctx.plan
             ops.record(r.reduced, hc)
@@ -640,11 +994,5 @@ class SendReduce:
                 if p in r.gathers:
                     ops.copy(*r.gathers[p], hs)
                 ops.write32(r.gathered[p], e, hs)
-                ops.record(r.sent[p], hs)
-            for p in r.streams:
-                try:
-                    ops.wait32(ctx.word_address(ctx.gathered_word(p)), e, hc)
-                except streamops.StreamTimeout:  # CPU only: a device wait has no deadline
-                    theirs = p * plan.chunks_per_rank
-                    raise SyncopyTimeout(plan.rank, divmod(theirs, plan.chunks_per_rank), e, r.backend.timeout_s,
-                                         f"the reduced rows of rank {p} never came") from None
+                ops.write32(r.waits.done_address(p), e, hs)
+            r.waits.wait(ctx.signals.narrow(0, ctx.gathered_word(0), plan.world), peer_wait.GATHERED, e)
