@@ -107,7 +107,7 @@ class Reader:
 class LinkErrors(ErrorRing):
     """A link's launches whose error words are not read yet (runtime/streams/error_ring.py's ring):
 
-        caller stream  [begin][op 1 ... op 2, joined][error words -> pinned ring[e % RING]][event e]
+        caller stream  [begin][op 1 ... op 2, joined][error words -> pinned ring[next slot]][event]
         host           launch e returns ... next launch / synchronize(): each done event, oldest first:
                                             read its ring slot (no CUDA call), raise SyncopyTimeout
 
