@@ -7,11 +7,21 @@ An operator keeps, per process group, its most recently used contexts within two
 either, the least recently used goes; its shape is made again, collectively, if it comes back.
 Every rank launches the same shapes in the same order, so every rank evicts the same contexts at
 the same launch (the budgets are checked equal at the first launch of a shape). Contexts of
-process groups that were destroyed go at the next first launch; `fused.release()` drops them all."""
+process groups that were destroyed go when the group is destroyed or at the next first launch;
+`fused.release()` drops them all.
+
+A destroyed group's contexts are not freed under their launches: a launch returns before its kernel
+and transfers ran, and its pinned error ring, peer mappings and streams are still written while they
+run. Each is given a bounded wait (`_let_go`; its launches' waits are bounded, so they end), its
+failures become a warning naming the operator (destroy_process_group's caller did nothing wrong),
+and one still running past the bound is parked and freed once done, at a later drop or first launch."""
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
+import time
+import warnings
 import weakref
 
 import torch
@@ -154,10 +164,91 @@ def _close(ctx: Context, backend) -> None:
 
 _every = weakref.WeakSet()  # every operator's Contexts: a destroyed group's contexts go from all of them
 
+#: Contexts of destroyed groups whose launches were still running when they were let go (`_let_go`):
+#: (context, backend, operator name), freed at a later drop or first launch once done (`_free_parked`).
+_parked: list[tuple[Context, object, str]] = []
+POLL_S = 1e-3
+
+
+def _settled(ctx: Context, backend) -> bool:
+    """Is every launch of this context done on the device, so that nothing still copies into its
+    pinned error ring, pushes through its peers' mappings or runs rounds on its streams? A backend
+    that knows says so (`settled()`); otherwise its error ring's unread launches, its streams' work
+    and a world of one's ring are asked."""
+    settled = getattr(backend, "settled", None)
+    if settled is not None:
+        if not settled():
+            return False
+    else:
+        errors = getattr(backend, "errors", None)
+        if errors is not None and getattr(errors, "pending", None):
+            return False
+        streams = getattr(backend, "streams", None) or {}
+        if any(hasattr(s, "query") and not s.query() for s in streams.values()):
+            return False
+    own = getattr(ctx, "own_errors", None)
+    return own is None or not own.pending
+
+
+def _read(ctx: Context, backend) -> None:
+    """Read what of this context's launches is done, without waiting (an error among them is raised)."""
+    if deferred(backend):
+        backend.check(wait=False)
+    own = getattr(ctx, "own_errors", None)
+    if own is not None:
+        own.check(wait=False)
+
+
+def _let_go(ctx: Context, backend, name: str, bound_s: float) -> bool:
+    """Let go of a context whose process group was destroyed: its launches are given `bound_s` to
+    finish (their waits are bounded, so they end), then it is closed; one still running after that
+    is parked (`_parked`), not freed: its pinned ring may still receive a copy and its peers'
+    mappings pushes, and memory handed out again would take them. A launch that failed is reported
+    as a warning naming the operator: destroy_process_group's caller is done with the group, and
+    nothing it did made the failure. True if closed."""
+    end = time.monotonic() + bound_s
+    warned = False
+    while True:
+        try:
+            _read(ctx, backend)
+        except Exception as exc:  # a failed launch of a group nobody launches on any more
+            if not warned:
+                warnings.warn(f"{name}: a launch on a process group destroyed since failed ({type(exc).__name__}: {exc}); "
+                              "its results are not to be trusted (destroy the group only once its launches were read, "
+                              "e.g. after synchronize())", stacklevel=3)
+                warned = True
+        if _settled(ctx, backend):
+            _close(ctx, backend)
+            return True
+        if time.monotonic() >= end:
+            with _cache_lock:
+                _parked.append((ctx, backend, name))
+            warnings.warn(f"{name}: launches on a process group destroyed since were still running {bound_s:g}s later; their "
+                          "buffers are kept until they finish and freed at a later launch (call synchronize() before "
+                          "destroy_process_group to let them go at once)", stacklevel=3)
+            return False
+        time.sleep(POLL_S)
+
+
+def _free_parked() -> None:
+    """Close the parked contexts whose launches are done by now (never waits)."""
+    with _cache_lock:
+        parked, _parked[:] = list(_parked), []
+    for ctx, backend, name in parked:
+        with contextlib.suppress(Exception):  # reported when it was parked
+            _read(ctx, backend)
+        if _settled(ctx, backend):
+            _close(ctx, backend)
+        else:
+            with _cache_lock:
+                _parked.append((ctx, backend, name))
+
 
 def _drop_destroyed(alive: set[int]) -> None:
-    """Close every operator's contexts of groups no longer alive (control.on_release): their backends
-    hold syncopy's internal groups of those groups, which must go with them."""
+    """Let go of every operator's contexts of groups no longer alive (control.on_release: at every
+    first launch and when a group is destroyed): their backends hold syncopy's internal groups of
+    those groups, which must go with them. Parked contexts done by now are freed first."""
+    _free_parked()
     with _cache_lock:
         tables = list(_every)
     for contexts in tables:
@@ -283,8 +374,16 @@ class Contexts:
                 del self.last_stream[k]
             for k in [k for k in self.arenas if k[0] not in alive]:
                 del self.arenas[k]
-        for ctx, backend in dropped:
-            _close(ctx, backend)  # their group is gone: nothing of theirs can still be waited for
+        if dropped:
+            bound = control.wait_bound(self.op.timeout_s)
+            name = self.name()
+            for ctx, backend in dropped:
+                _let_go(ctx, backend, name, bound)  # their launches may still run: waited for, or kept
+
+    def name(self) -> str:
+        """The operator's name, as warnings say it."""
+        fn = getattr(getattr(self.op, "local", None), "fn", None)
+        return f"operator {getattr(fn, '__name__', type(self.op).__name__)}"
 
     def listed_shapes(self, args: dict) -> tuple:
         """(shape, dtype) of each other listed tensor (`tensor: [K, V]`): part of a context's key."""

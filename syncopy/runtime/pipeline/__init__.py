@@ -55,9 +55,11 @@ the host for its kernel any more (its error words are read from a pinned ring at
 `synchronize()`, runtime/launch/sequence.py), but `down`'s launch takes longer on the host (a fused
 loopback launch: 0.31 ms on an H100, benchmarks/results/h100-2026-11-27-s10) than `up`'s kernel
 runs at small shapes (tens of microseconds), so enqueued after `up` it would start after `up` ended. The cost: `down`'s waits are bounded, and a host sync
-of the whole device before `up` is enqueued, or a driver that put both streams on one hardware
-queue (`down`'s copy of its result behind its kernel would then hold `up` back), ends as that
-link's SyncopyTimeout, never a hang; tests/unit/test_world1_deferred.py checks that a warm world-1
+of the whole device before `up` is enqueued ends as that link's SyncopyTimeout, never a hang. One
+hardware queue for both streams (CUDA_DEVICE_MAX_CONNECTIONS=1) would do the same at every launch
+(`down`'s copy of its result behind its kernel would hold `up` back), so there both run in order,
+writer first, and `placement.why` says why (runtime/pipeline/placement.py: with one queue `down`
+could not start before `up` ended in either order); tests/unit/test_world1_deferred.py checks that a warm world-1
 launch (consumer or producer) reads and writes no device word through a host sync. Either way
 `down`'s launch follows its own last launch through the fork (`_forked`), not through the caller's
 stream, which may by then hold `up`.

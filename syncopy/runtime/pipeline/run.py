@@ -240,7 +240,7 @@ class Pipeline:
                          reader_ctas=0, writer_ctas=0, sms=0, reserved=0, reader_first_ok=False, threads=threads)
         placement = plan.placements[key]
         if placement is None:
-            from syncopy.runtime.streams import occupancy
+            from syncopy.runtime.streams import hardware_queues, occupancy
 
             backends = [_backend_of(v) for v in plan.variants]
             reserved = max(occupancy.reserved_sms(b.name) if b is not None else 0 for b in backends)
@@ -248,7 +248,7 @@ class Pipeline:
             placement = plan.placements[key] = place(
                 cuda=True, interpreted=False, warm=True, chain=True, reader_ctas=reader_ctas, writer_ctas=writer_ctas,
                 sms=occupancy.sm_count(device), reserved=reserved,
-                reader_first_ok=_reader_first_ok(plan.variants[1], backends[1]))
+                reader_first_ok=_reader_first_ok(plan.variants[1], backends[1]), single_queue=hardware_queues.single_queue())
         return placement
 
     def _side_thread_refused(self, plan: Plan, launches: list[Launch]) -> str | None:
@@ -492,7 +492,8 @@ def _reader_first_ok(variant, backend) -> bool:
     for good). A world of one is the case that needs it: the reader's launch (a producer) takes longer on the
     host than a small writer kernel runs (module doc), and it enqueues only fills, write-values, its
     kernel and a copy of its result, no host sync (sequence.py). Not in checked mode, whose launch
-    reads its report words after the kernel."""
+    reads its report words after the kernel. Never with one hardware queue (CUDA_DEVICE_MAX_CONNECTIONS=1):
+    `place` runs both in order there, before asking this (placement.py's module doc)."""
     return backend is None and bool(variant.producer) and not (variant.kernel.built is not None and variant.kernel.built.transformed.checked)
 
 

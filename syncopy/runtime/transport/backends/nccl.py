@@ -1,5 +1,5 @@
 """The multi-node GPU backend: chunks move as NCCL point-to-point ops on a dedicated communicator
-(high-priority stream, at most `occupancy.reserved_sms('nccl')` CTAs per kernel), ordered by one
+(high-priority stream, at most `occupancy.own_sms()` CTAs per kernel), ordered by one
 syncopy stream; after each chunk lands, its flag is raised by a stream write-value of the epoch on
 that stream (runtime/streams/streamops.py: a memory barrier first), so stream order puts the flag after the
 NCCL kernel that wrote the data.
@@ -39,6 +39,27 @@ rows to every peer and receives theirs, one round per offset, and the result is 
 
 Chunks along another dim than 0 are strided: each travels through a contiguous copy made on the
 stream after its flag, and lands through one.
+
+One hardware queue (CUDA_DEVICE_MAX_CONNECTIONS=1, streams/hardware_queues.py). Every stream feeds one
+queue in enqueue order. A consumer round makes the syncopy stream wait for its NCCL kernel (an event
+wait in the queue: `work.wait()`), so rounds enqueued before the fused kernel would all run, and the
+kernel start only once the last chunk landed: correct, nothing overlapped. There `Rounds` are
+enqueued behind the kernel instead, waiting for a mark taken before it (the kernel's own slot):
+
+    queue   [fused kernel: <= SMs - R programs, all resident][NCCL round 1][wait for it][flags][round 2] ... [error words]
+                          tiles spin on flags ----------------------^ raised while the kernel runs
+
+The kernel has started (kernels start in enqueue order, then run side by side) before the first
+round's NCCL kernel is dispatched, which finds its R SMs free. The error words' copy waits for the
+kernel, so it goes behind the rounds. FlagRounds were already behind the kernel (their flag waits
+must not sit ahead of the kernel that raises them, in any number of queues).
+
+Other NCCL communicators (DDP's, FSDP's, the user's group where rounds run on it). NCCL documents
+that concurrent work on two communicators of one device can deadlock; NCCL 2.26+ orders their
+kernels as the host issued them with NCCL_LAUNCH_ORDER_IMPLICIT=1. syncopy keeps SMs free for the
+other communicator's kernels too (occupancy.reserved_sms), warns once where the variable is unset
+(`warn_beside`), and a launch that times out beside one names it as a possible cause: the fused
+kernel's waits are bounded, so such a deadlock ends as a SyncopyTimeout, never a hang.
 """
 from __future__ import annotations
 
@@ -53,7 +74,7 @@ import torch
 import torch.distributed as dist
 
 from syncopy.errors import LaunchError, SyncopyTimeout
-from syncopy.runtime.streams import occupancy
+from syncopy.runtime.streams import hardware_queues, occupancy
 from syncopy.runtime.state import plan as planning
 from syncopy.runtime.streams import streamops
 from syncopy.runtime.transport.backends.control import (control_group, group_lock, mark_broken, member_group, refuse_broken, transport_text, wait_bound)
@@ -89,11 +110,13 @@ def nccl_group(group) -> object:
     every new NCCL group by ncclCommSplit of the default communicator, which every rank of the world
     must enter: a group of members alone would wait forever. There a sub-group's rounds run on
     `group` itself when it is an NCCL group (same ranks, same order of launches: its own messages
-    cannot meet another group's; torch's stream and CTA limit, not ours), and a launch is refused
-    otherwise."""
+    cannot meet another group's; torch's stream, and a CTA limit that is not ours: the fused kernel
+    then leaves free what one of its kernels may take, occupancy.reserved_sms), and a launch is
+    refused otherwise. Either way the process may run other NCCL communicators beside (`warn_beside`)."""
     with group_lock(group):
         if group not in _groups:
             _groups[group] = _new_nccl_group(group)
+            warn_beside(_groups[group])
         return _groups[group]
 
 
@@ -104,9 +127,62 @@ def _new_nccl_group(group) -> object:
                               "splitting it with every rank of the world; launch on an NCCL group (dist.new_group(..., "
                               "backend='nccl')), or init_process_group without device_id")
         return group
-    pg = member_group(group, "nccl", "nccl", None, pg_options=nccl_options(occupancy.reserved_sms("nccl")))
+    pg = member_group(group, "nccl", "nccl", None, pg_options=nccl_options(occupancy.own_sms()))
+    occupancy.mark_own(pg)  # capped to our share: not one of the "other" communicators the fused kernel leaves room for
     dist.all_reduce(torch.zeros(1, device=torch.device("cuda", torch.cuda.current_device())), group=pg)
     return pg
+
+
+#: NCCL_LAUNCH_ORDER_IMPLICIT appeared in NCCL 2.26: it orders the kernels of all communicators of a
+#: device as the host issued them, instead of leaving their order to the GPU.
+IMPLICIT_ORDER_SINCE = (2, 26)
+_told_beside: list = []  # warn_beside says it once per process
+
+
+def nccl_version() -> tuple[int, ...] | None:
+    """The NCCL this torch runs (None where it has none: CPU builds)."""
+    try:
+        v = torch.cuda.nccl.version()
+    except Exception:
+        return None
+    return tuple(v) if isinstance(v, tuple) else None
+
+
+def implicit_order() -> bool:
+    """Is NCCL_LAUNCH_ORDER_IMPLICIT set on (anything but unset, empty or 0)?"""
+    return os.environ.get("NCCL_LAUNCH_ORDER_IMPLICIT", "").strip() not in ("", "0")
+
+
+def beside_text() -> str | None:
+    """Why rounds beside another NCCL communicator of this process may deadlock, and what to change;
+    None where there is no other communicator or NCCL already orders their kernels."""
+    others = occupancy.other_nccl_communicators()
+    if not others:
+        return None
+    version = nccl_version()
+    if implicit_order() and (version is None or version >= IMPLICIT_ORDER_SINCE):
+        return None
+    said = ("syncopy's NCCL rounds run beside another NCCL communicator of this process (DDP's, FSDP's or the process "
+            "group's own), and NCCL documents that concurrent work on two communicators of one device can deadlock: one "
+            "rank may run the other communicator's kernel where its peer runs ours")
+    if version is not None and version < IMPLICIT_ORDER_SINCE:
+        fix = (f"this NCCL ({'.'.join(map(str, version))}) predates NCCL_LAUNCH_ORDER_IMPLICIT "
+               f"({'.'.join(map(str, IMPLICIT_ORDER_SINCE))}): upgrade NCCL, or order the other communicator's work "
+               "after syncopy's launches yourself (synchronize() first)")
+    else:
+        fix = ("set NCCL_LAUNCH_ORDER_IMPLICIT=1 before starting the job, and issue NCCL work (syncopy's launches and the "
+               "other collectives) in the same order on every rank")
+    return f"{said}; {fix}"
+
+
+def warn_beside(pg) -> None:
+    """Once per process: rounds on `pg` run beside another NCCL communicator (`beside_text`). The
+    fused kernel's waits are bounded, so such a deadlock ends as a SyncopyTimeout, never a hang."""
+    text = beside_text()
+    if text is None or _told_beside:
+        return
+    _told_beside.append(text)
+    warnings.warn(f"{text} (a deadlock ends as a SyncopyTimeout: syncopy's waits are bounded)", stacklevel=3)
 
 
 def _should_share_user_group(group) -> bool:
@@ -184,6 +260,14 @@ class CudaStreams:
     #: GPU's hardware queues, and a wait ahead of the kernel in one can block it for good.
     sends_before_kernel = False
 
+    @property
+    def rounds_before_kernel(self) -> bool:
+        """Are a consumer launch's rounds enqueued before its kernel (the first may start before it)?
+        Not with one hardware queue (CUDA_DEVICE_MAX_CONNECTIONS=1): each round's wait for its NCCL
+        kernel would sit in the queue ahead of the fused kernel, which would start only once the last
+        chunk landed, correct but with nothing overlapped (module doc, "One hardware queue")."""
+        return not hardware_queues.single_queue()
+
     def make_ops(self, deadline_s: float):
         return streamops.cuda_ops()  # a device wait has no deadline: a producer kernel raises every flag
 
@@ -220,6 +304,10 @@ class CudaStreams:
 
     def close(self, stream) -> None:
         """The backend lets `stream` go: a torch stream returns to torch's pool when collected."""
+
+    def idle(self, stream) -> bool:
+        """Has `stream` run everything enqueued on it (asks the device, never waits)?"""
+        return stream.query()
 
 
 class _Done:
@@ -264,6 +352,7 @@ class HostStreams(CudaStreams):
 
     #: An interpreted kernel returns when done: its flags' rounds must be waiting on the worker before.
     sends_before_kernel = True
+    rounds_before_kernel = True  # and so must a consumer's rounds: the kernel waits for their chunks
 
     def make_ops(self, deadline_s: float):
         return streamops.HostOps(deadline_s)
@@ -291,6 +380,9 @@ class HostStreams(CudaStreams):
 
     def close(self, stream) -> None:
         stream.close()  # its worker thread ends after the rounds still enqueued
+
+    def idle(self, stream) -> bool:
+        return stream.synchronize(0.01)  # its worker ran what was enqueued before (a short wait for it)
 
 
 class NcclBackend:
@@ -384,9 +476,16 @@ class NcclBackend:
             if failures:  # CPU ranks: a gloo operation failed (the peer's connection): that is why the chunk never came
                 exc = SyncopyTimeout(exc.rank, exc.chunk, exc.epoch, exc.timeout_s, f"its round failed: {transport_text(failures[0])}",
                                      "look for the cause in the peers' own output, then restart the job")
+            else:
+                beside = beside_text()
+                if beside is not None:  # a possible cause the message names, with what to change
+                    exc.args = (f"{exc}; a possible cause: {beside}",)
             self._abandon(exc)
             raise exc from None
         except LaunchError as exc:
+            beside = beside_text() if not self.engine.failures(self.stream) else None
+            if beside is not None:
+                exc.args = (f"{exc}; a possible cause: {beside}",)
             self._abandon(exc)
             raise
 
@@ -432,6 +531,13 @@ class NcclBackend:
                               stacklevel=2)
         self.pending.clear()
 
+    def settled(self) -> bool:
+        """Is every launch of this backend done: its kernels' error words read, its rounds finished,
+        its stream drained (contexts._let_go frees a destroyed group's context only then)?"""
+        if self.pending or (self.errors is not None and self.errors.pending):
+            return False
+        return self.engine.idle(self.stream)
+
     def close(self) -> None:
         """Let this context's backend go (evicted or released, its launches read first:
         contexts._retire): its events and error ring are freed, and on CPU ranks its stream's
@@ -464,14 +570,29 @@ class Rounds:
         self.kernel = events[-1]  # recorded behind the kernel
         self.since: float | None = None  # when the host first saw the kernel done (check)
         self.keep: list[_Round] = []  # what the rounds read and write, alive until they are done
+        self.before = None  # with one hardware queue: the compute stream before the kernel (the rounds go behind it)
+        self.enqueued = False
 
     def start(self) -> "Rounds":
+        """Before the kernel: the rounds, or (one hardware queue) a mark of where the compute stream is."""
+        be = self.backend
+        if be.engine.rounds_before_kernel:
+            self._enqueue()
+        else:
+            self.before = be.engine.mark(be.engine.compute_stream(self.ctx.buffer.device))
+        return self
+
+    def _enqueue(self) -> None:
         be, ctx = self.backend, self.ctx
-        # Our own slot (and any poisoning) was written on the compute stream: the first sends wait for it.
-        be.engine.after_compute(be.stream, ctx.buffer.device)
+        # Our own slot (and any poisoning) was written on the compute stream: the first sends wait for
+        # it (for the mark taken before the kernel where they are enqueued after it: not the kernel).
+        if self.before is None:
+            be.engine.after_compute(be.stream, ctx.buffer.device)
+        else:
+            be.engine.wait_mark(be.stream, self.before)
         for ops, event in self.rounds:
             be.engine.submit(be.stream, lambda hs, ops=ops: self._round(ops, hs), be.ops, event)
-        return self
+        self.enqueued = True
 
     def _round(self, ops: list[tuple[str, int, int]], hs) -> None:
         """One round on the stream: its sends and receives as one NCCL group, then each landed chunk
@@ -497,8 +618,12 @@ class Rounds:
         """Behind the kernel on the compute stream: its error words to the ring (before the wait for
         the rounds, so that they are read even if a round never completes), an event, then the wait
         for the rounds, so that what the caller enqueues next (and the next launch's own slot)
-        follows them. Called whether or not the kernel launched."""
+        follows them. Called whether or not the kernel launched. With one hardware queue the rounds
+        are enqueued here first: the error words' copy waits for the kernel, so in one queue it must
+        come after the rounds the kernel waits for."""
         be, device = self.backend, self.ctx.buffer.device
+        if self.before is not None and not self.enqueued:
+            self._enqueue()
         hc = be.ops.handle(be.engine.compute_stream(device))
         be.errors.record(self.epoch, hc)
         be.ops.record(self.kernel, hc)
