@@ -22,15 +22,14 @@ def test_group_cycles_leak_no_thread_and_no_file_descriptor(cycles):
     # Each cycle used to leave ~4 threads and ~15 fds behind (internal gloo groups and contexts kept
     # forever). What a destroyed group left goes at the next cycle's first launch, so from the second
     # cycle on nothing grows (an fd or a thread may still be closing as we count: one of slack).
-    for rank, r in enumerate(cycles):
-        threads = [t for t, _ in r["seen"][:-1]]
-        fds = [f for _, f in r["seen"][:-1]]
-        # No growth from the second cycle on, one of slack (a leak was ~4 threads and ~15 fds per cycle,
-        # every cycle). A cycle whose count is high because a destroyed group's sockets were still closing
-        # is no leak (a loaded machine: fds 31, 31, 35, 31 once, 31, 31, 31, 35 once): a leak raises every later
-        # cycle, its least too.
-        assert min(threads[2:]) <= max(threads[:2]) + 1, (rank, r["seen"])
-        assert min(fds[2:]) <= max(fds[:2]) + 1, (rank, r["seen"])
+    # Counted over the ranks together: which rank holds a pair's socket while it closes varies from
+    # run to run (fds 21 and 34 on one run, 24 and 31 on another: 55 both times), a leak grows the sum.
+    seen = [r["seen"][:-1] for r in cycles]
+    threads = [sum(s[c][0] for s in seen) for c in range(len(seen[0]))]
+    fds = [sum(s[c][1] for s in seen) for c in range(len(seen[0]))]
+    slack = len(cycles)  # one per rank
+    assert min(threads[2:]) <= max(threads[:2]) + slack, [r["seen"] for r in cycles]
+    assert min(fds[2:]) <= max(fds[:2]) + slack, [r["seen"] for r in cycles]
 
 
 def test_release_after_the_last_group_frees_its_resources(cycles):
