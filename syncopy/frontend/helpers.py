@@ -282,6 +282,54 @@ def inline_program_ids(ks: KernelSource) -> KernelSource:
     return KernelSource(ks.path, module, func, positions, ks.line_offset, ks.linked)
 
 
+# --- Triton's builtins under another name (`my_load = tl.load`, `from triton.language import load as my_load`) ---
+
+class _Unalias(cst.CSTTransformer):
+    """Each call of a Triton builtin under another name written as a call of the builtin, spelled as the
+    kernel's file names triton.language; every rebuilt call keeps the position of the one it replaces."""
+
+    def __init__(self, ks: KernelSource):
+        self.ks, self.local = ks, local_names(ks.func)
+        self.positions = dict(ks.positions)
+        self.count = 0
+
+    def on_leave(self, original, updated):
+        out = super().on_leave(original, updated)
+        if out is not original and isinstance(out, cst.CSTNode) and original in self.positions:
+            self.positions.setdefault(out, self.positions[original])
+        return out
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        name = helper_name(original, self.local)
+        if name is None or name.split(".", 1)[0] in self.local:
+            return updated
+        helper = find(self.ks, name)
+        if helper is None or not helper.builtin.startswith("tl."):
+            return updated
+        spelled = imports.spelling(self.ks.module, "triton.language" + helper.builtin[2:])
+        if spelled is None:
+            return updated
+        self.count += 1
+        return updated.with_changes(func=cst.parse_expression(spelled))
+
+
+def unalias_builtins(ks: KernelSource) -> KernelSource:
+    """`ks` with every call of a Triton builtin under another name (`my_load(p)` after `my_load = tl.load`
+    in the kernel's file or a module it imports, or `from triton.language import load as my_load`)
+    written as the builtin itself (`tl.load(p)`), so that inference and every pass read it as they
+    read Triton's own; `ks` unchanged where there is none, or where the file binds no name to
+    triton.language or triton (the call then stays a helper, which syncopy says)."""
+    unalias = _Unalias(ks)
+    func = ks.func.visit(unalias)
+    if not unalias.count:
+        return ks
+    module = ks.module.deep_replace(ks.func, func)
+    positions = unalias.positions
+    if ks.module in positions:
+        positions[module] = positions[ks.module]
+    return KernelSource(ks.path, module, func, positions, ks.line_offset, ks.linked)
+
+
 # --- helpers that make a tensor descriptor (the attention tutorial's `_maybe_make_tensor_desc`) -----
 
 _DESC_ARGS = ("base", "shape", "strides", "block_shape")

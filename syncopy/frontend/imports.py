@@ -110,6 +110,20 @@ def qualified(module: cst.Module, dotted: str) -> str | None:
     return None
 
 
+def spelling(module: cst.Module, full: str) -> str | None:
+    """How code in `module` names the absolute `full` through a module it is in (`triton.language.load`
+    -> `tl.load` under `import triton.language as tl`, `triton.language.load` under `import triton`
+    alone; never through a name bound to `full` itself, which may be the alias being resolved); None
+    where no top-level import binds such a module."""
+    parts = full.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        head, rest = ".".join(parts[:cut]), parts[cut:]
+        for bound, _, _ in _imports(module):
+            if qualified(module, bound) == head:
+                return ".".join([bound, *rest])
+    return None
+
+
 def triton_builtin(full: str | None) -> str | None:
     """`tl.<name>` for an absolute name inside triton.language (`triton.language.math.exp` ->
     `tl.math.exp`), else None."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import itertools
+import operator
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -220,27 +221,139 @@ def _follow_helper(ks: KernelSource, call: cst.Call, derived: set[str], dim: int
     for g in b.groups:
         if g.nested or g.data:
             return f"{name} reads rows that depend on loaded data" if g.data else f"{name} reads rows it cannot bound before the call: {g.why}"
-        pre: dict[str, str] = {}
-        unknown: dict[str, cst.CSTNode] = {}
-        for s in body[:g.stmt_index]:
-            _effects(sub, s, pre, unknown)
-        for a in g.accesses:
-            if a.every:
-                return a.why or f"{name} calls a helper syncopy cannot follow"
-            ptr = _subst(a.pointer, pre)
-            mask = _subst(a.mask, pre) if a.mask else None
-            names = _access_names(Access(ptr, mask))
-            if names & local:
-                return f"{name} reads rows computed from {', '.join(sorted(names & local))}, which it assigns in an if or a loop"
-            if sub.path != ks.path and any(imports.qualified(sub.module, n) is None
-                                           or imports.qualified(sub.module, n) != imports.qualified(ks.module, n)
-                                           for n in names - params if n not in ("None", "True", "False")):
-                return f"{name} reads rows computed from names its module binds otherwise than this file"
-            # A descriptor handed in as it is has its fields in the caller's names already; one the
-            # helper makes (or is handed from the host, read as its parameter) has them in its own.
-            desc = a.desc if a.desc is None or a.desc in handed_descs else tuple(_subst(x, env) for x in a.desc)
-            out.append(Access(_subst(ptr, env), _subst(mask, env) if mask else None, desc=desc, clamped=a.clamped))
+        # One set of values per live arm of the helper's constexpr `if`s before the read (the
+        # tutorial's `if STAGE == 1: lo, hi = ...`), each under its tests in the caller's names.
+        for arms, pre in _arm_values(sub, body[:g.stmt_index]):
+            for a in g.accesses:
+                if a.every:
+                    return a.why or f"{name} calls a helper syncopy cannot follow"
+                guard = _guard_at_call(ks, (*arms, *a.guard), env)
+                if guard is None:
+                    continue  # an arm this call never compiles
+                ptr = _subst(a.pointer, pre)
+                mask = _subst(a.mask, pre) if a.mask else None
+                names = _access_names(Access(ptr, mask))
+                if names & local:
+                    return f"{name} reads rows computed from {', '.join(sorted(names & local))}, which it assigns in an if or a loop"
+                if sub.path != ks.path and any(imports.qualified(sub.module, n) is None
+                                               or imports.qualified(sub.module, n) != imports.qualified(ks.module, n)
+                                               for n in names - params if n not in ("None", "True", "False")):
+                    return f"{name} reads rows computed from names its module binds otherwise than this file"
+                # A descriptor handed in as it is has its fields in the caller's names already; one the
+                # helper makes (or is handed from the host, read as its parameter) has them in its own.
+                desc = a.desc if a.desc is None or a.desc in handed_descs else tuple(_subst(x, env) for x in a.desc)
+                access = Access(_subst(ptr, env), _subst(mask, env) if mask else None, desc=desc, clamped=a.clamped, guard=guard)
+                if access not in out:
+                    out.append(access)
     return out
+
+
+_MAX_ARMS = 16  # arm combinations of a helper's constexpr ifs followed before its values count as unknown
+
+
+def _arms(stmt: cst.CSTNode, constexprs: set[str]) -> list[tuple[tuple[tuple[str, bool], ...], list]] | None:
+    """The arms of an `if`/`elif`/`else` chain whose every test is constexpr (Triton compiles one arm),
+    each as (the tests that select it, as Access.guard, its statements); None for any other statement."""
+    if not isinstance(stmt, cst.If):
+        return None
+    out: list = []
+    before: list[tuple[str, bool]] = []
+    node = stmt
+    while isinstance(node, cst.If):
+        if not _is_constexpr_test(node.test, constexprs):
+            return None
+        test = _code(node.test.with_changes(lpar=[], rpar=[])).strip()
+        out.append(((*before, (test, True)), _statements(node.body)))
+        before.append((test, False))
+        node = node.orelse
+    out.append((tuple(before), _statements(node.body) if isinstance(node, cst.Else) else []))
+    return out
+
+
+def _statements(suite: cst.BaseSuite) -> list[cst.BaseStatement]:
+    return list(suite.body) if isinstance(suite, cst.IndentedBlock) else [cst.SimpleStatementLine(body=list(suite.body))]
+
+
+def _arm_values(sub: KernelSource, stmts: list[cst.CSTNode]) -> list[tuple[tuple[tuple[str, bool], ...], dict[str, str]]]:
+    """What `stmts` (a helper's statements before a read) assign, as code, once for each combination of
+    the arms of their constexpr `if`s, with the tests that select it: `if STAGE == 1: lo, hi = 0, x`
+    gives lo = 0 under (STAGE == 1, True). Past _MAX_ARMS combinations an `if` assigns unknown values."""
+    constexprs = _constexprs(sub)
+    values: list[tuple[tuple, dict[str, str], dict]] = [((), {}, {})]
+    for stmt in stmts:
+        arms = _arms(stmt, constexprs)
+        if arms is not None and len(values) * len(arms) <= _MAX_ARMS:
+            split = []
+            for guard, pre, unknown in values:
+                for tests, body in arms:
+                    pre_arm, unknown_arm = dict(pre), dict(unknown)
+                    for s in body:
+                        _effects(sub, s, pre_arm, unknown_arm)
+                    split.append(((*guard, *tests), pre_arm, unknown_arm))
+            values = split
+            continue
+        for _, pre, unknown in values:
+            _effects(sub, stmt, pre, unknown)
+    return [(guard, pre) for guard, pre, _ in values]
+
+
+def _guard_at_call(ks: KernelSource, guard: tuple[tuple[str, bool], ...], env: dict[str, str]) -> tuple | None:
+    """A helper's constexpr tests (Access.guard) at a call of it, in the caller's names (`env`: the
+    call's arguments, `4 - STAGE` for STAGE): a test that is literals only after that is evaluated
+    now (None where it rules the arm out, gone where it holds); one the caller's constexprs decide
+    stays for Triton to decide when it compiles; any other is dropped (the wait then also covers the
+    arm it would rule out: wider, never wrong)."""
+    constexprs = _constexprs(ks)
+    out = []
+    for test, arm in guard:
+        code = _subst(test, env)
+        expr = cst.parse_expression(code)
+        value = _static_value(code)
+        if value is not None:
+            if bool(value[0]) != arm:
+                return None
+        elif _is_constexpr_test(expr, constexprs):
+            out.append((_code(expr.with_changes(lpar=[], rpar=[])).strip(), arm))
+    return tuple(out)
+
+
+_FOLD_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
+                ast.Mod: operator.mod, ast.BitAnd: operator.and_, ast.BitOr: operator.or_, ast.BitXor: operator.xor,
+                ast.LShift: operator.lshift, ast.RShift: operator.rshift}
+_FOLD_COMPARE = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
+                 ast.Gt: operator.gt, ast.GtE: operator.ge}
+_FOLD_UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Invert: operator.invert, ast.Not: operator.not_}
+
+
+def _static_value(code: str) -> tuple | None:
+    """(value,) of an expression of literals (ints, bools, None) and arithmetic, bit, comparison and
+    boolean operators, as Triton folds constexprs; None where it names anything or cannot be folded."""
+    def fold(n: ast.AST):
+        if isinstance(n, ast.Constant) and (n.value is None or type(n.value) in (int, bool)):
+            return n.value
+        if isinstance(n, ast.BinOp) and type(n.op) in _FOLD_BINARY:
+            left, right = fold(n.left), fold(n.right)
+            if isinstance(n.op, (ast.FloorDiv, ast.Mod)) and right == 0 or isinstance(n.op, (ast.LShift, ast.RShift)) and right < 0:
+                raise ValueError(code)
+            return _FOLD_BINARY[type(n.op)](left, right)
+        if isinstance(n, ast.UnaryOp) and type(n.op) in _FOLD_UNARY:
+            return _FOLD_UNARY[type(n.op)](fold(n.operand))
+        if isinstance(n, ast.BoolOp):
+            values = [fold(v) for v in n.values]
+            return all(values) if isinstance(n.op, ast.And) else any(values)
+        if isinstance(n, ast.Compare) and all(type(op) in _FOLD_COMPARE for op in n.ops):
+            left, result = fold(n.left), True
+            for op, right in zip(n.ops, n.comparators):
+                right = fold(right)
+                result = result and _FOLD_COMPARE[type(op)](left, right)
+                left = right
+            return result
+        raise ValueError(code)
+
+    try:
+        return (fold(ast.parse(code.strip(), mode="eval").body),)
+    except (ValueError, TypeError, SyntaxError, ArithmeticError):
+        return None
 
 
 def _binding_hint(tensor: str, dim: int, writes: bool = False) -> str:
@@ -494,6 +607,12 @@ def _reads(ks: KernelSource, stmt: cst.CSTNode, derived: set[str], tensor: str, 
         if found is not None and found.builtin and not helpers.loads_data(found.as_builtin(call)) \
                 or any(d.made_by == id(call) for d in descs.values()):
             continue
+        if found is not None and found.builtin.startswith("tl.") and found.builtin.rsplit(".", 1)[-1] == "load" and not writes:
+            # `my_load(p)` in a helper (the kernel's own are written as tl.load, helpers.unalias_builtins).
+            ptr = cu.arg(call, 0, "pointer")
+            if ptr is not None and cu.names_in(ptr) & derived:
+                out.append((call, ptr, cu.arg(call, 1, "mask")))
+                continue
         # A user helper handed a pointer into the tensor (or a descriptor over it) reads (or, on the
         # producer side, may write) through it.
         for a in call.args:
@@ -747,6 +866,12 @@ def _effects(ks: KernelSource, stmt: cst.CSTNode, env: dict[str, str], unknown: 
                 name = small.targets[0].target.value
                 env[name] = cu.substitute(ks.module, small.value, env)
                 unknown.pop(name, None)
+            elif isinstance(small, cst.Assign) and len(small.targets) == 1 and _pairs(small) is not None:
+                # `lo, hi = 0, N`: every value is read before any name is bound.
+                values = {t: cu.substitute(ks.module, v, env) for t, v in _pairs(small)}
+                for name, value in values.items():
+                    env[name] = value
+                    unknown.pop(name, None)
             elif isinstance(small, cst.AugAssign) and isinstance(small.target, cst.Name):
                 name = small.target.value
                 op = ks.code(small.operator).strip().rstrip("=")
@@ -761,6 +886,17 @@ def _effects(ks: KernelSource, stmt: cst.CSTNode, env: dict[str, str], unknown: 
     for name in cu.assigned_in(stmt):
         env.pop(name, None)
         unknown[name] = stmt
+
+
+def _pairs(assign: cst.Assign) -> list[tuple[str, cst.BaseExpression]] | None:
+    """(name, value) of `a, b = x, y` (names on the left, as many values on the right, nothing starred)."""
+    target, value = assign.targets[0].target, assign.value
+    if not (isinstance(target, cst.Tuple) and isinstance(value, cst.Tuple) and len(target.elements) == len(value.elements)):
+        return None
+    names = [e.value.value if isinstance(e, cst.Element) and isinstance(e.value, cst.Name) else None for e in target.elements]
+    if None in names or len(set(names)) != len(names) or any(not isinstance(e, cst.Element) for e in value.elements):
+        return None
+    return [(n, e.value) for n, e in zip(names, value.elements)]
 
 
 def _evaluate(ks: KernelSource, block: list[cst.CSTNode], read: cst.Call, env, unknown, state) -> bool:
@@ -1326,7 +1462,8 @@ def _hoist(ks: KernelSource, block: list[cst.CSTNode], reads, before: set[str], 
                 ) from None
             fallbacks.append((call, ptr, mask, exc.why, exc.rows_at))
             continue
-        guard = _constexpr_guard(ks, block[-1], call)
+        # A helper's own constexpr tests (at its call, _guard_at_call) hold inside the caller's.
+        guard = (*_constexpr_guard(ks, block[-1], call), *(ptr.access.guard if isinstance(ptr, _Followed) else ()))
         for access in corners:
             access.clamped = access.clamped or clamped
             access.guard = guard

@@ -22,7 +22,7 @@ def transform(ks: KernelSource, schedule: Schedule) -> Transformed:
     """Run the passes for `schedule` on the kernel in `ks`. A failure that is no refusal of the
     kernel (a SyncopyError) is syncopy's own: one located line saying so and how to report it."""
     try:
-        return _transform(helpers.inline_program_ids(ks), schedule)
+        return _transform(helpers.unalias_builtins(helpers.inline_program_ids(ks)), schedule)
     except SyncopyError:
         raise
     except Exception as exc:  # an internal failure: never a traceback out of syncopy's own code for a user

@@ -158,19 +158,23 @@ class _Insert(cst.CSTTransformer):
     test (Triton has no `continue` or `break`, so every later test follows the body's end)."""
 
     def __init__(self, checks: dict[int, cst.BaseSmallStatement], unchecked: dict[int, str], comments: dict[int, str],
-                 renames: dict[int, tuple[str, str, str]] | None = None):
+                 renames: dict[int, tuple[str, tuple[tuple[str, str], ...]]] | None = None):
         self.checks, self.unchecked, self.comment_of = checks, unchecked, comments  # (the comment of each check)
-        self.renames = renames or {}  # helper call -> (its checked copy, the tensor's base there, its context)
+        # helper call -> (its checked copy, (the base, the context) of each listed tensor handed to it there)
+        self.renames = renames or {}
         self.elifs: set[int] = set()
 
     def leave_Call(self, original, updated):
         if id(original) not in self.renames:
             return updated
-        clone, base, ctx = self.renames[id(original)]
+        clone, handed = self.renames[id(original)]
         args = list(updated.args)
         args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
         tight = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
-        for key, value in ((names.SIGNALS, names.SIGNALS), (names.CTX, ctx), (CHECK_BASE, base)):
+        extra = [(names.SIGNALS, names.SIGNALS)]
+        for j, (base, ctx) in enumerate(handed):
+            extra += [(_ctx_param(j), ctx), (_base_param(j), base)]
+        for key, value in extra:
             args.append(cst.Arg(cst.parse_expression(value), keyword=cst.Name(key), equal=tight,
                                 comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))))
         args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
@@ -269,7 +273,8 @@ class _Clones:
     def __init__(self, ks, tensor: str, dim: int, producer: bool, made: dict | None = None, index: int = 0):
         self.ks, self.tensor, self.dim, self.producer = ks, tensor, dim, producer
         # Shared by the listed tensors' copies (one name each); `index` is the tensor's place in the list.
-        self.made: dict[tuple[str, str, str, tuple[str, ...]], tuple[str, cst.FunctionDef | None]] = {} if made is None else made
+        # (file, helper, ((tensor, parameters handed it), ...)) -> (copy's name, copy)
+        self.made: dict[tuple, tuple[str, cst.FunctionDef | None]] = {} if made is None else made
         self.offset = index * LISTED_LINES
         self.refused: dict[str, str] = {}  # helper call name -> why its copy would not run here
 
@@ -283,22 +288,24 @@ class _Clones:
             return origin, defs[name]
         return imports.imported_helper(origin, name)
 
-    def copy_for(self, site: _Helper, derived: set[str], origin, line: int) -> str | None:
-        """The name of the checked copy to call at `site` (a call in the file `origin`, at the kernel
-        file's line `line`); None: the helper cannot be copied."""
+    def copy_for(self, handed: list[_Handed]) -> str | None:
+        """The name of the checked copy to call at one call site (a call in the file `origin`, at the
+        kernel file's line `line`), handed pointers into the listed tensors of `handed` (one entry each,
+        in list order); None: the helper cannot be copied."""
+        site, origin = handed[0].site, handed[0].origin
         found = self._find(site.name, origin)
         env = helpers.bind_args(found[1], site.call, found[0]) if found is not None else None
         if env is None:
             return None
         src, helper = found
-        handed = tuple(p for p, code in env.items() if cu.names_in(cst.parse_expression(code)) & derived)
-        key = (self.tensor, src.path, helper.name.value, handed)
+        params = [tuple(p for p, code in env.items() if cu.names_in(cst.parse_expression(code)) & h.derived) for h in handed]
+        key = (src.path, helper.name.value, tuple((h.clones.tensor, p) for h, p in zip(handed, params)))
         if key not in self.made:
-            variants = sum(1 for _, _, name, _ in self.made if name == helper.name.value)
+            variants = sum(1 for _, name, _ in self.made if name == helper.name.value)
             clone = f"{CLONE_PREFIX}{helper.name.value}" + (f"_{variants}" if variants else "")
             self.made[key] = (clone, None)  # recursion: a helper that calls itself gets the same copy
             foreign = src.path != self.ks.path
-            func = self._copy(src, helper, handed, clone, line if foreign else None)
+            func = self._copy(src, helper, handed, params, clone, foreign)
             unbound = imports.foreign_names(func, src.module, self.ks.module) if foreign else []
             if unbound:
                 del self.made[key]
@@ -307,52 +314,104 @@ class _Clones:
             self.made[key] = (clone, func)
         return self.made[key][0]
 
-    def _copy(self, src, helper: cst.FunctionDef, handed: tuple[str, ...], clone: str, line: int | None) -> cst.FunctionDef:
-        finder = _Finder(helper, self.tensor, CHECK_BASE, self.dim, self.producer, {}, src.location, seeds=handed)
-        lines = [src.location(s.call).line + self.offset if line is None else line for s in finder.sites(helper.body)]
-        func = instrument(helper, finder, lines, self, _comment(self.tensor, self.producer), CHECK_BASE, src)
-        func = signature.add_params(func, extra=(names.SIGNALS, names.CTX, CHECK_BASE), flags=())
+    def _copy(self, src, helper: cst.FunctionDef, handed: list[_Handed], params: list[tuple[str, ...]], clone: str,
+              foreign: bool) -> cst.FunctionDef:
+        """The checked copy: each listed tensor handed to it checked from its own base and context
+        (parameters j of _base_param and _ctx_param, in the order of `handed`)."""
+        edits = _Edits(one_tensor_a_read=True)
+        for j, (h, seeds) in enumerate(zip(handed, params)):
+            c = h.clones
+            finder = _Finder(helper, c.tensor, _base_param(j), c.dim, c.producer, {}, src.location, seeds=seeds)
+            lines = [h.line if foreign else src.location(s.call).line + c.offset for s in finder.sites(helper.body)]
+            edits.add(helper, finder, lines, c, _comment(c.tensor, c.producer), _base_param(j), src, _ctx_param(j))
+        edits.finish()
+        func = helper.visit(_Insert(edits.checks, edits.unchecked, edits.comments, edits.renames))
+        extra = [p for j in range(len(handed)) for p in (_ctx_param(j), _base_param(j))]
+        func = signature.add_params(func, extra=(names.SIGNALS, *extra), flags=())
         return func.with_changes(name=cst.Name(clone), leading_lines=[])
 
 
-def instrument(func: cst.FunctionDef, finder: _Finder, lines: list[int], clones: _Clones, comment: str, base: str,
-               origin) -> cst.FunctionDef:
-    """`func` (of the file `origin`) with a check before each of `finder`'s sites (site k at the
-    kernel file's line lines[k]) and its helper calls pointed at their checked copies."""
-    edits = _Edits()
-    edits.add(func, finder, lines, clones, comment, base, origin)
-    return func.visit(_Insert(edits.checks, edits.unchecked, edits.comments, edits.renames))
+def _ctx_param(j: int) -> str:
+    """A checked copy's parameter for the context of the j-th listed tensor handed to it."""
+    return names.CTX if j == 0 else f"{names.CTX}_{j}"
+
+
+def _base_param(j: int) -> str:
+    """A checked copy's parameter for the base of the j-th listed tensor handed to it (its checks measure from it)."""
+    return CHECK_BASE if j == 0 else f"{CHECK_BASE}_{j}"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Handed:
+    """A helper call handed a pointer into one listed tensor: what its checked copy needs of that tensor."""
+
+    site: _Helper
+    derived: frozenset
+    clones: _Clones
+    origin: object
+    line: int
+    base: str
+    ctx: str
+    where: object
+    desc: str = ""  # a tensor descriptor over the tensor the call hands on (its reads are not checked in a copy)
 
 
 class _Edits:
     """The checks, helper renames and notes `_Insert` puts into one function, gathered tensor by
     tensor (a kernel that reads several listed tensors checks each through its own context block)."""
 
-    def __init__(self):
+    def __init__(self, one_tensor_a_read: bool = False):
         self.checks: dict[int, cst.BaseSmallStatement] = {}
         self.unchecked: dict[int, str] = {}
-        self.renames: dict[int, tuple[str, str, str]] = {}
+        self.renames: dict[int, tuple[str, tuple[tuple[str, str], ...]]] = {}
         self.comments: dict[int, str] = {}
+        self.pending: dict[int, list[_Handed]] = {}  # helper call -> each listed tensor handed to it
+        # In a helper's copy a read whose pointer comes from two listed tensors' parameters could be
+        # checked as either; it is refused (`one_tensor_a_read`) rather than checked from the wrong base.
+        self.one_tensor_a_read = one_tensor_a_read
+        self.tensor_of: dict[int, str] = {}
 
     def add(self, func: cst.FunctionDef, finder: _Finder, lines: list[int], clones: _Clones, comment: str, base: str,
             origin, ctx: str = names.CTX, where: list | None = None) -> None:
-        """`where`: the user's location of each site, where `finder.where` cannot tell (a rewritten kernel)."""
+        """`where`: the user's location of each site, where `finder.where` cannot tell (a rewritten kernel).
+        Helper calls are copied once every listed tensor was added (`finish`): one copy checks them all."""
         sites = finder.sites(func.body)
         for k, s in enumerate(sites):
             if isinstance(s, _Site):
+                other = self.tensor_of.setdefault(id(s.call), finder.tensor)
+                if self.one_tensor_a_read and other != finder.tensor:
+                    raise KernelError(
+                        f"checked mode cannot tell whether this read of a helper reads {other} or {finder.tensor}: its pointer "
+                        f"is computed from parameters handed both; hand each listed tensor in a parameter of its own and read "
+                        f"each through its own, or launch without checked mode", finder.where(s.call))
                 self.checks[id(s.call)] = s.statement(lines[k], ctx)
                 self.comments[id(s.call)] = comment
                 continue
-            clone = clones.copy_for(s, finder.derived, origin, lines[k])
+            at = where[k] if where is not None else finder.where(s.call)
+            # (a helper that makes the descriptor, `desc_k = _maybe_make_tensor_desc(desc_k, ...)`, is handed the pointer)
+            descs = sorted(set().union(*(cu.names_in(a.value) for a in s.call.args)) & set(finder.descs)) \
+                if helpers.descriptor_made(origin, s.call) is None else []
+            self.pending.setdefault(id(s.call), []).append(
+                _Handed(s, frozenset(finder.derived), clones, origin, lines[k], base, ctx, at, descs[0] if descs else ""))
+
+    def finish(self) -> None:
+        """Each pending helper call pointed at its checked copy, or noted as unchecked."""
+        for call, handed in self.pending.items():
+            clones = handed[0].clones
+            name = handed[0].site.name
+            descs = [h.desc for h in handed if h.desc]
+            if descs:  # its copy would check nothing: say so at the call
+                which = f"the tensor descriptor {descs[0]}" if len(descs) == 1 else f"the tensor descriptors {' and '.join(descs)}"
+                self.unchecked[call] = (f"{name} (it is handed {which}, and checked mode checks reads through a descriptor "
+                                        "only in the kernel itself)")
+                continue
+            clone = clones.copy_for(handed)
             if clone is None:
-                why = clones.refused.get(s.name, "not a @triton.jit function it can find in this file or its imports")
-                self.unchecked[id(s.call)] = f"{s.name} ({why})"
-            elif id(s.call) in self.renames:
-                raise KernelError(f"checked mode cannot check a call of {s.name} handed pointers into two listed tensors "
-                                  f"({finder.tensor} and another); hand it one, or launch without checked mode",
-                                  where[k] if where is not None else finder.where(s.call))
+                why = clones.refused.get(name, "not a @triton.jit function it can find in this file or its imports")
+                self.unchecked[call] = f"{name} ({why})"
             else:
-                self.renames[id(s.call)] = (clone, base, ctx)
+                self.renames[call] = (clone, tuple((h.base, h.ctx) for h in handed))
+        self.pending = {}
 
 
 def apply(t):
@@ -380,6 +439,7 @@ def apply(t):
         lines = [line + index * LISTED_LINES for line in _lines(ks, original, finder.sites(t.func.body))]
         edits.add(t.func, finder, lines, clones, _comment(tensor, producer), binding.base, ks, names.ctx_of(index),
                   [ks.location(s.call) for s in original])
+    edits.finish()
     func = t.func.visit(_Insert(edits.checks, edits.unchecked, edits.comments, edits.renames))
     out = dataclasses.replace(t, func=func, checked=True, stages=dict(t.stages), checked_helpers=clones.functions())
     out.stages["fused"] = "\n\n".join(out.code(f) for f in (*out.checked_helpers, out.func))

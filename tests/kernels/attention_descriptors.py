@@ -161,8 +161,8 @@ def _attend_stage(acc, l_i, m_i, q, desc_k, desc_v, offset_y, start_m, qk_scale,
 def attn_stage_branches(sm_scale, M, Z, H, desc_q, desc_k, desc_v, desc_o, N_CTX, HEAD_DIM: tl.constexpr,
                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, STAGE: tl.constexpr):
     """The tutorial's kernel with its stage calls (`if STAGE & 1:` off-band, `if STAGE & 2:` the band;
-    STAGE 3 is causal): the helper's bounds come from a constexpr branch syncopy does not evaluate, so
-    each call waits for every chunk, and says so."""
+    STAGE 3 is causal): the helper's bounds come from its constexpr branch on the `4 - STAGE` (and 2)
+    each call hands it, which syncopy resolves at each call."""
     start_m = tl.program_id(0)
     off_hz = tl.program_id(1)
     off_z = off_hz // H

@@ -136,3 +136,17 @@ def swiglu_helper(A, B, Y, M, N: tl.constexpr, BR: tl.constexpr):
     r = row0 + tl.arange(0, BR)
     c = tl.arange(0, N)
     tl.store(Y + r[:, None] * N + c[None, :], a * tl.sigmoid(a) * b, mask=r[:, None] < M)
+
+
+@triton.jit
+def _silu_mul(P, Q, offs, m):
+    a = tl.load(P + offs, mask=m, other=0.0)
+    return a * tl.sigmoid(a) * tl.load(Q + offs, mask=m, other=0.0)
+
+
+@triton.jit
+def swiglu_pair(A, B, Y, M, N: tl.constexpr, BR: tl.constexpr):
+    """SwiGLU forward whose one helper is handed both listed tensors (checked mode checks each in its copy)."""
+    r = tl.program_id(0) * BR + tl.arange(0, BR)
+    offs = r[:, None] * N + tl.arange(0, N)[None, :]
+    tl.store(Y + offs, _silu_mul(A, B, offs, r[:, None] < M), mask=r[:, None] < M)

@@ -125,9 +125,11 @@ def test_checked_mode_checks_every_listed_tensor_from_its_own_base_and_block(ker
         args = (ctx, pointer, base, line)
         index, line = divmod(line, read_check.LISTED_LINES)
         tensor = order[index]
-        assert re.search(rf"\b({tensor}|{tensor.lower()}_desc|P)\b", text[line - 1]), (tensor, args, text[line - 1])
-        if pointer.startswith("P "):  # in the checked copy of the helper _rows_of: its context and base are handed in
-            assert base == read_check.CHECK_BASE and ctx == names.CTX
+        assert re.search(rf"\b({tensor}|{tensor.lower()}_desc|P|Q)\b", text[line - 1]), (tensor, args, text[line - 1])
+        if pointer.startswith("P ") or kernel == "swiglu_pair" and pointer.startswith("Q "):  # in a helper's checked copy
+            # (swiglu_pair's _silu_mul is handed both: one (context, base) pair each, in list order)
+            j = index if kernel == "swiglu_pair" else 0
+            assert base == read_check._base_param(j) and ctx == read_check._ctx_param(j), (tensor, args)
         else:
             assert re.search(rf"\b{tensor}\b", pointer), (tensor, args)
             assert ctx.strip("()") == _ctx(order, tensor)
@@ -139,7 +141,8 @@ def test_checked_mode_checks_every_listed_tensor_from_its_own_base_and_block(ker
     loads_of = {tensor: sum(1 for n in ast.walk(func) if isinstance(n, ast.Call) and (
         ast.unparse(n.func) == "tl.load" and re.search(rf"\b{tensor}\b", ast.unparse(n.args[0]))
         or ast.unparse(n.func) == f"{tensor.lower()}_desc.load"
-        or ast.unparse(n.func) == "_rows_of" and ast.unparse(n.args[0]) == tensor)) for tensor in order}
+        or ast.unparse(n.func) == "_rows_of" and ast.unparse(n.args[0]) == tensor
+        or ast.unparse(n.func) == "_silu_mul" and tensor in map(ast.unparse, n.args[:2]))) for tensor in order}
     assert per_tensor == loads_of
     assert f"# syncopy: checked: the chunks of {order[-1]} this read touches have arrived" in t.stages["fused"]
     # A helper handed a listed tensor is called through a checked copy with that tensor's block and base.
@@ -193,15 +196,37 @@ def swiglu_pair(A, B, Y, M, N: tl.constexpr, BR: tl.constexpr):
 
 
 @pytest.mark.parametrize("order", [("A", "B"), ("B", "A")], ids=",".join)
-def test_a_helper_handed_two_listed_tensors_waits_for_both_and_checked_mode_refuses_it_in_one_line(tmp_path, order):
-    from syncopy.errors import KernelError
-
+def test_a_helper_handed_two_listed_tensors_waits_for_both_and_one_checked_copy_checks_each(tmp_path, order):
     path = tmp_path / "pair.py"
     path.write_text(TWO_IN_ONE_HELPER)
     t = transform(from_file(path, "swiglu_pair"), _schedule(order))
     code = t.code()
     assert "wait for the chunks of A" in code and "wait for the chunks of B" in code
+    checked = read_check.apply(t).stages["fused"]
+    # One copy, the listed tensors' (context, base) pairs in list order; each read checked from its own.
+    ctx = {order[0]: "syncopy_ctx", order[1]: "(syncopy_ctx + 8)"}
+    assert ("tl.store(Y + offs, syncopy_checked__silu_mul(A, B, offs, r[:, None] < M, syncopy_signals=syncopy_signals, "
+            f"syncopy_ctx={ctx[order[0]]}, syncopy_check_base={order[0]}, syncopy_ctx_1={ctx[order[1]]}, "
+            f"syncopy_check_base_1={order[1]}), mask=r[:, None] < M)") in checked, checked
+    assert ("def syncopy_checked__silu_mul(P, Q, offs, m, syncopy_signals, syncopy_ctx, syncopy_check_base, syncopy_ctx_1, "
+            "syncopy_check_base_1):") in checked
+    param = {order[0]: ("syncopy_ctx", "syncopy_check_base", 0), order[1]: ("syncopy_ctx_1", "syncopy_check_base_1", 1)}
+    for tensor, pointer, line in (("A", "P", 7), ("B", "Q", 8)):
+        c, base, index = param[tensor]
+        assert (f"    # syncopy: checked: the chunks of {tensor} this read touches have arrived\n"
+                f"    syncopy_device.check_read(syncopy_signals, {c}, {pointer} + offs, m, {base}, "
+                f"{line + index * read_check.LISTED_LINES}, True)\n") in checked, checked
+    assert checked.count("syncopy_device.check_read(") == 2
+
+
+def test_a_helpers_read_through_a_parameter_handed_two_listed_tensors_is_refused_in_checked_mode_in_one_line(tmp_path):
+    from syncopy.errors import KernelError
+
+    path = tmp_path / "pair.py"
+    path.write_text(TWO_IN_ONE_HELPER.replace("_silu_mul(A, B, offs, r[:, None] < M)", "_silu_mul(A, A + (B - A), offs, r[:, None] < M)"))
+    t = transform(from_file(path, "swiglu_pair"), _schedule(("A", "B")))
     with pytest.raises(KernelError) as err:
         read_check.apply(t)
-    assert str(err.value) == (f"{path}:15:24: checked mode cannot check a call of _silu_mul handed pointers into two listed "
-                              f"tensors ({order[1]} and another); hand it one, or launch without checked mode")
+    assert str(err.value) == (f"{path}:8:32: checked mode cannot tell whether this read of a helper reads A or B: its "
+                              "pointer is computed from parameters handed both; hand each listed tensor in a parameter of "
+                              "its own and read each through its own, or launch without checked mode")

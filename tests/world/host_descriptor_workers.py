@@ -12,8 +12,9 @@ from tests.world.helper_workers import BLOCK, CHUNKS, D, LAUNCHES, ROWS, _gather
 #: kernel -> the module that holds it (each reads desc_k and desc_v, passed as host descriptors)
 KERNELS = {"attn_host_desc": "attention_host_descriptors", "attn_host_desc_inline": "attention_host_descriptors",
            "attn_desc_by_helper": "attention_descriptors"}
-#: the kernels that hand desc_k and desc_v to one helper, which checked mode refuses (read_check.py):
-#: verified under these conditions only (tests/world/verify_families.py)
+#: the kernels that hand desc_k and desc_v to one helper, inside which checked mode does not look (it
+#: checks descriptor reads in the kernel only, read_check.py): verified under these conditions only
+#: (tests/world/verify_families.py)
 HELPER_HANDED = ("attn_host_desc", "attn_desc_by_helper")
 CONDITIONS = ("reordered", "held")
 

@@ -20,6 +20,7 @@ CASES = {
     "swiglu_offsets": (("B", "A"), 12),
     "swiglu_desc": (("A", "B"), 8),
     "swiglu_helper": (("B", "A"), 8),
+    "swiglu_pair": (("A", "B"), 8),
     "dequant_rows": (("S", "Q"), 8),
     "dequant_row": (("S", "Q"), 12),
     "layernorm_residual": (("X", "RESIDUAL"), 12),
@@ -69,7 +70,7 @@ def _launch(fused, kernel: str, s: dict, m: int, w):
 
     n = CASES[kernel][1]
     y = torch.full((m, n), float("nan"))
-    if kernel in ("swiglu_fwd", "swiglu_desc", "swiglu_helper"):
+    if kernel in ("swiglu_fwd", "swiglu_desc", "swiglu_helper", "swiglu_pair"):
         fused[(-(-m // 4),)](s["A"], s["B"], y, m, N=n, BR=4)
     elif kernel == "swiglu_offsets":
         fused[(-(-m // 4),)](s["A"], s["B"], y, m, n, BR=4, BN=8)
@@ -174,6 +175,47 @@ def run_unwaited(rank: int, world: int) -> dict:
     finally:
         consumer_wait.insert_waits = original
     return {"results": results, "file": listed.__file__, "unwaited": "wait for the chunks of S" not in source}
+
+
+def run_pair_unwaited(rank: int, world: int) -> dict:
+    """swiglu_pair (one helper handed both A and B) listed as [A, B], with a mutant of the passes that
+    drops every wait of B, launched three times in checked mode with chunk 1 of every rank held back:
+    the checked copy of the helper must see its read of B before B's chunk landed."""
+    import syncopy
+    from syncopy.passes import consumer_wait
+    from syncopy.runtime.transport.link import Faults, Link
+    from tests.kernels import listed
+
+    original = consumer_wait.insert_waits
+
+    def without_b(body, binding, others=(), **kwargs):
+        dropped = [b for b in (binding, *others) if b.tensor == "B"]
+        kept = [b.groups for b in dropped]
+        for b in dropped:
+            b.groups = []
+        try:
+            return original(body, binding, others=others, **kwargs)
+        finally:
+            for b, groups in zip(dropped, kept):
+                b.groups = groups
+
+    consumer_wait.insert_waits = without_b
+    late = {(src, 1): 0.4 for src in range(world)}
+    results = []
+    try:
+        fused = syncopy.overlap({"pattern": "all_gather", "tensor": ["A", "B"], "dim": 0, "chunks_per_rank": 2},
+                                poison_receive=True, checked=True, timeout_s=30, link=Link(latency_s=0.02, jitter_s=0.01),
+                                faults=Faults.of(delay=late))(listed.swiglu_pair)
+        for launch in range(LAUNCHES):
+            try:
+                _launch(fused, "swiglu_pair", _shards("swiglu_pair", rank, launch), ROWS * world, None)
+                results.append("no error")
+            except syncopy.SyncopyError as exc:
+                results.append(f"{type(exc).__name__}: {exc}")
+        source = fused.source
+    finally:
+        consumer_wait.insert_waits = original
+    return {"results": results, "file": listed.__file__, "unwaited": "wait for the chunks of B" not in source}
 
 
 def run_past_the_rows(rank: int, world: int) -> list[str]:

@@ -482,7 +482,7 @@ def run_host_descriptors(rank: int, world: int, names: list[str]) -> dict:
         def example(rank: int, world: int, launch: int, name=name):
             return hw.host_launch(name, rank, world, launch)[:3]
 
-        # Checked mode refuses a helper handed two listed tensors (read_check.py): those are reordered and held only.
+        # Checked mode does not look inside a helper handed tensor descriptors (read_check.py): those are reordered and held only.
         conditions = hw.CONDITIONS if name in hw.HELPER_HANDED else verifier.CONDITIONS
         out[name] = _summary(verifier.check_in_world(hw.kernel_of(name), sched, example, launches=LAUNCHES, seed=world,
                                                      conditions=conditions))
