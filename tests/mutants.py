@@ -39,6 +39,10 @@ VERIFY_TESTS = ("tests/world/test_verify_sentinels.py",)
 #: The usual mistakes of one rank in a group (runtime/launch/agreement.py), one spawn of 3 (~20 s), and a
 #: rank killed mid-launch, whose peers must stop waiting at once (~10 s).
 AGREEMENT_TESTS = ("tests/world/test_agreement.py",)
+#: The GPU runtime's order of driver calls, on CPU (issue 28): error rings (a stub device) and p2p (a
+#: recording fake of its memory and stream operations), a few seconds each.
+RING_TESTS = ("tests/unit/test_error_ring_slots.py",)
+P2P_ORDER_TESTS = ("tests/unit/test_p2p_driver_order.py",)
 KILL_TESTS = ("tests/world/test_faults.py::test_a_rank_that_dies_mid_launch_is_named_by_its_peers_never_a_hang[local_first-False]",)
 
 
@@ -91,6 +95,19 @@ MUTANTS = (
     Mutant("autotune-unpruned", "the interpreter's autotune takes its config from the configs before prune_configs_by",
            "syncopy/runtime/launch/tuning.py", "                configs = _pruned(tuner, timing(named))\n",
            "                configs = tuner.configs\n", VERIFY_TESTS),
+    Mutant("ring-slot-by-epoch", "an error ring's slot is the launch's epoch modulo the ring (rings that see every other epoch overwrite unread words)",
+           "syncopy/runtime/streams/error_ring.py", "        slot = self._next % self.RING\n", "        slot = epoch % self.RING\n",
+           RING_TESTS),
+    Mutant("no-room-before-kernel", "room in an error ring is not made before the launch's kernel",
+           "syncopy/runtime/streams/error_ring.py", "        if over > 0:\n", "        if False:\n", RING_TESTS),
+    Mutant("peer-wait-before-error-words", "p2p waits for its pushes on the compute stream before copying the kernel's error words",
+           "syncopy/runtime/transport/backends/p2p.py",
+           "        self.errors.record(epoch, hc)\n        self.waits.begin(hc)\n        self.waits.wait(self.waits.done, peer_wait.PUSHED, epoch)\n",
+           "        self.waits.begin(hc)\n        self.waits.wait(self.waits.done, peer_wait.PUSHED, epoch)\n        self.errors.record(epoch, hc)\n",
+           P2P_ORDER_TESTS),
+    Mutant("peers-opened-on-their-gpu", "p2p opens a peer's IPC handle on the owner's GPU (no peer access from ours, a context on every peer GPU)",
+           "syncopy/runtime/transport/backends/p2p.py", "        args[_storage_device_arg(rebuild)] = torch.device(device).index\n",
+           "        pass\n", P2P_ORDER_TESTS),
 )
 
 

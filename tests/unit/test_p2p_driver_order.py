@@ -221,6 +221,31 @@ def test_peers_are_opened_on_this_ranks_device_and_reached_before_the_first_writ
     assert [c[1] for c in calls if c[0] == "read"] == [1, 2], calls
 
 
+def test_cuda_memory_opens_a_peers_handle_on_this_ranks_gpu_not_the_owners():
+    # torch's rebuild opens the IPC handle under a guard of the device it is handed: the owner's GPU
+    # (3) would map the peer's memory in a context made on that GPU and leave ours without peer
+    # access. The real rebuild's parameters: a torch that renamed `storage_device` fails here.
+    import functools
+    import inspect
+
+    from torch.multiprocessing.reductions import rebuild_cuda_tensor
+
+    seen = {}
+
+    @functools.wraps(rebuild_cuda_tensor)
+    def rebuild(*args):
+        seen["args"] = args
+        return "mapped"
+
+    params = list(inspect.signature(rebuild_cuda_tensor).parameters)
+    args = [f"<{p}>" for p in params]
+    args[params.index("storage_device")] = 3
+    assert p2p.CudaMemory().open((rebuild, tuple(args)), torch.device("cuda", 1)) == "mapped"
+    assert seen["args"][params.index("storage_device")] == 1
+    assert [a for i, a in enumerate(seen["args"]) if i != params.index("storage_device")] == [
+        a for i, a in enumerate(args) if i != params.index("storage_device")]
+
+
 def test_a_peer_pair_without_peer_access_refuses_p2p_in_one_line(monkeypatch):
     ctx = _consumer()
     monkeypatch.setattr(Recording, "reach", lambda self, group, device: ["rank 0 (GPU 0) has no peer access to rank 2's GPU 3"])
