@@ -10,6 +10,7 @@ from syncopy.errors import (
     SyncopyCorruptChunk,
     SyncopyError,
     SyncopyFallbackWarning,
+    SyncopyUncheckedWarning,
     SyncopyReadError,
     SyncopyTimeout,
 )
@@ -64,4 +65,5 @@ __all__ = [
     "SyncopyCorruptChunk",
     "SyncopyReadError",
     "SyncopyFallbackWarning",
+    "SyncopyUncheckedWarning",
 ]

@@ -33,6 +33,8 @@ def _transform(args) -> int:
         from syncopy.passes import read_check
 
         t = read_check.apply(t)
+        for line in read_check.unchecked_lines(t):
+            print(f"syncopy: warning: {line}", file=sys.stderr)
     out = emit.rewrite_file(t, loadable=args.loadable)
     # Every check before the first byte is written: a mistake leaves nothing behind.
     output = _output_path(args.output, "-o") if args.output else None

@@ -135,6 +135,12 @@ __all__ = [
 ]
 
 
+class SyncopyUncheckedWarning(UserWarning):
+    """Checked mode (`checked=True`) cannot check some of the kernel's accesses of a communicated
+    tensor (a helper it cannot copy, a tensor descriptor handed to a helper): said once per build with
+    the kernel's location and the helper, so that no warning means every access is checked."""
+
+
 class SyncopyFallbackWarning(UserWarning):
     """A rewrite that overlap needs was not proven, and the kernel fell back to what costs overlap: a
     tile waits for every chunk, tiles keep their launch order, or a loop whose pointer steps by constexprs

@@ -18,7 +18,8 @@ from syncopy.frontend.source import KernelSource, jit_functions
 
 #: Methods of Triton values that compute nothing from memory.
 PURE_METHODS = {"to", "reshape", "broadcast_to", "expand_dims", "trans", "permute", "view"}
-NOT_HELPERS = {"range", "min", "max", "len", "int", "float", "print", "static_range", "static_assert", "static_print"}
+NOT_HELPERS = {"range", "min", "max", "len", "int", "float", "print", "static_range", "static_assert", "static_print",
+               "isinstance", "getattr", "hasattr"}  # Python builtins Triton runs while it compiles: they read no memory
 
 
 def helper_name(call: cst.Call, local: set[str] = frozenset()) -> str | None:

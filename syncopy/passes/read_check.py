@@ -270,13 +270,14 @@ class _Clones:
     violation names a line of the kernel's file), and only where its copy runs among the kernel
     file's globals as it runs among its own (same imports): otherwise it is left unchecked."""
 
-    def __init__(self, ks, tensor: str, dim: int, producer: bool, made: dict | None = None, index: int = 0):
+    def __init__(self, ks, tensor: str, dim: int, producer: bool, made: dict | None = None, index: int = 0, notes: list | None = None):
         self.ks, self.tensor, self.dim, self.producer = ks, tensor, dim, producer
         # Shared by the listed tensors' copies (one name each); `index` is the tensor's place in the list.
         # (file, helper, ((tensor, parameters handed it), ...)) -> (copy's name, copy)
         self.made: dict[tuple, tuple[str, cst.FunctionDef | None]] = {} if made is None else made
         self.offset = index * LISTED_LINES
         self.refused: dict[str, str] = {}  # helper call name -> why its copy would not run here
+        self.notes = [] if notes is None else notes  # every helper call left unchecked, the copies' too (shared)
 
     def functions(self) -> list[cst.FunctionDef]:
         return [f for _, f in self.made.values() if f is not None]
@@ -325,6 +326,7 @@ class _Clones:
             lines = [h.line if foreign else src.location(s.call).line + c.offset for s in finder.sites(helper.body)]
             edits.add(helper, finder, lines, c, _comment(c.tensor, c.producer), _base_param(j), src, _ctx_param(j))
         edits.finish()
+        self.notes.extend(edits.unchecked.values())
         func = helper.visit(_Insert(edits.checks, edits.unchecked, edits.comments, edits.renames))
         extra = [p for j in range(len(handed)) for p in (_ctx_param(j), _base_param(j))]
         func = signature.add_params(func, extra=(names.SIGNALS, *extra), flags=())
@@ -421,6 +423,7 @@ def apply(t):
     ks = t.source
     producer = t.schedule.pattern in PRODUCER_PATTERNS
     made: dict = {}
+    notes: list[str] = []
     edits = _Edits()
     for binding in sorted((t.binding, *t.others), key=lambda b: t.schedule.tensors.index(b.tensor)):
         index = t.schedule.tensors.index(binding.tensor)
@@ -435,13 +438,15 @@ def apply(t):
         # computed from the tensor's rows) still points where it did: only the user's own pointers count.
         first = _Finder(ks.func, tensor, binding.base, binding.dim, producer, descs, ks.location)
         finder.derived = {n for n in finder.derived if n in first.derived or n.startswith(("syncopy_", "SYNCOPY_"))}
-        clones = _Clones(ks, tensor, binding.dim, producer, made, index)
+        clones = _Clones(ks, tensor, binding.dim, producer, made, index, notes)
         lines = [line + index * LISTED_LINES for line in _lines(ks, original, finder.sites(t.func.body))]
         edits.add(t.func, finder, lines, clones, _comment(tensor, producer), binding.base, ks, names.ctx_of(index),
                   [ks.location(s.call) for s in original])
     edits.finish()
+    notes.extend(edits.unchecked.values())
     func = t.func.visit(_Insert(edits.checks, edits.unchecked, edits.comments, edits.renames))
-    out = dataclasses.replace(t, func=func, checked=True, stages=dict(t.stages), checked_helpers=clones.functions())
+    out = dataclasses.replace(t, func=func, checked=True, stages=dict(t.stages), checked_helpers=clones.functions(),
+                              unchecked=tuple(dict.fromkeys(notes)))
     out.stages["fused"] = "\n\n".join(out.code(f) for f in (*out.checked_helpers, out.func))
     return out
 
@@ -475,3 +480,23 @@ def raise_if_violated(ctx, file: str) -> None:
     err = violation(ctx, [int(x) for x in ctx.signals[: dev.SIG_HEADER].tolist()], file)
     if err is not None:
         raise err
+
+
+def unchecked_lines(t) -> list[str]:
+    """One located line per helper call whose accesses of a communicated tensor checked mode cannot
+    check (`t.unchecked`)."""
+    ks = t.source
+    return [f"{ks.location(ks.func)}: '{ks.name}': checked mode cannot look inside {note}: what it reads or stores of the "
+            "communicated tensor is not checked" for note in t.unchecked]
+
+
+def report_unchecked(t) -> None:
+    """Warn once per build (SyncopyUncheckedWarning) for each `unchecked_lines` line: a user who
+    turned checked mode on must not take silence for a clean bill (the rewritten source says so at
+    the call too)."""
+    import warnings
+
+    from syncopy.errors import SyncopyUncheckedWarning
+
+    for line in unchecked_lines(t):
+        warnings.warn(line, SyncopyUncheckedWarning, stacklevel=2)

@@ -27,6 +27,7 @@ class Transformed:
     fresh_probe: bool = False
     checked: bool = False  # checked mode: every read (or store) of the tensor checks its chunks (read_check.py)
     checked_helpers: list[cst.FunctionDef] = field(default_factory=list)  # checked copies of helpers it calls
+    unchecked: tuple[str, ...] = ()  # checked mode: the helper calls whose accesses it cannot check, and why
     others: list[inference.TensorBinding] = field(default_factory=list)  # the other listed tensors (`tensor: [K, V]`)
 
     def code(self, node: cst.CSTNode | None = None) -> str:

@@ -434,3 +434,22 @@ def test_a_kernel_made_by_triton_jit_of_a_function_transforms(name, tmp_path, ca
     out = capsys.readouterr().out
     assert "def _copy_rows(X, Y, M, N: tl.constexpr, BR: tl.constexpr, syncopy_ctx," in out
     assert out.rstrip().endswith("copy_rows = triton.jit(_copy_rows)") and "@triton.jit" not in out
+
+
+def test_checked_transform_says_on_stderr_which_helper_it_cannot_look_inside(tmp_path, capsys):
+    # The tutorial-style attention hands its key/value helper tensor descriptors: checked mode cannot
+    # check those reads, and the CLI says so in one located line (the fused file is still written).
+    import importlib
+    import shutil
+
+    kernel = tmp_path / "attn.py"
+    shutil.copy(importlib.import_module("tests.kernels.attention_descriptors").__file__, kernel)
+    (tmp_path / "s.yaml").write_text("pattern: all_gather\nkernel: attn_stage_branches\ntensor: [desc_k, desc_v]\nchunks_per_rank: 2\n")
+    out = tmp_path / "fused.py"
+    assert main(["transform", str(kernel), "-s", str(tmp_path / "s.yaml"), "-o", str(out), "--checked"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    line = next(i for i, text in enumerate(kernel.read_text().splitlines(), 1) if text.startswith("def attn_stage_branches("))
+    assert err == [f"syncopy: warning: {kernel}:{line}:1: 'attn_stage_branches': checked mode cannot look inside _attend_stage (it is "
+                   "handed the tensor descriptors desc_k and desc_v, and checked mode checks reads through a descriptor only in "
+                   "the kernel itself): what it reads or stores of the communicated tensor is not checked"], err
+    assert out.exists()

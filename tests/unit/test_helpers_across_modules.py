@@ -249,7 +249,15 @@ def test_checked_mode_calls_the_key_value_helper_as_written_and_says_it_does_not
     from syncopy.passes import read_check
 
     _, t = _attention("attn_stage_branches")
-    code = read_check.apply(t).stages["fused"]
+    checked = read_check.apply(t)
+    code = checked.stages["fused"]
+    # ... and says it once, located, where the user looks: a warning at the build (the CLI's stderr).
+    lines = read_check.unchecked_lines(checked)
+    assert len(lines) == 1 and lines[0].endswith(
+        "'attn_stage_branches': checked mode cannot look inside _attend_stage (it is handed the tensor descriptors desc_k and "
+        "desc_v, and checked mode checks reads through a descriptor only in the kernel itself): what it reads or stores of "
+        "the communicated tensor is not checked"), lines
+    assert ".py:" in lines[0].split("'")[0], lines
     note = ("        # syncopy: checked mode cannot look inside _attend_stage (it is handed the tensor descriptors desc_k and "
             "desc_v, and checked mode checks reads through a descriptor only in the kernel itself): its accesses of this "
             "tensor are not checked\n        acc, l_i, m_i = _attend_stage(")
@@ -293,3 +301,21 @@ def test_a_store_into_the_gathered_input_in_a_helper_of_another_module_is_refuse
     line = ext.read_text().splitlines().index("    tl.store(P + rows[:, None] * NC + tl.arange(0, NC)[None, :], 0.0)") + 1
     assert str(info.value) == (f"{ext}:{line}:5: the kernel writes into 'X' (tl.store in helper 'bump', handed it as 'P'); an "
                                "all-gathered input is read-only, so write results to another argument")
+
+
+def test_a_checked_build_warns_once_for_each_helper_it_cannot_look_inside():
+    # The decorator's build (runtime/launch/kernel.py) says it as a warning, not only as a comment of
+    # the rewritten source nobody reads: no warning means every access is checked.
+    import warnings
+
+    import syncopy
+    from syncopy.errors import SyncopyUncheckedWarning
+    from tests.kernels import attention_descriptors
+
+    schedule = Schedule(pattern="all_gather", kernel="attn_stage_branches", tensor=["desc_k", "desc_v"], chunks_per_rank=2)
+    fused = syncopy.overlap(schedule, timeout_s=5.0, checked=True)(attention_descriptors.attn_stage_branches)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert fused.build().checked
+    said = [str(w.message) for w in seen if issubclass(w.category, SyncopyUncheckedWarning)]
+    assert len(said) == 1 and "checked mode cannot look inside _attend_stage" in said[0], said

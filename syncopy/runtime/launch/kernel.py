@@ -67,6 +67,7 @@ class Kernel:
                 notes.report_fallbacks(t, getattr(op, "strict", False))  # once per operator: this build
                 if op.checked if op.checked is not None else read_check.enabled_by_env():
                     t = read_check.apply(t)
+                    read_check.report_unchecked(t)
                 fused, probe, path = emit.load(t, op.local.fn.__globals__)
                 if op.dump_dir is not None:
                     emit.dump(t, op.dump_dir)
