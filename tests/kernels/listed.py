@@ -150,3 +150,18 @@ def swiglu_pair(A, B, Y, M, N: tl.constexpr, BR: tl.constexpr):
     r = tl.program_id(0) * BR + tl.arange(0, BR)
     offs = r[:, None] * N + tl.arange(0, N)[None, :]
     tl.store(Y + offs, _silu_mul(A, B, offs, r[:, None] < M), mask=r[:, None] < M)
+
+
+@triton.jit
+def _mul_silu(P, Q, offs, m):
+    b = tl.load(Q + offs, mask=m, other=0.0)
+    a = tl.load(P + offs, mask=m, other=0.0)
+    return a * tl.sigmoid(a) * b
+
+
+@triton.jit
+def swiglu_pair_b_first(A, B, Y, M, N: tl.constexpr, BR: tl.constexpr):
+    """swiglu_pair whose helper reads B, the second listed tensor, first (checked mode's test of B's own checks)."""
+    r = tl.program_id(0) * BR + tl.arange(0, BR)
+    offs = r[:, None] * N + tl.arange(0, N)[None, :]
+    tl.store(Y + offs, _mul_silu(A, B, offs, r[:, None] < M), mask=r[:, None] < M)

@@ -178,9 +178,11 @@ def run_unwaited(rank: int, world: int) -> dict:
 
 
 def run_pair_unwaited(rank: int, world: int) -> dict:
-    """swiglu_pair (one helper handed both A and B) listed as [A, B], with a mutant of the passes that
-    drops every wait of B, launched three times in checked mode with chunk 1 of every rank held back:
-    the checked copy of the helper must see its read of B before B's chunk landed."""
+    """swiglu_pair_b_first (one helper handed both A and B, reading B first) listed as [A, B], with a
+    mutant of the passes that drops every wait, launched three times in checked mode with chunk 1 of
+    every rank held back: the checked copy of the helper must see its read of B, checked from B's own
+    base and block, before B's chunk landed. (Dropping B's waits alone shows nothing: A's wait before
+    the call covers B's rows too, which travel with A's.)"""
     import syncopy
     from syncopy.passes import consumer_wait
     from syncopy.runtime.transport.link import Faults, Link
@@ -189,7 +191,7 @@ def run_pair_unwaited(rank: int, world: int) -> dict:
     original = consumer_wait.insert_waits
 
     def without_b(body, binding, others=(), **kwargs):
-        dropped = [b for b in (binding, *others) if b.tensor == "B"]
+        dropped = [binding, *others]
         kept = [b.groups for b in dropped]
         for b in dropped:
             b.groups = []
@@ -205,7 +207,7 @@ def run_pair_unwaited(rank: int, world: int) -> dict:
     try:
         fused = syncopy.overlap({"pattern": "all_gather", "tensor": ["A", "B"], "dim": 0, "chunks_per_rank": 2},
                                 poison_receive=True, checked=True, timeout_s=30, link=Link(latency_s=0.02, jitter_s=0.01),
-                                faults=Faults.of(delay=late))(listed.swiglu_pair)
+                                faults=Faults.of(delay=late))(listed.swiglu_pair_b_first)
         for launch in range(LAUNCHES):
             try:
                 _launch(fused, "swiglu_pair", _shards("swiglu_pair", rank, launch), ROWS * world, None)
@@ -215,7 +217,8 @@ def run_pair_unwaited(rank: int, world: int) -> dict:
         source = fused.source
     finally:
         consumer_wait.insert_waits = original
-    return {"results": results, "file": listed.__file__, "unwaited": "wait for the chunks of B" not in source}
+    return {"results": results, "file": listed.__file__,
+            "unwaited": "wait for the chunks of B" not in source and "wait for the chunks of A" not in source}
 
 
 def run_past_the_rows(rank: int, world: int) -> list[str]:

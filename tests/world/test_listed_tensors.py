@@ -78,17 +78,17 @@ shared.register(__name__, 2, {"pair unwaited": (f"{lw.__name__}:run_pair_unwaite
 
 @pytest.mark.world
 def test_checked_mode_checks_each_listed_tensor_inside_one_helper_handed_both():
-    """A helper handed both A and B (swiglu_pair's _silu_mul) is called through one checked copy that
-    checks each from its own base and block: with B's waits dropped by a mutant of the passes, every
-    launch raises SyncopyReadError naming B and the helper's line that reads it (checked mode refused
-    such a helper before). Unmutated, swiglu_pair is right in checked mode in every order of its list
-    (test_every_order_of_the_list_is_right)."""
+    """A helper handed both A and B (swiglu_pair_b_first's _mul_silu, which reads B first) is called
+    through one checked copy that checks each from its own base and block: with the waits dropped by a
+    mutant of the passes, every launch raises SyncopyReadError naming B and the helper's line that reads
+    it (checked mode refused such a helper before). Unmutated, swiglu_pair is right in checked mode in
+    every order of its list (test_every_order_of_the_list_is_right)."""
     import re
 
     for rank, r in enumerate(shared.results(__name__, 2, "pair unwaited")):
-        assert r["unwaited"], ("the mutant left a wait for B", r)
+        assert r["unwaited"], ("the mutant left a wait", r)
         line = next(i for i, text in enumerate(open(r["file"]).read().splitlines(), 1)
-                    if "return a * tl.sigmoid(a) * tl.load(Q + offs" in text)
+                    if "b = tl.load(Q + offs, mask=m, other=0.0)" in text)
         for got in r["results"]:
             assert re.fullmatch(rf"SyncopyReadError: {re.escape(r['file'])}:{line}: rank {rank} read chunk \(\d, \d\) of B "
                                 r"before it arrived \(epoch \d+\); .*", got), (rank, got)

@@ -88,7 +88,7 @@ def _listed_example(kernel: str, order: tuple[str, ...]):
         m = lw.ROWS * world
         y = torch.full((m, n), float("nan"))
         w = torch.randn(n, generator=torch.Generator().manual_seed(launch))
-        if kernel in ("swiglu_fwd", "swiglu_desc", "swiglu_helper"):
+        if kernel in ("swiglu_fwd", "swiglu_desc", "swiglu_helper", "swiglu_pair"):
             return (-(-m // 4),), [s["A"], s["B"], y, m], dict(N=n, BR=4)
         if kernel == "swiglu_offsets":
             return (-(-m // 4),), [s["A"], s["B"], y, m, n], dict(BR=4, BN=8)
