@@ -111,6 +111,7 @@ def test_an_old_nccl_is_told_to_upgrade_or_order_the_work_itself(env):
 
 def test_nothing_is_said_where_nccl_orders_the_communicators_or_none_runs_beside(env):
     env.setattr(nccl, "nccl_version", lambda: (2, 27, 3))
+    env.setenv("NCCL_MAX_CTAS", "8")  # every communicator capped to syncopy's own share: no SM is kept for another
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         beside(env, ())
@@ -119,6 +120,19 @@ def test_nothing_is_said_where_nccl_orders_the_communicators_or_none_runs_beside
         env.setenv("NCCL_LAUNCH_ORDER_IMPLICIT", "1")
         nccl.warn_beside("pg")  # ordered by NCCL
     assert nccl.beside_text() is None
+
+
+def test_the_sms_kept_for_another_communicator_are_said_once_even_where_nccl_orders_them(env):
+    # A persistent kernel's grid shrinks by them (occupancy.programs) without any refusal: said once.
+    env.setattr(nccl, "nccl_version", lambda: (2, 27, 3))
+    env.setenv("NCCL_LAUNCH_ORDER_IMPLICIT", "1")
+    beside(env)
+    with pytest.warns(UserWarning) as w:
+        nccl.warn_beside("pg")
+        nccl.warn_beside("pg")
+    said = [str(x.message) for x in w]
+    assert said == ["the fused kernel leaves 64 SMs free for the other communicator's kernels (one may take 64 CTAs); "
+                    "NCCL_MAX_CTAS set lower caps them and gives the SMs back"], said
 
 
 def test_a_timeout_beside_another_communicator_names_it_as_a_possible_cause(env, nccl_rank0):

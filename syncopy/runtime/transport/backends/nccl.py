@@ -176,13 +176,24 @@ def beside_text() -> str | None:
 
 
 def warn_beside(pg) -> None:
-    """Once per process: rounds on `pg` run beside another NCCL communicator (`beside_text`). The
-    fused kernel's waits are bounded, so such a deadlock ends as a SyncopyTimeout, never a hang."""
-    text = beside_text()
-    if text is None or _told_beside:
+    """Once per process: rounds on `pg` run beside another NCCL communicator. Says why that may
+    deadlock and what to change (`beside_text`; the fused kernel's waits are bounded, so such a
+    deadlock ends as a SyncopyTimeout, never a hang), and what it costs: the SMs the fused kernel
+    leaves free for the other communicator's kernels (occupancy.reserved_sms), which a persistent
+    kernel's grid loses without another word."""
+    if _told_beside:
         return
-    _told_beside.append(text)
-    warnings.warn(f"{text} (a deadlock ends as a SyncopyTimeout: syncopy's waits are bounded)", stacklevel=3)
+    said = []
+    text = beside_text()
+    if text is not None:
+        said.append(f"{text} (a deadlock ends as a SyncopyTimeout: syncopy's waits are bounded)")
+    if occupancy.other_nccl_communicators() and occupancy.uncapped_sms() > occupancy.own_sms():
+        said.append(f"the fused kernel leaves {occupancy.reserved_sms('nccl')} SMs free for the other communicator's kernels "
+                    f"(one may take {occupancy.uncapped_sms()} CTAs); NCCL_MAX_CTAS set lower caps them and gives the SMs back")
+    if not said:
+        return
+    _told_beside.append(said)
+    warnings.warn("; ".join(said), stacklevel=3)
 
 
 def _should_share_user_group(group) -> bool:
