@@ -224,9 +224,9 @@ def _program_id_of(helper: Helper) -> cst.BaseExpression | None:
     return expr
 
 
-class _Inline(cst.CSTTransformer):
-    """Each call of a program-id helper replaced by what it returns, in the caller's names; every
-    node rebuilt on the way keeps the position of the node it replaces."""
+class _CallRewriter(cst.CSTTransformer):
+    """A rewrite of calls in the kernel `ks`: every node rebuilt on the way keeps the position of the
+    node it replaces (`positions`), and `count` says how many calls were rewritten."""
 
     def __init__(self, ks: KernelSource):
         self.ks, self.local = ks, local_names(ks.func)
@@ -238,6 +238,11 @@ class _Inline(cst.CSTTransformer):
         if out is not original and isinstance(out, cst.CSTNode) and original in self.positions:
             self.positions.setdefault(out, self.positions[original])
         return out
+
+
+class _Inline(_CallRewriter):
+    """Each call of a program-id helper replaced by what it returns, in the caller's names; every
+    node rebuilt on the way keeps the position of the node it replaces."""
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         name = helper_name(original, self.local)
@@ -285,20 +290,9 @@ def inline_program_ids(ks: KernelSource) -> KernelSource:
 
 # --- Triton's builtins under another name (`my_load = tl.load`, `from triton.language import load as my_load`) ---
 
-class _Unalias(cst.CSTTransformer):
+class _Unalias(_CallRewriter):
     """Each call of a Triton builtin under another name written as a call of the builtin, spelled as the
     kernel's file names triton.language; every rebuilt call keeps the position of the one it replaces."""
-
-    def __init__(self, ks: KernelSource):
-        self.ks, self.local = ks, local_names(ks.func)
-        self.positions = dict(ks.positions)
-        self.count = 0
-
-    def on_leave(self, original, updated):
-        out = super().on_leave(original, updated)
-        if out is not original and isinstance(out, cst.CSTNode) and original in self.positions:
-            self.positions.setdefault(out, self.positions[original])
-        return out
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         name = helper_name(original, self.local)

@@ -135,35 +135,8 @@ def test_the_sms_kept_for_another_communicator_are_said_once_even_where_nccl_ord
                     "NCCL_MAX_CTAS set lower caps them and gives the SMs back"], said
 
 
-def test_a_timeout_beside_another_communicator_names_it_as_a_possible_cause(env, nccl_rank0):
-    be, ctx, _ = nccl_rank0
-    beside(env)
-    env.setattr(nccl, "nccl_version", lambda: (2, 27, 3))
-    release = threading.Event()
-    done = []
-
-    def body(ops):  # the first round completes; the second one's receive never does
-        if done:
-            release.wait(10)
-        done.append(ops)
-
-    test_nccl_deferred._launch(be, ctx, 1, body)
-    try:
-        with pytest.raises(SyncopyTimeout) as e:
-            be.check(wait=True)
-    finally:
-        release.set()
-    msg = str(e.value)
-    assert msg.startswith("rank 0 waited") and "\n" not in msg, msg
-    assert "a possible cause: syncopy's NCCL rounds run beside another NCCL communicator" in msg, msg
-    assert "set NCCL_LAUNCH_ORDER_IMPLICIT=1" in msg, msg
-    recv = next(g for kind, g, _ in be.rounds[1] if kind == "recv")
-    assert e.value.chunk == divmod(recv, 2) and e.value.epoch == 1  # what it names is unchanged
-
-
-def test_a_timeout_alone_says_nothing_of_other_communicators(env, nccl_rank0):
-    be, ctx, _ = nccl_rank0
-    beside(env, ())
+def _second_round_never_completes(be, ctx):
+    """Launch 1, whose first round completes and whose second one's receive never does: check(wait=True)'s SyncopyTimeout."""
     release = threading.Event()
     done = []
 
@@ -178,4 +151,24 @@ def test_a_timeout_alone_says_nothing_of_other_communicators(env, nccl_rank0):
             be.check(wait=True)
     finally:
         release.set()
+    return e
+
+
+def test_a_timeout_beside_another_communicator_names_it_as_a_possible_cause(env, nccl_rank0):
+    be, ctx, _ = nccl_rank0
+    beside(env)
+    env.setattr(nccl, "nccl_version", lambda: (2, 27, 3))
+    e = _second_round_never_completes(be, ctx)
+    msg = str(e.value)
+    assert msg.startswith("rank 0 waited") and "\n" not in msg, msg
+    assert "a possible cause: syncopy's NCCL rounds run beside another NCCL communicator" in msg, msg
+    assert "set NCCL_LAUNCH_ORDER_IMPLICIT=1" in msg, msg
+    recv = next(g for kind, g, _ in be.rounds[1] if kind == "recv")
+    assert e.value.chunk == divmod(recv, 2) and e.value.epoch == 1  # what it names is unchanged
+
+
+def test_a_timeout_alone_says_nothing_of_other_communicators(env, nccl_rank0):
+    be, ctx, _ = nccl_rank0
+    beside(env, ())
+    e = _second_round_never_completes(be, ctx)
     assert "another NCCL communicator" not in str(e.value)
