@@ -239,6 +239,17 @@ class _CallRewriter(cst.CSTTransformer):
             self.positions.setdefault(out, self.positions[original])
         return out
 
+    def applied(self) -> KernelSource:
+        """The kernel with its calls rewritten; the kernel itself where no call was."""
+        ks = self.ks
+        func = ks.func.visit(self)
+        if not self.count:
+            return ks
+        module = ks.module.deep_replace(ks.func, func)
+        if ks.module in self.positions:
+            self.positions[module] = self.positions[ks.module]
+        return KernelSource(ks.path, module, func, self.positions, ks.line_offset, ks.linked)
+
 
 class _Inline(_CallRewriter):
     """Each call of a program-id helper replaced by what it returns, in the caller's names; every
@@ -277,15 +288,7 @@ def inline_program_ids(ks: KernelSource) -> KernelSource:
     replaced by that expression, so that the tile remap, inference and the probe see the program id
     itself; `ks` unchanged where there is none. Only where every global name the expression uses
     (`tl`) means the same in the kernel's file: otherwise the call stays a helper, which syncopy says."""
-    inline = _Inline(ks)
-    func = ks.func.visit(inline)
-    if not inline.count:
-        return ks
-    module = ks.module.deep_replace(ks.func, func)
-    positions = inline.positions
-    if ks.module in positions:
-        positions[module] = positions[ks.module]
-    return KernelSource(ks.path, module, func, positions, ks.line_offset, ks.linked)
+    return _Inline(ks).applied()
 
 
 # --- Triton's builtins under another name (`my_load = tl.load`, `from triton.language import load as my_load`) ---
@@ -314,15 +317,7 @@ def unalias_builtins(ks: KernelSource) -> KernelSource:
     written as the builtin itself (`tl.load(p)`), so that inference and every pass read it as they
     read Triton's own; `ks` unchanged where there is none, or where the file binds no name to
     triton.language or triton (the call then stays a helper, which syncopy says)."""
-    unalias = _Unalias(ks)
-    func = ks.func.visit(unalias)
-    if not unalias.count:
-        return ks
-    module = ks.module.deep_replace(ks.func, func)
-    positions = unalias.positions
-    if ks.module in positions:
-        positions[module] = positions[ks.module]
-    return KernelSource(ks.path, module, func, positions, ks.line_offset, ks.linked)
+    return _Unalias(ks).applied()
 
 
 # --- helpers that make a tensor descriptor (the attention tutorial's `_maybe_make_tensor_desc`) -----

@@ -135,45 +135,55 @@ def run_orders(rank: int, world: int, kernel: str, instant: bool) -> dict:
     return out
 
 
+def _launched_without_waits(rank: int, world: int, kernel, case: str, tensors: list[str], dropped) -> tuple[list[str], str]:
+    """`kernel` listed as `tensors`, fused by a mutant of the passes that drops the waits of the
+    bindings `dropped(binding, others)` names, launched LAUNCHES times in checked mode on a slow link
+    with chunk 1 of every rank held back (launched as `case` of CASES): each launch's outcome
+    ("no error" or the error's type and text), and the fused source."""
+    import syncopy
+    from syncopy.passes import consumer_wait
+    from syncopy.runtime.transport.link import Faults, Link
+
+    original = consumer_wait.insert_waits
+
+    def mutant(body, binding, others=(), **kwargs):
+        gone = dropped(binding, others)
+        kept = [b.groups for b in gone]
+        for b in gone:
+            b.groups = []
+        try:
+            return original(body, binding, others=others, **kwargs)
+        finally:
+            for b, groups in zip(gone, kept):
+                b.groups = groups
+
+    consumer_wait.insert_waits = mutant
+    late = {(src, 1): 0.4 for src in range(world)}
+    results = []
+    try:
+        fused = syncopy.overlap({"pattern": "all_gather", "tensor": tensors, "dim": 0, "chunks_per_rank": 2},
+                                poison_receive=True, checked=True, timeout_s=30, link=Link(latency_s=0.02, jitter_s=0.01),
+                                faults=Faults.of(delay=late))(kernel)
+        for launch in range(LAUNCHES):
+            try:
+                _launch(fused, case, _shards(case, rank, launch), ROWS * world, None)
+                results.append("no error")
+            except syncopy.SyncopyError as exc:
+                results.append(f"{type(exc).__name__}: {exc}")
+        return results, fused.source
+    finally:
+        consumer_wait.insert_waits = original
+
+
 def run_unwaited(rank: int, world: int) -> dict:
     """A mutant of the passes that drops every wait of the tensor a kernel reads first (dequant_rows
     listed as [Q, S]: S, the second listed tensor), launched three times in checked mode on a slow link
     with chunk 1 of every rank held back: checked mode must see S's reads of a peer's chunk before it
     landed (SyncopyReadError naming S and its line)."""
-    import torch
-
-    import syncopy
-    from syncopy.passes import consumer_wait
-    from syncopy.runtime.transport.link import Faults, Link
     from tests.kernels import listed
 
-    original = consumer_wait.insert_waits
-
-    def without_first(body, binding, **kwargs):
-        groups, binding.groups = binding.groups, []
-        try:
-            return original(body, binding, **kwargs)
-        finally:
-            binding.groups = groups
-
-    consumer_wait.insert_waits = without_first
-    late = {(src, 1): 0.4 for src in range(world)}
-    results = []
-    try:
-        fused = syncopy.overlap({"pattern": "all_gather", "tensor": ["Q", "S"], "dim": 0, "chunks_per_rank": 2},
-                                poison_receive=True, checked=True, timeout_s=30, link=Link(latency_s=0.02, jitter_s=0.01),
-                                faults=Faults.of(delay=late))(listed.dequant_rows)
-        m = ROWS * world
-        for launch in range(LAUNCHES):
-            shards = _shards("dequant_rows", rank, launch)
-            try:
-                _launch(fused, "dequant_rows", shards, m, None)
-                results.append("no error")
-            except syncopy.SyncopyError as exc:
-                results.append(f"{type(exc).__name__}: {exc}")
-        source = fused.source
-    finally:
-        consumer_wait.insert_waits = original
+    results, source = _launched_without_waits(rank, world, listed.dequant_rows, "dequant_rows", ["Q", "S"],
+                                              lambda binding, others: [binding])
     return {"results": results, "file": listed.__file__, "unwaited": "wait for the chunks of S" not in source}
 
 
@@ -183,40 +193,10 @@ def run_pair_unwaited(rank: int, world: int) -> dict:
     every rank held back: the checked copy of the helper must see its read of B, checked from B's own
     base and block, before B's chunk landed. (Dropping B's waits alone shows nothing: A's wait before
     the call covers B's rows too, which travel with A's.)"""
-    import syncopy
-    from syncopy.passes import consumer_wait
-    from syncopy.runtime.transport.link import Faults, Link
     from tests.kernels import listed
 
-    original = consumer_wait.insert_waits
-
-    def without_b(body, binding, others=(), **kwargs):
-        dropped = [binding, *others]
-        kept = [b.groups for b in dropped]
-        for b in dropped:
-            b.groups = []
-        try:
-            return original(body, binding, others=others, **kwargs)
-        finally:
-            for b, groups in zip(dropped, kept):
-                b.groups = groups
-
-    consumer_wait.insert_waits = without_b
-    late = {(src, 1): 0.4 for src in range(world)}
-    results = []
-    try:
-        fused = syncopy.overlap({"pattern": "all_gather", "tensor": ["A", "B"], "dim": 0, "chunks_per_rank": 2},
-                                poison_receive=True, checked=True, timeout_s=30, link=Link(latency_s=0.02, jitter_s=0.01),
-                                faults=Faults.of(delay=late))(listed.swiglu_pair_b_first)
-        for launch in range(LAUNCHES):
-            try:
-                _launch(fused, "swiglu_pair", _shards("swiglu_pair", rank, launch), ROWS * world, None)
-                results.append("no error")
-            except syncopy.SyncopyError as exc:
-                results.append(f"{type(exc).__name__}: {exc}")
-        source = fused.source
-    finally:
-        consumer_wait.insert_waits = original
+    results, source = _launched_without_waits(rank, world, listed.swiglu_pair_b_first, "swiglu_pair", ["A", "B"],
+                                              lambda binding, others: [binding, *others])
     return {"results": results, "file": listed.__file__,
             "unwaited": "wait for the chunks of B" not in source and "wait for the chunks of A" not in source}
 
