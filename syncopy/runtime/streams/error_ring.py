@@ -49,8 +49,10 @@ from syncopy.runtime.streams.streamops import ptr
 
 
 def wait_bound(timeout_s: float | None) -> float:
-    """How long the host waits for one launch to be done: control.wait_bound's rule (that module sits
-    above this one: runtime/transport), about as long as a launch's bounded waits may take, never forever."""
+    """How long a host-side wait may take: for one launch to be done here, and (control.py, which takes
+    it from this lower layer) for the other ranks (group creation, the first launch's handshake, the
+    launch barriers, joining the transfers): about as long as a launch's bounded waits and transfers
+    may take, and never forever."""
     return max(5.0, 2 * timeout_s + 5) if timeout_s is not None else 60.0
 
 

@@ -18,6 +18,7 @@ from datetime import timedelta
 import torch.distributed as dist
 
 from syncopy.errors import LaunchError
+from syncopy.runtime.streams.error_ring import wait_bound  # also the bound of every host-side wait on the other ranks
 
 # Per user group (weakly: an entry goes with its group, so a later group that Python places at the
 # same address starts afresh): a serial number no other group of this process ever gets, and
@@ -209,13 +210,6 @@ def release_destroyed() -> None:
                 (_original_destroy or dist.destroy_process_group)(g)
             except Exception:  # already shut down with its transport (a timed-out gloo pair): nothing left to free
                 pass
-
-
-def wait_bound(timeout_s: float | None) -> float:
-    """How long a host-side wait on the other ranks may take (group creation, the first launch's
-    handshake, the launch barriers, joining the transfers): about as long as a launch's transfers
-    may take, and never forever."""
-    return max(5.0, 2 * timeout_s + 5) if timeout_s is not None else 60.0
 
 
 def control_group(group, timeout_s: float | None = None) -> object:
